@@ -1,0 +1,10 @@
+// The whole public API of attn.
+#pragma once
+
+#include "attn/attention.hpp"
+#include "attn/error.hpp"
+#include "attn/half.hpp"
+#include "attn/lesson.hpp"
+#include "attn/options.hpp"
+#include "attn/tensor.hpp"
+#include "attn/version.hpp"

@@ -1,0 +1,52 @@
+// attn::Options: everything that changes which keys a query sees and how scores are shaped.
+// Defaults mean "off", as in PyTorch and FlashAttention.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+// Where query row i sits among the keys when Lq != Lk. top_left (PyTorch's is_causal):
+// query i is at key position i. bottom_right (FlashAttention): query i is at key position
+// i + Lk - Lq, so the last query sees the last key. The alignment applies to causal, the
+// sliding window and ALiBi distances alike.
+enum class CausalAlign : std::uint8_t { top_left, bottom_right };
+
+enum class Backend : std::uint8_t {
+  automatic,  // the fast CPU kernel when it supports the request, else the reference
+  reference,  // the float64 oracle (slow; for checking and debugging)
+  fast,       // the fast CPU kernel; throws if it does not support the request
+};
+
+// Keys j with p - left <= j <= p + right are visible to the query at key position p; a
+// negative bound means unbounded on that side.
+struct Window {
+  Index left = -1;
+  Index right = -1;
+};
+
+struct Options {
+  std::optional<double> scale;  // multiplies q.k; default 1/sqrt(head dim)
+  bool causal = false;          // hide keys after the query's position
+  CausalAlign causal_align = CausalAlign::top_left;
+  Window window;
+  double softcap = 0.0;             // > 0: score = softcap * tanh(score / softcap)
+  std::vector<float> alibi_slopes;  // [Hq]: score -= slope * |query position - key position|
+  std::vector<float> sinks;         // [Hq]: an extra logit per head that takes weight, no value
+  // [B or 1, Hq or 1, Lq, Lk]. boolean: true means "may attend" (PyTorch's convention);
+  // f16/bf16/f32/f64: added to the score (-inf hides the key).
+  std::optional<TensorView> mask;
+  // Packed variable-length batches (flash_attn_varlen): q is [1, Hq, total_q, D], k and v
+  // [1, Hkv, total_k, D]; sequence s owns rows cu_seqlens_q[s] .. cu_seqlens_q[s + 1] of q
+  // and cu_seqlens_k[s] .. cu_seqlens_k[s + 1] of k and v. Both empty means "not packed".
+  std::vector<std::int64_t> cu_seqlens_q;
+  std::vector<std::int64_t> cu_seqlens_k;
+  Backend backend = Backend::automatic;  // ATTN_BACKEND=reference in the environment wins
+  int threads = 0;                       // 0: ATTN_NUM_THREADS, else all cores
+};
+
+}  // namespace attn

@@ -1,0 +1,75 @@
+#include "attn/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+namespace attn {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::boolean: return "bool";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+std::string format_dims(const Dims& dims) {
+  std::ostringstream out;
+  out << '[' << dims[0] << ", " << dims[1] << ", " << dims[2] << ", " << dims[3] << ']';
+  return out.str();
+}
+
+Dims contiguous_strides(const Dims& shape) {
+  return {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
+}
+
+Dims bshd_strides(const Dims& bhsd_shape) {
+  const Index heads = bhsd_shape[1], seq = bhsd_shape[2], dim = bhsd_shape[3];
+  return {seq * heads * dim, dim, heads * dim, 1};
+}
+
+namespace detail {
+void throw_dtype_mismatch(const char* argument, DType wanted, DType given) {
+  throw Error(std::string(argument) + ": expected dtype " + dtype_name(wanted) + ", given " +
+              dtype_name(given));
+}
+}  // namespace detail
+
+void Tensor::Free::operator()(void* p) const { std::free(p); }
+
+Tensor::Tensor(DType dtype, const Dims& shape) : dtype_(dtype), shape_(shape) {
+  for (const Index extent : shape) {
+    if (extent < 0) throw Error("Tensor: negative extent in shape " + format_dims(shape));
+  }
+  constexpr std::size_t kAlignment = 64;
+  const std::size_t bytes = nbytes();
+  // aligned_alloc wants a multiple of the alignment, and at least one byte so that an empty
+  // tensor still owns storage (empty() means "not asked for", not "zero elements").
+  const std::size_t padded = (bytes + kAlignment) / kAlignment * kAlignment;
+  void* memory = std::aligned_alloc(kAlignment, padded);
+  if (memory == nullptr) throw std::bad_alloc();
+  std::memset(memory, 0, padded);
+  storage_.reset(memory);
+}
+
+void Tensor::check_dtype(DType wanted) const {
+  if (wanted != dtype_) detail::throw_dtype_mismatch("Tensor::data_as", wanted, dtype_);
+}
+
+}  // namespace attn

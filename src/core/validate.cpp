@@ -1,0 +1,201 @@
+// Argument checking for attn::forward: every rejection names the argument, what was
+// expected and what was given.
+#include <cmath>
+#include <string>
+
+#include "problem.hpp"
+
+namespace attn::core {
+namespace {
+
+[[noreturn]] void fail(const std::string& argument, const std::string& expected,
+                       const std::string& given) {
+  throw Error(argument + ": expected " + expected + ", given " + given);
+}
+
+bool is_float(DType dtype) { return dtype != DType::boolean; }
+
+void check_input(const char* name, const TensorView& t) {
+  if (!is_float(t.dtype)) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  for (int axis = 0; axis < 4; ++axis) {
+    if (t.shape[axis] < 0) fail(name, "non-negative extents", "shape " + format_dims(t.shape));
+  }
+  if (t.shape[1] < 1) fail(name, "at least one head", "shape " + format_dims(t.shape));
+  if (t.shape[3] < 1) fail(name, "a head dim of at least 1", "shape " + format_dims(t.shape));
+  if (t.shape[3] > 1 && t.strides[3] != 1) {
+    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
+  }
+  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+}
+
+void check_output(const char* name, const MutableTensorView& t, const Dims& shape) {
+  if (!is_float(t.dtype)) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  if (t.shape != shape) fail(name, "shape " + format_dims(shape), format_dims(t.shape));
+  if (t.shape[3] > 1 && t.strides[3] != 1) {
+    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
+  }
+  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+}
+
+void check_per_head(const char* name, const std::vector<float>& values, Index heads,
+                    bool allow_minus_infinity) {
+  if (values.empty()) return;
+  if (static_cast<Index>(values.size()) != heads) {
+    fail(name, std::to_string(heads) + " values (one per query head)",
+         std::to_string(values.size()));
+  }
+  for (std::size_t h = 0; h < values.size(); ++h) {
+    const float x = values[h];
+    const bool ok = std::isfinite(x) || (allow_minus_infinity && x == -INFINITY);
+    if (!ok) fail(name, "finite values", std::to_string(x) + " at head " + std::to_string(h));
+  }
+}
+
+std::string offsets_text(const std::vector<std::int64_t>& offsets) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(offsets[i]);
+  }
+  return text + "]";
+}
+
+void check_offsets(const char* name, const std::vector<std::int64_t>& offsets, Index total) {
+  if (offsets.size() < 2) fail(name, "at least 2 offsets", std::to_string(offsets.size()));
+  if (offsets.front() != 0) fail(name, "a first offset of 0", offsets_text(offsets));
+  for (std::size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) fail(name, "non-decreasing offsets", offsets_text(offsets));
+  }
+  if (offsets.back() != total) {
+    fail(name, "a last offset equal to the packed length " + std::to_string(total),
+         offsets_text(offsets));
+  }
+}
+
+void add_segments(Problem& p, const Options& options) {
+  const bool has_q = !options.cu_seqlens_q.empty(), has_k = !options.cu_seqlens_k.empty();
+  if (has_q != has_k) {
+    fail(has_q ? "cu_seqlens_k" : "cu_seqlens_q", "offsets (both or neither are given)",
+         "none");
+  }
+  if (!has_q) {
+    for (Index b = 0; b < p.batch; ++b) p.segments.push_back({b, 0, p.total_q, 0, p.total_k});
+    return;
+  }
+  p.packed = true;
+  if (p.batch != 1) {
+    fail("q", "batch 1 for packed sequences (cu_seqlens given)", "shape " + format_dims(p.q.shape));
+  }
+  check_offsets("cu_seqlens_q", options.cu_seqlens_q, p.total_q);
+  check_offsets("cu_seqlens_k", options.cu_seqlens_k, p.total_k);
+  if (options.cu_seqlens_q.size() != options.cu_seqlens_k.size()) {
+    fail("cu_seqlens_k", std::to_string(options.cu_seqlens_q.size()) + " offsets (as cu_seqlens_q)",
+         std::to_string(options.cu_seqlens_k.size()));
+  }
+  for (std::size_t s = 0; s + 1 < options.cu_seqlens_q.size(); ++s) {
+    const Index q0 = options.cu_seqlens_q[s], k0 = options.cu_seqlens_k[s];
+    p.segments.push_back(
+        {0, q0, options.cu_seqlens_q[s + 1] - q0, k0, options.cu_seqlens_k[s + 1] - k0});
+  }
+}
+
+void add_mask(Problem& p, const Options& options) {
+  if (!options.mask) return;
+  const TensorView& m = *options.mask;
+  if (p.packed) fail("mask", "no mask with packed sequences (cu_seqlens given)", "a mask");
+  const Dims wanted{p.batch, p.heads_q, p.total_q, p.total_k};
+  const std::string expected = "shape [" + std::to_string(p.batch) + " or 1, " +
+                               std::to_string(p.heads_q) + " or 1, " + std::to_string(p.total_q) +
+                               ", " + std::to_string(p.total_k) + "]";
+  for (int axis = 0; axis < 4; ++axis) {
+    const bool broadcast_ok = axis < 2 && m.shape[axis] == 1;
+    if (m.shape[axis] != wanted[axis] && !broadcast_ok) fail("mask", expected, format_dims(m.shape));
+  }
+  if (m.shape[3] > 1 && m.strides[3] != 1) {
+    fail("mask", "a contiguous last dim (stride 1)", "stride " + std::to_string(m.strides[3]));
+  }
+  if (m.numel() > 0 && m.data == nullptr) fail("mask", "data", "a null pointer");
+  p.mask = m;
+  for (int axis = 0; axis < 2; ++axis) {
+    if (m.shape[axis] == 1) p.mask.strides[axis] = 0;
+  }
+  p.mask.shape = wanted;
+  p.mask_kind = m.dtype == DType::boolean ? MaskKind::boolean : MaskKind::additive;
+}
+
+}  // namespace
+
+Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const Options& options) {
+  check_input("q", q);
+  check_input("k", k);
+  check_input("v", v);
+  Problem p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.batch = q.shape[0];
+  p.heads_q = q.shape[1];
+  p.total_q = q.shape[2];
+  p.dim_qk = q.shape[3];
+  p.heads_kv = k.shape[1];
+  p.total_k = k.shape[2];
+  p.dim_v = v.shape[3];
+
+  if (k.shape[0] != p.batch || k.shape[3] != p.dim_qk) {
+    fail("k", "shape [" + std::to_string(p.batch) + ", Hkv, Lk, " + std::to_string(p.dim_qk) +
+                  "] (batch and head dim of q)",
+         format_dims(k.shape));
+  }
+  if (v.shape[0] != p.batch || v.shape[1] != p.heads_kv || v.shape[2] != p.total_k) {
+    fail("v", "shape [" + std::to_string(p.batch) + ", " + std::to_string(p.heads_kv) + ", " +
+                  std::to_string(p.total_k) + ", Dv] (batch, heads and length of k)",
+         format_dims(v.shape));
+  }
+  if (p.heads_q % p.heads_kv != 0) {
+    fail("k", "a head count dividing the " + std::to_string(p.heads_q) + " query heads (GQA)",
+         std::to_string(p.heads_kv) + " heads");
+  }
+
+  if (options.scale && !std::isfinite(*options.scale)) {
+    fail("scale", "a finite number", std::to_string(*options.scale));
+  }
+  p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.dim_qk));
+  p.causal = options.causal;
+  p.causal_align = options.causal_align;
+  if (options.window.left < -1) {
+    fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
+  }
+  if (options.window.right < -1) {
+    fail("window.right", "-1 (unbounded) or a count >= 0", std::to_string(options.window.right));
+  }
+  p.window = options.window;
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
+    fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
+  }
+  p.softcap = options.softcap;
+  check_per_head("alibi_slopes", options.alibi_slopes, p.heads_q, false);
+  check_per_head("sinks", options.sinks, p.heads_q, true);
+  p.alibi_slopes = options.alibi_slopes;
+  p.sinks = options.sinks;
+  if (options.threads < 0) fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
+
+  add_segments(p, options);
+  add_mask(p, options);
+  return p;
+}
+
+void attach_outputs(Problem& p, const Outputs& outputs) {
+  check_output("context", outputs.context, {p.batch, p.heads_q, p.total_q, p.dim_v});
+  if (outputs.lse) {
+    check_output("lse", *outputs.lse, {p.batch, p.heads_q, p.total_q, 1});
+    if (outputs.lse->dtype != DType::f32 && outputs.lse->dtype != DType::f64) {
+      fail("lse", "dtype float32 or float64", dtype_name(outputs.lse->dtype));
+    }
+  }
+  if (outputs.weights) {
+    check_output("weights", *outputs.weights, {p.batch, p.heads_q, p.total_q, p.total_k});
+  }
+  p.outputs = outputs;
+}
+
+}  // namespace attn::core

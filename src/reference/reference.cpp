@@ -1,0 +1,120 @@
+// Reference attention, one query row at a time:
+//   s_j = softcap(scale * q.k_j) - slope * |p - j| + mask_ij   for each visible key j
+//   m = max(s_j, sink);  l = sum_j exp(s_j - m) + exp(sink - m)
+//   alpha_j = exp(s_j - m) / l;  C = sum_j alpha_j v_j;  lse = m + log(l)
+// Hidden keys are skipped, never multiplied by zero, so NaN in a hidden k or v row cannot
+// reach the output. A row with no visible key and no sink gives C = 0 and lse = -inf.
+#include "reference.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/rows.hpp"
+
+namespace attn::reference {
+namespace {
+
+using core::Problem;
+using core::Segment;
+
+constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
+
+// Is key j (relative to the segment) visible to query row i, by causal, window and a
+// boolean mask? Additive masks are applied to the score instead.
+bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j) {
+  const Index position = p.query_position(seg, i);
+  if (p.causal && j > position) return false;
+  if (p.window.left >= 0 && j < position - p.window.left) return false;
+  if (p.window.right >= 0 && j > position + p.window.right) return false;
+  if (p.mask_kind == core::MaskKind::boolean) {
+    const auto mask = p.mask.as<bool>("mask");
+    if (!mask(seg.batch, head, seg.q_begin + i, seg.k_begin + j)) return false;
+  }
+  return true;
+}
+
+double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
+             const std::vector<double>& q_row, std::vector<double>& k_row) {
+  core::load_row(p.k, seg.batch, head / p.group_size(), seg.k_begin + j, k_row.data());
+  double dot = 0.0;
+  for (Index d = 0; d < p.dim_qk; ++d) dot += q_row[d] * k_row[d];
+  double s = dot * p.scale;
+  if (p.softcap > 0.0) s = p.softcap * std::tanh(s / p.softcap);
+  if (!p.alibi_slopes.empty()) {
+    const auto distance = static_cast<double>(std::abs(p.query_position(seg, i) - j));
+    s -= static_cast<double>(p.alibi_slopes[head]) * distance;
+  }
+  if (p.mask_kind == core::MaskKind::additive) {
+    s += core::load_element(p.mask, seg.batch, head, seg.q_begin + i, seg.k_begin + j);
+  }
+  return s;
+}
+
+void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
+                std::vector<double>& scores, std::vector<char>& shown,
+                std::vector<double>& q_row, std::vector<double>& k_row,
+                std::vector<double>& v_row, std::vector<double>& out_row) {
+  const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
+  core::load_row(p.q, b, head, row, q_row.data());
+
+  const double sink = p.sinks.empty() ? kMinusInfinity : static_cast<double>(p.sinks[head]);
+  double m = sink;  // max is subtracted only for numerical stability
+  for (Index j = 0; j < seg.len_k; ++j) {
+    shown[j] = visible(p, seg, head, i, j);
+    if (!shown[j]) continue;
+    scores[j] = score(p, seg, head, i, j, q_row, k_row);
+    if (scores[j] == kMinusInfinity) shown[j] = false;  // an additive -inf hides the key
+    if (shown[j] && scores[j] > m) m = scores[j];
+  }
+
+  std::fill(out_row.begin(), out_row.end(), 0.0);
+  double l = 0.0;
+  if (m != kMinusInfinity) {
+    if (sink != kMinusInfinity) l += std::exp(sink - m);
+    for (Index j = 0; j < seg.len_k; ++j) {
+      if (!shown[j]) continue;
+      scores[j] = std::exp(scores[j] - m);
+      l += scores[j];
+    }
+    for (Index j = 0; j < seg.len_k; ++j) {
+      if (!shown[j]) continue;
+      scores[j] /= l;
+      core::load_row(p.v, b, kv_head, seg.k_begin + j, v_row.data());
+      for (Index d = 0; d < p.dim_v; ++d) out_row[d] += scores[j] * v_row[d];
+    }
+  }
+  core::store_row(p.outputs.context, b, head, row, out_row.data());
+
+  if (p.outputs.lse) {
+    const double lse = m == kMinusInfinity ? kMinusInfinity : m + std::log(l);
+    core::store_row(*p.outputs.lse, b, head, row, &lse);
+  }
+  if (p.outputs.weights) {
+    // Packed sequences: the row covers all packed keys, zero outside this sequence.
+    std::vector<double> weights(static_cast<std::size_t>(p.total_k), 0.0);
+    for (Index j = 0; j < seg.len_k; ++j) {
+      if (shown[j]) weights[seg.k_begin + j] = scores[j];
+    }
+    core::store_row(*p.outputs.weights, b, head, row, weights.data());
+  }
+}
+
+}  // namespace
+
+void forward(const Problem& p) {
+  std::vector<double> q_row(p.dim_qk), k_row(p.dim_qk), v_row(p.dim_v), out_row(p.dim_v);
+  std::vector<double> scores;
+  std::vector<char> shown;
+  for (const Segment& seg : p.segments) {
+    scores.assign(static_cast<std::size_t>(seg.len_k), 0.0);
+    shown.assign(static_cast<std::size_t>(seg.len_k), 0);
+    for (Index head = 0; head < p.heads_q; ++head) {
+      for (Index i = 0; i < seg.len_q; ++i) {
+        attend_row(p, seg, head, i, scores, shown, q_row, k_row, v_row, out_row);
+      }
+    }
+  }
+}
+
+}  // namespace attn::reference

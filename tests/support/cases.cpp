@@ -1,0 +1,189 @@
+#include "cases.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "core/rows.hpp"
+
+namespace attn::testing {
+
+std::string Case::name() const {
+  std::ostringstream out;
+  out << "B" << batch << "_H" << heads_q << "x" << heads_kv << "_Lq" << len_q << "_Lk" << len_k
+      << "_D" << dim;
+  if (dim_v != dim) out << "_Dv" << dim_v;
+  if (causal) out << (align == CausalAlign::top_left ? "_causalTL" : "_causalBR");
+  if (!causal && align == CausalAlign::bottom_right) out << "_alignBR";
+  if (window.left >= 0 || window.right >= 0) out << "_win" << window.left << "_" << window.right;
+  if (softcap > 0) out << "_softcap" << softcap;
+  if (alibi) out << "_alibi";
+  if (sinks) out << "_sinks";
+  if (mask == MaskCase::boolean) out << "_boolmask";
+  if (mask == MaskCase::additive) out << "_addmask";
+  if (packed) out << "_packed";
+  if (dtype != DType::f32) out << "_" << dtype_name(dtype);
+  if (bshd) out << "_bshd";
+  return out.str();
+}
+
+namespace {
+
+struct Shape {
+  Index batch, heads_q, heads_kv, len_q, len_k, dim, dim_v;
+};
+
+Case with_shape(const Shape& s) {
+  Case c;
+  c.batch = s.batch;
+  c.heads_q = s.heads_q;
+  c.heads_kv = s.heads_kv;
+  c.len_q = s.len_q;
+  c.len_k = s.len_k;
+  c.dim = s.dim;
+  c.dim_v = s.dim_v;
+  return c;
+}
+
+// Every option on its own, then a few together, on one shape.
+void add_option_cases(const Shape& shape, std::vector<Case>& out) {
+  const Case base = with_shape(shape);
+  auto add = [&](auto&& edit) {
+    Case c = base;
+    edit(c);
+    out.push_back(c);
+  };
+  add([](Case&) {});
+  add([](Case& c) { c.causal = true; });
+  add([](Case& c) { c.causal = true, c.align = CausalAlign::bottom_right; });
+  add([](Case& c) { c.window = {4, 0}; });
+  add([](Case& c) { c.window = {3, 5}, c.align = CausalAlign::bottom_right; });
+  add([](Case& c) { c.softcap = 5.0; });
+  add([](Case& c) { c.alibi = true; });
+  add([](Case& c) { c.sinks = true; });
+  add([](Case& c) { c.mask = MaskCase::boolean; });
+  add([](Case& c) { c.mask = MaskCase::additive; });
+  add([](Case& c) { c.bshd = true; });
+  add([](Case& c) { c.dtype = DType::f16; });
+  add([](Case& c) { c.dtype = DType::bf16; });
+  add([](Case& c) { c.dtype = DType::f64; });
+  if (shape.batch == 1) {
+    add([](Case& c) { c.packed = true; });
+    add([](Case& c) { c.packed = true, c.causal = true, c.align = CausalAlign::bottom_right; });
+  }
+  add([](Case& c) {
+    c.causal = true, c.align = CausalAlign::bottom_right, c.window = {6, -1};
+    c.softcap = 3.0, c.alibi = true, c.sinks = true, c.mask = MaskCase::additive;
+  });
+  add([](Case& c) {
+    c.causal = true, c.softcap = 8.0, c.alibi = true, c.mask = MaskCase::boolean, c.bshd = true;
+  });
+}
+
+}  // namespace
+
+std::vector<Case> quick_cases() {
+  const Shape shapes[] = {
+      {2, 4, 2, 17, 17, 40, 40}, {1, 2, 2, 3, 97, 59, 59}, {1, 3, 1, 113, 97, 72, 72},
+      {2, 2, 1, 1, 113, 256, 40}, {1, 2, 1, 97, 1, 1, 3},  {1, 1, 1, 1, 1, 1, 1},
+  };
+  std::vector<Case> out;
+  for (const Shape& s : shapes) add_option_cases(s, out);
+  return out;
+}
+
+std::vector<Case> full_cases() {
+  std::vector<Case> out = quick_cases();
+  const Index lengths[] = {1, 3, 17, 97, 113, 1025};
+  const Index dims[] = {1, 40, 59, 64, 72, 128, 256};
+  for (const Index len_q : lengths) {
+    for (const Index len_k : lengths) {
+      for (const Index dim : dims) {
+        if (len_q * len_k * dim > 1025 * 1025 * 64) continue;  // keep the float64 oracle quick
+        add_option_cases({1, 4, 2, len_q, len_k, dim, dim}, out);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Case> case_list() {
+  const char* full = std::getenv("ATTN_FULL_SWEEP");
+  return full != nullptr && full[0] == '1' ? full_cases() : quick_cases();
+}
+
+namespace {
+
+// An owning tensor in [b, h, s, d] or [b, s, h, d] storage, with its [b, h, s, d] view.
+TensorView fill_random(const Dims& bhsd, DType dtype, bool bshd, std::mt19937_64& rng,
+                       Tensor& storage) {
+  const Dims stored = bshd ? Dims{bhsd[0], bhsd[2], bhsd[1], bhsd[3]} : bhsd;
+  storage = Tensor(dtype, stored);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const MutableTensorView flat = storage.mutable_view();
+  std::vector<double> row(static_cast<std::size_t>(stored[3]));
+  for (Index b = 0; b < stored[0]; ++b)
+    for (Index h = 0; h < stored[1]; ++h)
+      for (Index s = 0; s < stored[2]; ++s) {
+        for (double& x : row) x = normal(rng);
+        core::store_row(flat, b, h, s, row.data());
+      }
+  return TensorView(storage.data(), dtype, bhsd, bshd ? bshd_strides(bhsd) : contiguous_strides(bhsd));
+}
+
+// Splits `total` rows into three uneven packed sequences (one may be empty).
+std::vector<std::int64_t> packed_offsets(Index total, Index shift) {
+  const Index a = (total * (1 + shift)) / 5, b = a + (total * 2) / 5;
+  return {0, a, std::min(b, total), total};
+}
+
+}  // namespace
+
+Inputs make_inputs(const Case& c, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  Inputs in;
+  in.q = fill_random({c.batch, c.heads_q, c.len_q, c.dim}, c.dtype, c.bshd, rng, in.q_storage);
+  in.k = fill_random({c.batch, c.heads_kv, c.len_k, c.dim}, c.dtype, c.bshd, rng, in.k_storage);
+  in.v = fill_random({c.batch, c.heads_kv, c.len_k, c.dim_v}, c.dtype, c.bshd, rng, in.v_storage);
+  Options& o = in.options;
+  o.causal = c.causal;
+  o.causal_align = c.align;
+  o.window = c.window;
+  o.softcap = c.softcap;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  if (c.alibi) {
+    for (Index h = 0; h < c.heads_q; ++h) o.alibi_slopes.push_back(std::exp2(-8.0 * (h + 1) / c.heads_q));
+  }
+  if (c.sinks) {
+    for (Index h = 0; h < c.heads_q; ++h) o.sinks.push_back(static_cast<float>(uniform(rng) * 2.0 - 1.0));
+  }
+  if (c.mask != MaskCase::none) {
+    // Broadcast over heads; about one key in five hidden, some rows hidden entirely.
+    const Dims shape{c.batch, 1, c.len_q, c.len_k};
+    const bool boolean = c.mask == MaskCase::boolean;
+    in.mask_storage = Tensor(boolean ? DType::boolean : DType::f32, shape);
+    for (Index b = 0; b < c.batch; ++b)
+      for (Index i = 0; i < c.len_q; ++i) {
+        const bool row_hidden = c.len_q > 2 && i % 7 == 2;
+        for (Index j = 0; j < c.len_k; ++j) {
+          const bool hide = row_hidden || uniform(rng) < 0.2;
+          const Index at = (b * c.len_q + i) * c.len_k + j;
+          if (boolean) {
+            in.mask_storage.data_as<bool>()[at] = !hide;
+          } else {
+            in.mask_storage.data_as<float>()[at] =
+                hide ? -INFINITY : static_cast<float>(-2.0 * uniform(rng));
+          }
+        }
+      }
+    o.mask = in.mask_storage.view();
+  }
+  if (c.packed) {
+    o.cu_seqlens_q = packed_offsets(c.len_q, 0);
+    o.cu_seqlens_k = packed_offsets(c.len_k, 1);
+  }
+  return in;
+}
+
+}  // namespace attn::testing

@@ -1,0 +1,43 @@
+// Test cases are data: one struct with a readable name, lists built by loops over its
+// fields. The same lists drive the reference tests, the fast-kernel tests and the benches.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+
+namespace attn::testing {
+
+enum class MaskCase : std::uint8_t { none, boolean, additive };
+
+struct Case {
+  Index batch = 1, heads_q = 1, heads_kv = 1, len_q = 1, len_k = 1, dim = 1, dim_v = 1;
+  bool causal = false;
+  CausalAlign align = CausalAlign::top_left;
+  Window window;
+  double softcap = 0.0;
+  bool alibi = false;
+  bool sinks = false;
+  MaskCase mask = MaskCase::none;
+  bool packed = false;  // split each batch entry's rows into uneven packed sequences
+  DType dtype = DType::f32;
+  bool bshd = false;  // inputs laid out [B, S, H, D] and passed as strided views
+
+  std::string name() const;
+};
+
+// The quick list that runs in CI, or every case when ATTN_FULL_SWEEP=1 is set.
+std::vector<Case> case_list();
+std::vector<Case> quick_cases();
+std::vector<Case> full_cases();
+
+// Random inputs for a case, owned here, with views in the case's layout.
+struct Inputs {
+  Tensor q_storage, k_storage, v_storage, mask_storage;
+  TensorView q, k, v;
+  Options options;
+};
+Inputs make_inputs(const Case& c, unsigned seed = 1);
+
+}  // namespace attn::testing

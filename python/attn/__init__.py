@@ -1,0 +1,1 @@
+from ._attn import version as __version__

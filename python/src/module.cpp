@@ -1,0 +1,158 @@
+// attn._attn, the extension behind attn/__init__.py. Its functions take 4-D [B, H, S, D]
+// arrays that the Python layer has already shaped and checked for kind; this side checks
+// dtype, device and strides again and reads the caller's memory without copying. The GIL
+// is released while a kernel runs.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "views.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace attn::python {
+namespace {
+
+// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
+// out: [B, Hq, Lq, Dv]  lse: [B, Hq, Lq, 1]  weights: [B, Hq, Lq, Lk]
+void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& out,
+             const std::optional<OutputArray>& lse, const std::optional<OutputArray>& weights,
+             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
+             bool bottom_right, Index window_left, Index window_right, double softcap,
+             std::vector<float> alibi_slopes, std::vector<float> sinks,
+             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
+             int threads) {
+  Options options;
+  options.scale = scale;
+  options.causal = causal;
+  options.causal_align = bottom_right ? CausalAlign::bottom_right : CausalAlign::top_left;
+  options.window = {window_left, window_right};
+  options.softcap = softcap;
+  options.alibi_slopes = std::move(alibi_slopes);
+  options.sinks = std::move(sinks);
+  options.cu_seqlens_q = std::move(cu_seqlens_q);
+  options.cu_seqlens_k = std::move(cu_seqlens_k);
+  options.threads = threads;
+  if (mask) options.mask = input_view(*mask, "mask", true);
+
+  Outputs outputs{output_view(out, "out"), std::nullopt, std::nullopt};
+  if (lse) outputs.lse = output_view(*lse, "lse");
+  if (weights) outputs.weights = output_view(*weights, "weights");
+  const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
+  const TensorView v_view = input_view(v, "v");
+
+  nb::gil_scoped_release unlocked;
+  forward_into(q_view, k_view, v_view, options, outputs);
+}
+
+ScoreKind score_kind(const std::string& kind) {
+  if (kind == "dot") return ScoreKind::dot;
+  if (kind == "scaled_dot") return ScoreKind::scaled_dot;
+  if (kind == "general") return ScoreKind::general;
+  if (kind == "additive") return ScoreKind::additive;
+  throw Error("kind: expected 'dot', 'scaled_dot', 'general' or 'additive', given '" + kind + "'");
+}
+
+std::optional<TensorView> optional_view(const std::optional<InputArray>& array, const char* name) {
+  if (!array) return std::nullopt;
+  return input_view(*array, name);
+}
+
+// q: [B, Hq, Lq, Dq]  k: [B, Hkv, Lk, Dk]  weight: [1, 1, Dq, Dk]  query_projection:
+// [1, 1, A, Dq]  key_projection: [1, 1, A, Dk]  energy: [1, 1, 1, A] -> [B, Hq, Lq, Lk]
+NumpyArray scores(const InputArray& q, const InputArray& k, const std::string& kind,
+                  std::optional<double> scale, const std::optional<InputArray>& weight,
+                  const std::optional<InputArray>& query_projection,
+                  const std::optional<InputArray>& key_projection,
+                  const std::optional<InputArray>& energy) {
+  ScoreParams params;
+  params.kind = score_kind(kind);
+  params.scale = scale;
+  params.weight = optional_view(weight, "weight");
+  params.query_projection = optional_view(query_projection, "query_projection");
+  params.key_projection = optional_view(key_projection, "key_projection");
+  params.energy = optional_view(energy, "energy");
+  const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
+  Tensor result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = attn::scores(q_view, k_view, params);
+  }
+  return to_numpy(std::move(result));
+}
+
+// scores: [B, H, Lq, Lk] -> weights of the same shape
+NumpyArray softmax(const InputArray& scores) {
+  const TensorView view = input_view(scores, "scores");
+  Tensor result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = attn::softmax(view);
+  }
+  return to_numpy(std::move(result));
+}
+
+// weights: [B, Hq, Lq, Lk]  v: [B, Hkv, Lk, Dv] -> [B, Hq, Lq, Dv]
+NumpyArray context(const InputArray& weights, const InputArray& v, bool check, double tolerance) {
+  const TensorView weights_view = input_view(weights, "weights"), v_view = input_view(v, "v");
+  Tensor result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = attn::context(weights_view, v_view, ContextCheck{check, tolerance});
+  }
+  return to_numpy(std::move(result));
+}
+
+// What the kernels would see of `array`: its address, dtype, shape and element strides.
+// The tests use it to show that inputs are read in place.
+nb::dict describe_view(const InputArray& array, const std::string& name) {
+  const TensorView view = input_view(array, name.c_str(), true);
+  nb::dict description;
+  description["data"] = reinterpret_cast<std::uintptr_t>(view.data);
+  description["dtype"] = dtype_name(view.dtype);
+  description["shape"] = nb::make_tuple(view.shape[0], view.shape[1], view.shape[2], view.shape[3]);
+  description["strides"] =
+      nb::make_tuple(view.strides[0], view.strides[1], view.strides[2], view.strides[3]);
+  return description;
+}
+
+}  // namespace
+}  // namespace attn::python
+
+NB_MODULE(_attn, m) {
+  using namespace attn::python;
+  m.doc() = "attn's compiled core; use the functions of the attn package instead.";
+  m.attr("version") = attn::version;
+
+  nb::register_exception_translator([](const std::exception_ptr& error, void*) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const attn::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, nb::kw_only(), "out"_a, "lse"_a.none(),
+        "weights"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "Attention of 4-D [B, H, S, D] views, written into out (and lse, weights).");
+  m.def("scores", &scores, "q"_a, "k"_a, nb::kw_only(), "kind"_a, "scale"_a.none(),
+        "weight"_a.none(), "query_projection"_a.none(), "key_projection"_a.none(),
+        "energy"_a.none(), "Scores [B, Hq, Lq, Lk] of 4-D q and k.");
+  m.def("softmax", &softmax, "scores"_a, "Softmax over the last dim of a 4-D array.");
+  m.def("context", &context, "weights"_a, "v"_a, nb::kw_only(), "check"_a, "tolerance"_a,
+        "Context [B, Hq, Lq, Dv] = weights @ v of 4-D arrays.");
+  m.def("describe_view", &describe_view, "array"_a, "name"_a,
+        "The address, dtype, shape and element strides the kernels would read.");
+}

@@ -1,1 +1,23 @@
+"""attn: exact, fast attention on CPUs.
+
+    import attn
+    out = attn.attention(q, k, v, causal=True)                    # FlashAttention-style
+    out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
+    s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
+
+NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
+float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
+"""
+
+from ._attention import attention, scaled_dot_product_attention
 from ._attn import version as __version__
+from ._lesson import context, scores, softmax
+
+__all__ = [
+    "__version__",
+    "attention",
+    "context",
+    "scaled_dot_product_attention",
+    "scores",
+    "softmax",
+]

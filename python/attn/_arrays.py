@@ -1,0 +1,183 @@
+"""Arrays in and out: turns what a caller passes (NumPy arrays, torch tensors, other
+DLPack producers, nested lists) into arrays the extension reads in place, and allocates
+outputs of the caller's own kind (NumPy, or torch when a torch tensor came in).
+
+An array reaches the extension as a 4-D [B, H, S, D] view of the caller's memory when its
+last dim is contiguous; negative strides, a strided last dim or misaligned data are copied
+first (np.ascontiguousarray / Tensor.contiguous), never read wrongly.
+"""
+
+import math
+import sys
+
+import numpy as np
+
+_FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _torch():
+    """torch if the caller has imported it, else None (attn never imports torch itself)."""
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def dtype_name(x):
+    """'float32', 'bfloat16', 'bool', ... for a NumPy array or a torch tensor."""
+    if is_torch(x):
+        return str(x.dtype).removeprefix("torch.")
+    return x.dtype.name
+
+
+def _check_dtype(x, name, allow_bool):
+    given = dtype_name(x)
+    allowed = _FLOAT_NAMES + (("bool",) if allow_bool else ())
+    if given not in allowed:
+        expected = ", ".join(allowed[:-1]) + " or " + allowed[-1]
+        raise TypeError(f"{name}: expected dtype {expected}, given {given}")
+
+
+def as_array(x, name, allow_bool=False):
+    """x as a NumPy array or a CPU torch tensor of a supported dtype, without a copy when
+    it already is one. Raises TypeError naming `name` otherwise."""
+    if x is None:
+        raise TypeError(f"{name}: expected an array, given None")
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name}: expected a tensor on the CPU, given one on {x.device}")
+        if x.layout != _torch().strided:
+            raise ValueError(f"{name}: expected a dense (strided) tensor, given {x.layout}")
+        _check_dtype(x, name, allow_bool)
+        return x.detach()
+    if isinstance(x, np.ndarray):
+        array = x
+    elif hasattr(x, "__dlpack__"):
+        try:
+            array = np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(
+                f"{name}: expected a CPU array NumPy can read through DLPack, "
+                f"given {type(x).__name__} ({error})"
+            ) from None
+    else:
+        try:
+            array = np.asarray(x)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name}: expected an array, given {type(x).__name__} ({error})") from None
+    _check_dtype(array, name, allow_bool)
+    return array
+
+
+def shape(x):
+    return tuple(int(n) for n in x.shape)
+
+
+def reshape(x, new_shape):
+    """A view with new_shape where the strides allow, else a copy (both frameworks)."""
+    return x.reshape(new_shape)
+
+
+def permute(x, axes):
+    return x.permute(*axes) if is_torch(x) else x.transpose(axes)
+
+
+def broadcast(x, new_shape):
+    if is_torch(x):
+        return x.expand(*new_shape)
+    return np.broadcast_to(x, new_shape)
+
+
+def readable(x):
+    """x itself when the extension can read it in place: last dim contiguous, no negative
+    strides, aligned data; else a contiguous copy."""
+    if is_torch(x):
+        if x.ndim and x.shape[-1] > 1 and x.stride(-1) != 1:
+            return x.contiguous()
+        return x
+    itemsize = x.dtype.itemsize
+    last_ok = x.ndim == 0 or x.shape[-1] <= 1 or x.strides[-1] == itemsize
+    strides_ok = all(s >= 0 and s % itemsize == 0 for s in x.strides)
+    if last_ok and strides_ok and x.flags.aligned:
+        return x
+    return np.ascontiguousarray(x)
+
+
+def for_extension(x):
+    """What the extension receives for x: x itself, or for a NumPy bfloat16 array
+    (ml_dtypes) a uint16 view of the same memory, which the extension reads as bfloat16."""
+    if not is_torch(x) and x.dtype.name == "bfloat16":
+        return x.view(np.uint16)
+    return x
+
+
+def empty(like, new_shape, dtype_of):
+    """An uninitialised array of `like`'s kind (NumPy or torch). dtype_of: a dtype name,
+    'float32' or 'float64' or the name of like's dtype."""
+    torch = _torch()
+    if is_torch(like):
+        return torch.empty(new_shape, dtype=getattr(torch, dtype_of))
+    if dtype_of == like.dtype.name:
+        return np.empty(new_shape, dtype=like.dtype)
+    return np.empty(new_shape, dtype=np.dtype(dtype_of))
+
+
+def stats_dtype(x):
+    """The dtype of lse and weights: float64 for float64 inputs, else float32."""
+    return "float64" if dtype_name(x) == "float64" else "float32"
+
+
+def from_extension(result, like):
+    """A NumPy array the extension returned, as the kind and dtype of `like`: uint16 bits
+    become bfloat16, and a torch input gives a torch tensor on the same memory."""
+    is_bfloat16 = dtype_name(like) == "bfloat16"
+    if is_torch(like):
+        tensor = _torch().from_numpy(result)
+        return tensor.view(_torch().bfloat16) if is_bfloat16 else tensor
+    return result.view(like.dtype) if is_bfloat16 else result
+
+
+def per_head(values, name):
+    """A 1-D sequence of numbers (list, NumPy array, tensor) as a list of floats."""
+    if values is None:
+        return []
+    if is_torch(values):
+        values = values.detach().cpu().double().numpy()
+    array = np.asarray(values)
+    if array.dtype == object or array.dtype.kind not in "iuf":
+        raise TypeError(f"{name}: expected a sequence of numbers, given dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence (one value per query head), given shape {array.shape}")
+    return [float(x) for x in array]
+
+
+def offsets(values, name):
+    """cu_seqlens: a 1-D sequence of integers as a list of ints."""
+    if is_torch(values):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.dtype == object or array.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected a sequence of integers, given dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence of offsets, given shape {array.shape}")
+    return [int(x) for x in array]
+
+
+def number(value, name, *, allow_none=False):
+    """A real number argument as a float, with a TypeError naming it otherwise."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number, given {type(value).__name__}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"{name}: expected a finite number, given {result}")
+    return result
+
+
+def flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, given {type(value).__name__}")
+    return bool(value)

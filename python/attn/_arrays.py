@@ -4,7 +4,7 @@ outputs of the caller's own kind (NumPy, or torch when a torch tensor came in).
 
 An array reaches the extension as a 4-D [B, H, S, D] view of the caller's memory when its
 last dim is contiguous; negative strides, a strided last dim or misaligned data are copied
-first (np.ascontiguousarray / Tensor.contiguous), never read wrongly.
+first (a C-order copy / Tensor.contiguous), never read wrongly.
 """
 
 import math
@@ -102,7 +102,7 @@ def readable(x):
     strides_ok = all(s >= 0 and s % itemsize == 0 for s in x.strides)
     if last_ok and strides_ok and x.flags.aligned:
         return x
-    return np.ascontiguousarray(x)
+    return x.copy(order="C")  # np.ascontiguousarray would keep misaligned data as it is
 
 
 def for_extension(x):

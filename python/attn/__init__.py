@@ -9,7 +9,7 @@ NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, 
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
 """
 
-from ._attention import attention, scaled_dot_product_attention
+from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
 from ._lesson import context, scores, softmax
 
@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "attention",
     "context",
+    "describe_input",
     "scaled_dot_product_attention",
     "scores",
     "softmax",

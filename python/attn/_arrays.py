@@ -7,6 +7,7 @@ last dim is contiguous; negative strides, a strided last dim or misaligned data 
 first (a C-order copy / Tensor.contiguous), never read wrongly.
 """
 
+import functools
 import math
 import sys
 
@@ -25,11 +26,16 @@ def is_torch(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+@functools.lru_cache(maxsize=64)
+def _numpy_dtype_name(dtype):
+    return dtype.name  # computed in Python by NumPy, slow enough to matter per call
+
+
 def dtype_name(x):
     """'float32', 'bfloat16', 'bool', ... for a NumPy array or a torch tensor."""
     if is_torch(x):
         return str(x.dtype).removeprefix("torch.")
-    return x.dtype.name
+    return _numpy_dtype_name(x.dtype)
 
 
 def _check_dtype(x, name, allow_bool):
@@ -108,7 +114,7 @@ def readable(x):
 def for_extension(x):
     """What the extension receives for x: x itself, or for a NumPy bfloat16 array
     (ml_dtypes) a uint16 view of the same memory, which the extension reads as bfloat16."""
-    if not is_torch(x) and x.dtype.name == "bfloat16":
+    if not is_torch(x) and dtype_name(x) == "bfloat16":
         return x.view(np.uint16)
     return x
 
@@ -119,7 +125,7 @@ def empty(like, new_shape, dtype_of):
     torch = _torch()
     if is_torch(like):
         return torch.empty(new_shape, dtype=getattr(torch, dtype_of))
-    if dtype_of == like.dtype.name:
+    if dtype_of == dtype_name(like):
         return np.empty(new_shape, dtype=like.dtype)
     return np.empty(new_shape, dtype=np.dtype(dtype_of))
 

@@ -5,6 +5,7 @@ allocate the outputs, and let the extension write into them."""
 import math
 
 from . import _arrays
+from ._attn import describe_view as _describe_view
 from ._attn import forward as _forward
 
 _LAYOUTS = ("bhsd", "bshd")
@@ -29,6 +30,19 @@ def _to_bhsd(x, layout):
     if x.ndim == 2 or layout == "bhsd":
         return _arrays.reshape(x, (1,) * (4 - x.ndim) + dims)
     return _arrays.permute(_arrays.reshape(x, (1,) * (4 - x.ndim) + dims), (0, 2, 1, 3))
+
+
+def _input(x, layout):
+    """The [B, H, L, D] view attention() hands to the extension for an input x."""
+    return _arrays.readable(_to_bhsd(x, layout))
+
+
+def describe_input(x, layout="bhsd"):
+    """What the kernels see of x when attention() receives it: a dict with the address,
+    dtype, [B, H, L, D] shape and element strides. For checking that inputs are read in
+    place (the address is the caller's) or were copied."""
+    array = _arrays.as_array(x, "x")
+    return _describe_view(_arrays.for_extension(_input(array, layout)), "x")
 
 
 def _user_shape(bhsd, rank, layout):
@@ -179,7 +193,7 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
         missing = "cu_seqlens_k" if cu_seqlens_k is None else "cu_seqlens_q"
         raise ValueError(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
 
-    q4, k4, v4 = (_arrays.readable(_to_bhsd(x, layout)) for x in (q, k, v))
+    q4, k4, v4 = (_input(x, layout) for x in (q, k, v))
     batch, heads, len_q, _ = _arrays.shape(q4)
     len_k, dim_v = _arrays.shape(v4)[2], _arrays.shape(v4)[3]
 

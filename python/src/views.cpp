@@ -70,6 +70,10 @@ std::pair<Dims, Dims> checked_layout(const Array& array, const char* name, DType
   for (std::size_t axis = 0; axis < 4; ++axis) {
     shape[axis] = static_cast<Index>(array.shape(axis));
     strides[axis] = array.stride(axis);
+  }
+  // An empty array has no element to misread; NumPy may report its strides as all zero.
+  if (shape[0] * shape[1] * shape[2] * shape[3] == 0) return {shape, contiguous_strides(shape)};
+  for (std::size_t axis = 0; axis < 4; ++axis) {
     if (strides[axis] < 0) {
       fail(name, "non-negative strides",
            "stride " + std::to_string(strides[axis]) + " on axis " + std::to_string(axis));

@@ -1,0 +1,127 @@
+"""With torch importable (not in CI): attn.scaled_dot_product_attention matches
+torch.nn.functional.scaled_dot_product_attention, and torch tensors go in and come out."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import attn  # noqa: E402
+
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}
+# (largest max abs difference from torch) per dtype: both round to the dtype at the end
+LIMITS = {"float32": 2e-5, "float64": 1e-10, "float16": 4e-3, "bfloat16": 4e-2}
+
+
+def _inputs(lead_q, lead_kv, len_q, len_k, dim, dim_v, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    def make(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(TORCH_DTYPES[dtype])
+    return (make(*lead_q, len_q, dim), make(*lead_kv, len_k, dim), make(*lead_kv, len_k, dim_v))
+
+
+def _assert_matches_torch(got, want, dtype, rows_ok=None):
+    assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+    got, want = got.double(), want.double()
+    if rows_ok is not None:
+        got, want = got[rows_ok], want[rows_ok]
+    diff = (got - want).abs().max().item() if got.numel() else 0.0
+    assert diff <= LIMITS[dtype], f"max abs difference {diff:.3g} (limit {LIMITS[dtype]:g})"
+
+
+SHAPES = [((2, 3), (2, 3), 17, 17, 8, 8), ((1, 2), (1, 2), 3, 97, 5, 7), ((4,), (4,), 33, 5, 16, 16),
+          ((2, 1, 2), (2, 1, 2), 5, 9, 4, 4)]
+
+
+@pytest.mark.parametrize("dtype", list(TORCH_DTYPES))
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_matches_torch(shape, is_causal, dtype):
+    q, k, v = _inputs(*shape, dtype)
+    _assert_matches_torch(attn.scaled_dot_product_attention(q, k, v, is_causal=is_causal),
+                          F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask_shape", ["full", "2d", "keys"])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_masks_match_torch(kind, mask_shape, dtype):
+    q, k, v = _inputs((2, 3), (2, 3), 7, 11, 8, 8, dtype)
+    shape = {"full": (2, 3, 7, 11), "2d": (7, 11), "keys": (2, 1, 1, 11)}[mask_shape]
+    g = torch.Generator().manual_seed(1)
+    if kind == "bool":
+        mask = torch.rand(*shape, generator=g) < 0.8
+        mask[..., 0] = True  # no fully masked row here (see test_fully_masked_rows)
+    else:
+        mask = torch.randn(*shape, generator=g, dtype=TORCH_DTYPES[dtype])
+    _assert_matches_torch(attn.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                          F.scaled_dot_product_attention(q, k, v, attn_mask=mask), dtype)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", [((2, 4), (2, 2), 17, 33, 8, 8), ((6,), (1,), 9, 3, 4, 4)], ids=str)
+def test_gqa_matches_torch(shape, is_causal):
+    q, k, v = _inputs(*shape, "float32")
+    _assert_matches_torch(
+        attn.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True),
+        F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True), "float32")
+
+
+def test_scale_matches_torch():
+    q, k, v = _inputs((2, 3), (2, 3), 5, 6, 8, 8, "float64")
+    _assert_matches_torch(attn.scaled_dot_product_attention(q, k, v, scale=0.37),
+                          F.scaled_dot_product_attention(q, k, v, scale=0.37), "float64")
+
+
+def test_fully_masked_rows():
+    """attn gives zeros for a row that sees no key; PyTorch gives NaN or zeros depending on
+    version and backend. The other rows agree."""
+    q, k, v = _inputs((1, 2), (1, 2), 4, 5, 8, 8, "float32")
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[2] = False
+    got = attn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert (got[..., 2, :] == 0).all()
+    assert torch.isnan(want[..., 2, :]).all() or (want[..., 2, :] == 0).all()
+    rows_ok = torch.tensor([True, True, False, True])
+    _assert_matches_torch(got[..., rows_ok, :], want[..., rows_ok, :], "float32")
+
+
+def test_torch_in_torch_out_for_every_function():
+    q = torch.randn(2, 3, 4)
+    for result in (attn.attention(q, q, q), attn.scores(q, q), attn.softmax(q),
+                   attn.context(attn.softmax(attn.scores(q, q)), q)):
+        assert isinstance(result, torch.Tensor) and result.dtype == torch.float32
+    out, lse, weights = attn.attention(q, q, q, return_lse=True, return_weights=True)
+    assert isinstance(lse, torch.Tensor) and isinstance(weights, torch.Tensor)
+    bf16 = q.to(torch.bfloat16)
+    assert attn.attention(bf16, bf16, bf16).dtype == torch.bfloat16
+    assert attn.softmax(bf16).dtype == torch.bfloat16
+
+
+def test_torch_inputs_are_read_in_place():
+    q = torch.randn(2, 5, 3, 8)
+    seen = attn.describe_input(q, "bshd")
+    assert seen["data"] == q.data_ptr() and seen["strides"] == (120, 8, 24, 1)
+    bf16 = q.to(torch.bfloat16)
+    assert attn.describe_input(bf16)["data"] == bf16.data_ptr()
+    transposed = q.transpose(-1, -2)  # last dim not contiguous: copied
+    assert attn.describe_input(transposed)["data"] != transposed.data_ptr()
+
+
+def test_tensors_that_require_grad_and_strided_tensors():
+    q = torch.randn(2, 3, 6, 8, requires_grad=True)
+    want = F.scaled_dot_product_attention(q, q, q).detach()
+    _assert_matches_torch(attn.scaled_dot_product_attention(q, q, q), want, "float32")
+    t = torch.randn(2, 3, 8, 6).transpose(-1, -2)
+    _assert_matches_torch(attn.scaled_dot_product_attention(t, t, t),
+                          F.scaled_dot_product_attention(t, t, t), "float32")
+
+
+def test_mixed_numpy_and_torch_follow_q():
+    q = torch.randn(3, 4)
+    out = attn.attention(q, q.numpy(), q.numpy())
+    assert isinstance(out, torch.Tensor)
+    assert isinstance(attn.attention(q.numpy(), q, q), np.ndarray)

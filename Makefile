@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 BUILD := build/release
 ASAN_BUILD := build/asan
 
-.PHONY: all deps build run test test-release test-asan test-full bench bench-peers format clean
+.PHONY: all deps build run test test-release test-asan test-python install-python python-env test-full bench bench-peers format clean
 
 all: build
 
@@ -18,7 +18,7 @@ build: deps
 run: build
 	$(BUILD)/tools/attn demo
 
-test: deps test-release test-asan
+test: deps test-release test-asan test-python
 
 test-release: build
 	ctest --preset release -j $(JOBS)
@@ -28,9 +28,25 @@ test-asan: deps
 	@cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 
+# The Python package: installed into .venv from this tree (an unchanged tree rebuilds
+# nothing: the build folder is build/python and build isolation is off), then pytest.
+PYTHON := .venv/bin/python
+PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
+
+python-env: deps
+	@scripts/python-env.sh $(PYTHON_REQUIREMENTS)
+
+install-python: python-env
+	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip install -q --disable-pip-version-check \
+	  --no-build-isolation -C cmake.define.ATTN_WERROR=ON .
+
+test-python: install-python
+	$(PYTHON) -m pytest -q tests/python
+
 # The full case sweep (slow): the same tests over every case list.
-test-full: build
+test-full: build install-python
 	ATTN_FULL_SWEEP=1 ctest --preset release -j $(JOBS)
+	ATTN_FULL_SWEEP=1 $(PYTHON) -m pytest -q tests/python
 
 bench: build
 	$(BUILD)/bench/attn_bench

@@ -1,0 +1,89 @@
+# Type stubs for attn. Arrays are NumPy arrays, torch tensors (CPU) or other DLPack
+# producers; outputs are NumPy arrays, or torch tensors when a torch tensor went in.
+from typing import Any, Dict, Literal, Optional, Sequence, Tuple, Union, overload
+
+Array = Any  # numpy.ndarray | torch.Tensor | a DLPack producer
+Numbers = Union[Sequence[float], Array]
+Offsets = Union[Sequence[int], Array]
+
+__version__: str
+__all__: list[str]
+
+@overload
+def attention(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[False] = False,
+    return_weights: Literal[False] = False, threads: Optional[int] = None,
+) -> Array:
+    """out [B, Hq, Lq, Dv] (or the input's rank/layout) = softmax(scale q k^T + bias) v."""
+@overload
+def attention(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[True],
+    return_weights: Literal[False] = False, threads: Optional[int] = None,
+) -> Tuple[Array, Array]:
+    """(out, lse [B, Hq, Lq])."""
+@overload
+def attention(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[False] = False,
+    return_weights: Literal[True], threads: Optional[int] = None,
+) -> Tuple[Array, Array]:
+    """(out, weights [B, Hq, Lq, Lk])."""
+@overload
+def attention(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[True],
+    return_weights: Literal[True], threads: Optional[int] = None,
+) -> Tuple[Array, Array, Array]:
+    """(out, lse [B, Hq, Lq], weights [B, Hq, Lq, Lk])."""
+@overload
+def attention(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: bool = False,
+    return_weights: bool = False, threads: Optional[int] = None,
+) -> Union[Array, Tuple[Array, Array], Tuple[Array, Array, Array]]: ...
+
+def scaled_dot_product_attention(
+    query: Array, key: Array, value: Array, attn_mask: Optional[Array] = None,
+    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+    enable_gqa: bool = False,
+) -> Array:
+    """PyTorch's scaled_dot_product_attention: [..., Hq, L, E] x [..., Hkv, S, E] -> [..., Hq, L, Ev]."""
+
+def scores(
+    q: Array, k: Array, kind: Literal["dot", "scaled_dot", "general", "additive"] = "scaled_dot",
+    scale: Optional[float] = None, weight: Optional[Array] = None,
+    query_projection: Optional[Array] = None, key_projection: Optional[Array] = None,
+    energy: Optional[Array] = None,
+) -> Array:
+    """[..., Lq, Dq] x [..., Lk, Dk] -> scores [..., Lq, Lk]."""
+
+def softmax(scores: Array) -> Array:
+    """Softmax over the last axis; a row that is -inf everywhere gives zeros."""
+
+def context(weights: Array, v: Array, check: bool = True, tolerance: float = 1e-5) -> Array:
+    """weights [..., Lq, Lk] x v [..., Lk, Dv] -> context [..., Lq, Dv]."""
+
+def describe_input(x: Array, layout: Literal["bhsd", "bshd"] = "bhsd") -> Dict[str, Any]:
+    """The address, dtype, [B, H, L, D] shape and element strides the kernels read for x."""

@@ -28,8 +28,9 @@ test-asan: deps
 	@cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 
-# The Python package: installed into .venv from this tree (an unchanged tree rebuilds
-# nothing: the build folder is build/python and build isolation is off), then pytest.
+# The Python package: installed into .venv from this tree, then pytest. A kept build folder
+# (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain
+# `pip install .` builds in a fresh temporary folder instead.
 PYTHON := .venv/bin/python
 PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
 
@@ -38,7 +39,7 @@ python-env: deps
 
 install-python: python-env
 	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip install -q --disable-pip-version-check \
-	  --no-build-isolation -C cmake.define.ATTN_WERROR=ON .
+	  --no-build-isolation -C build-dir=build/python -C cmake.define.ATTN_WERROR=ON .
 
 test-python: install-python
 	$(PYTHON) -m pytest -q tests/python

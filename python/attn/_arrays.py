@@ -58,8 +58,10 @@ def as_array(x, name, allow_bool=False):
             raise ValueError(f"{name}: expected a dense (strided) tensor, given {x.layout}")
         _check_dtype(x, name, allow_bool)
         return x.detach()
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name}: expected a plain array, given a masked array (pass mask= instead)")
     if isinstance(x, np.ndarray):
-        array = x
+        array = x if type(x) is np.ndarray else np.asarray(x)  # np.matrix reshapes oddly
     elif hasattr(x, "__dlpack__"):
         try:
             array = np.from_dlpack(x)
@@ -181,6 +183,13 @@ def number(value, name, *, allow_none=False):
     if not math.isfinite(result):
         raise ValueError(f"{name}: expected a finite number, given {result}")
     return result
+
+
+def integer(value, name, expected):
+    """An int argument (Python or NumPy integer), with a TypeError naming it otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected {expected}, given {value!r}")
+    return int(value)
 
 
 def flag(value, name):

@@ -77,18 +77,15 @@ def _mask_view(mask, heads_shape, len_q, len_k, name):
 def _window(window):
     if not isinstance(window, (tuple, list)) or len(window) != 2:
         raise TypeError(f"window: expected a pair (left, right) of ints, given {window!r}")
-    left, right = window
-    for side, value in (("window.left", left), ("window.right", right)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{side}: expected an int (-1 for unbounded), given {value!r}")
-    return left, right
+    expected = "an int (-1 for unbounded)"
+    return (_arrays.integer(window[0], "window.left", expected),
+            _arrays.integer(window[1], "window.right", expected))
 
 
 def _threads(threads):
     if threads is None:
         return 0
-    if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError(f"threads: expected None or a positive int, given {type(threads).__name__}")
+    threads = _arrays.integer(threads, "threads", "None or a positive int")
     if threads < 1:
         raise ValueError(f"threads: expected None or a positive int, given {threads}")
     return threads
@@ -293,21 +290,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     mask4 = None
     if attn_mask is not None:
         m = _arrays.as_array(attn_mask, "attn_mask", allow_bool=True)
+        given = _arrays.shape(m)
+        wrong_shape = ValueError(
+            f"attn_mask: expected a shape broadcastable to {lead + (len_q, len_k)}, given {given}"
+        )
         if not 1 <= m.ndim <= rank:
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to {lead + (len_q, len_k)}, "
-                f"given {_arrays.shape(m)}"
-            )
-        padded = (1,) * (rank - m.ndim) + _arrays.shape(m)
+            raise wrong_shape
+        padded = (1,) * (rank - m.ndim) + given
         m = _arrays.reshape(m, padded)
         mask_batch_dims = padded[:-3] if rank >= 3 else ()
         mask_heads = padded[-3] if rank >= 3 else 1
+        if mask_heads not in (1, heads_q) or padded[-2] not in (1, len_q) or padded[-1] not in (1, len_k):
+            raise wrong_shape
         if any(d != 1 for d in mask_batch_dims):
             if any(d not in (1, b) for d, b in zip(mask_batch_dims, batch_dims)):
-                raise ValueError(
-                    f"attn_mask: expected a shape broadcastable to {lead + (len_q, len_k)}, "
-                    f"given {_arrays.shape(attn_mask)}"
-                )
+                raise wrong_shape
             m = _arrays.broadcast(m, batch_dims + padded[-3:])
             mask_batch = batch
         else:

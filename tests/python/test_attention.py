@@ -103,11 +103,13 @@ def test_mask_broadcasts_over_query_rows_like_numpy():
     np.testing.assert_array_equal(got, attn.attention(q, q, q, mask=full))
 
 
-def test_threads_do_not_change_results():
+def test_threads_do_not_change_results(monkeypatch):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 33, 16)).astype(np.float32)
     one = attn.attention(q, q, q, causal=True, threads=1)
     np.testing.assert_array_equal(one, attn.attention(q, q, q, causal=True, threads=2))
+    np.testing.assert_array_equal(one, attn.attention(q, q, q, causal=True))
+    monkeypatch.setenv("ATTN_NUM_THREADS", "2")
     np.testing.assert_array_equal(one, attn.attention(q, q, q, causal=True))
 
 

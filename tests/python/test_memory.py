@@ -50,6 +50,27 @@ def test_bfloat16_is_read_in_place():
     assert seen["data"] == _address(q) and seen["dtype"] == "bfloat16"
 
 
+class DLPackProducer:
+    """Any object with the DLPack protocol, not a NumPy array or a torch tensor."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_producers_are_read_in_place():
+    q = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    assert attn.describe_input(DLPackProducer(q))["data"] == _address(q)
+    out = attn.attention(DLPackProducer(q), DLPackProducer(q), DLPackProducer(q))
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, attn.attention(q, q, q))
+
+
 @pytest.mark.parametrize("make", [lambda a: a[:, ::-1], lambda a: a[..., ::2],
                                   lambda a: np.asfortranarray(a)], ids=["negative", "strided_last", "fortran"])
 def test_unreadable_layouts_are_copied(make):

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+_PLAIN_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
 def _torch():
@@ -33,9 +34,9 @@ def _numpy_dtype_name(dtype):
 
 def dtype_name(x):
     """'float32', 'bfloat16', 'bool', ... for a NumPy array or a torch tensor."""
-    if is_torch(x):
-        return str(x.dtype).removeprefix("torch.")
-    return _numpy_dtype_name(x.dtype)
+    if isinstance(x, np.ndarray):
+        return _numpy_dtype_name(x.dtype)
+    return str(x.dtype).removeprefix("torch.")
 
 
 def _check_dtype(x, name, allow_bool):
@@ -49,6 +50,8 @@ def _check_dtype(x, name, allow_bool):
 def as_array(x, name, allow_bool=False):
     """x as a NumPy array or a CPU torch tensor of a supported dtype, without a copy when
     it already is one. Raises TypeError naming `name` otherwise."""
+    if type(x) is np.ndarray and x.dtype in _PLAIN_FLOATS:
+        return x  # the common case, checked first because every call pays for it
     if x is None:
         raise TypeError(f"{name}: expected an array, given None")
     if is_torch(x):
@@ -80,7 +83,7 @@ def as_array(x, name, allow_bool=False):
 
 
 def shape(x):
-    return tuple(int(n) for n in x.shape)
+    return tuple(x.shape)  # a tuple of ints for NumPy; torch.Size is a tuple of ints too
 
 
 def reshape(x, new_shape):
@@ -101,9 +104,11 @@ def broadcast(x, new_shape):
 def readable(x):
     """x itself when the extension can read it in place: last dim contiguous, no negative
     strides, aligned data; else a contiguous copy."""
-    if is_torch(x):
+    if not isinstance(x, np.ndarray):  # a torch tensor: never negative strides
         if x.ndim and x.shape[-1] > 1 and x.stride(-1) != 1:
             return x.contiguous()
+        return x
+    if x.flags.c_contiguous and x.flags.aligned:
         return x
     itemsize = x.dtype.itemsize
     last_ok = x.ndim == 0 or x.shape[-1] <= 1 or x.strides[-1] == itemsize
@@ -116,7 +121,7 @@ def readable(x):
 def for_extension(x):
     """What the extension receives for x: x itself, or for a NumPy bfloat16 array
     (ml_dtypes) a uint16 view of the same memory, which the extension reads as bfloat16."""
-    if not is_torch(x) and dtype_name(x) == "bfloat16":
+    if isinstance(x, np.ndarray) and dtype_name(x) == "bfloat16":
         return x.view(np.uint16)
     return x
 

@@ -152,13 +152,23 @@ def from_extension(result, like):
     return result.view(like.dtype) if is_bfloat16 else result
 
 
+def _small_array(values, name):
+    """A short argument (per-head numbers, offsets) as a NumPy array."""
+    if is_torch(values):
+        values = values.detach().cpu()
+        # NumPy has no bfloat16: widen floats, which are converted to float64 anyway
+        values = (values.double() if values.is_floating_point() else values).numpy()
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected a 1-D sequence of numbers ({error})") from None
+
+
 def per_head(values, name):
     """A 1-D sequence of numbers (list, NumPy array, tensor) as a list of floats."""
     if values is None:
         return []
-    if is_torch(values):
-        values = values.detach().cpu().double().numpy()
-    array = np.asarray(values)
+    array = _small_array(values, name)
     if array.dtype == object or array.dtype.kind not in "iuf":
         raise TypeError(f"{name}: expected a sequence of numbers, given dtype {array.dtype}")
     if array.ndim != 1:
@@ -168,9 +178,7 @@ def per_head(values, name):
 
 def offsets(values, name):
     """cu_seqlens: a 1-D sequence of integers as a list of ints."""
-    if is_torch(values):
-        values = values.detach().cpu().numpy()
-    array = np.asarray(values)
+    array = _small_array(values, name)
     if array.dtype == object or array.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected a sequence of integers, given dtype {array.dtype}")
     if array.ndim != 1:

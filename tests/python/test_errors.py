@@ -53,6 +53,7 @@ BAD_INPUTS = [
     ("alibi_length", attention(alibi_slopes=[0.5]), ValueError, ["alibi_slopes:", "2 values", "given 1"]),
     ("alibi_2d", attention(alibi_slopes=[[0.5, 0.5]]), ValueError, ["alibi_slopes:", "1-D"]),
     ("sinks_nan", attention(sinks=[0.0, float("nan")]), ValueError, ["sinks:", "finite"]),
+    ("sinks_ragged", attention(sinks=[[0.0], [1.0, 2.0]]), TypeError, ["sinks:", "1-D sequence"]),
     ("sinks_text", attention(sinks=["a", "b"]), TypeError, ["sinks:", "numbers"]),
     ("cu_one", attention(cu_seqlens_q=[0, 3]), ValueError, ["cu_seqlens_k:", "both"]),
     ("cu_float", attention(cu_seqlens_q=[0.0, 3.0], cu_seqlens_k=[0, 3]), TypeError, ["cu_seqlens_q:", "integers"]),

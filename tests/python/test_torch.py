@@ -125,3 +125,14 @@ def test_mixed_numpy_and_torch_follow_q():
     out = attn.attention(q, q.numpy(), q.numpy())
     assert isinstance(out, torch.Tensor)
     assert isinstance(attn.attention(q.numpy(), q, q), np.ndarray)
+
+
+def test_per_head_options_and_offsets_may_be_tensors():
+    q = torch.randn(1, 2, 6, 4, dtype=torch.bfloat16)
+    slopes, sinks = torch.tensor([0.5, 0.25], dtype=torch.bfloat16), torch.tensor([0.0, -1.0])
+    offsets = torch.tensor([0, 2, 6], dtype=torch.int32)
+    got = attn.attention(q, q, q, alibi_slopes=slopes, sinks=sinks, cu_seqlens_q=offsets,
+                         cu_seqlens_k=offsets)
+    want = attn.attention(q, q, q, alibi_slopes=[0.5, 0.25], sinks=[0.0, -1.0],
+                          cu_seqlens_q=[0, 2, 6], cu_seqlens_k=[0, 2, 6])
+    assert torch.equal(got, want)

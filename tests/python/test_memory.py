@@ -7,6 +7,7 @@ import threading
 import time
 import tracemalloc
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -44,7 +45,6 @@ def test_lower_ranks_are_read_in_place(rank):
 
 
 def test_bfloat16_is_read_in_place():
-    ml_dtypes = pytest.importorskip("ml_dtypes")
     q = np.zeros((2, 3, 4), ml_dtypes.bfloat16)
     seen = attn.describe_input(q)
     assert seen["data"] == _address(q) and seen["dtype"] == "bfloat16"

@@ -238,6 +238,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
           rows in some versions and backends (and zeros in others).
         - dropout_p other than 0.0 raises NotImplementedError: attn has no dropout.
         - The leading dims are not broadcast between query, key and value.
+        - No autograd: a torch result does not track gradients (inputs are detached).
     """
     dropout_p = _arrays.number(dropout_p, "dropout_p")
     if dropout_p != 0.0:

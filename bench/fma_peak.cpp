@@ -81,7 +81,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kTrials = 7;
-constexpr double kTrialSeconds = 0.015;
+constexpr double kTrialSeconds = 0.03;
 
 // All threads start together after a barrier; the wall time covers the slowest one.
 // Returns GFLOP/s over all threads and the work record of thread 0.
@@ -109,13 +109,14 @@ double timed_trial(int threads, std::int64_t rounds, FmaWork& first) {
 
 FmaPeak measure_fma_peak(int threads) {
   FmaWork first;
-  // Calibrate on a short run so one trial lasts about kTrialSeconds whatever the CPU.
+  // Calibrate one thread on a short run, so that one trial lasts about kTrialSeconds
+  // whatever the CPU; one thread, because a busy sibling core would make trials too short.
   const std::int64_t calibration_rounds = 100000;
-  const double calibration_gflops = timed_trial(threads, calibration_rounds, first);
+  const double calibration_gflops = timed_trial(1, calibration_rounds, first);
   const double flops_per_round = first.flops / static_cast<double>(calibration_rounds);
   const auto rounds = std::max<std::int64_t>(
-      calibration_rounds, static_cast<std::int64_t>(kTrialSeconds * calibration_gflops * 1e9 /
-                                                    threads / flops_per_round));
+      calibration_rounds,
+      static_cast<std::int64_t>(kTrialSeconds * calibration_gflops * 1e9 / flops_per_round));
   FmaPeak peak;
   peak.threads = threads;
   for (int trial = 0; trial < kTrials; ++trial) {

@@ -145,10 +145,12 @@ int main(int argc, char** argv) {
                  "seconds, shape) to this file");
   app.add_flag("--quick", command_line.quick, "Leave out the L = 8192 cases");
   app.add_flag("--list", command_line.list, "Print the cases as JSON and exit");
-  app.add_flag("--memory", command_line.memory,
-               "Measure peak RSS of one causal L = 65536, D = 64 forward instead");
+  CLI::Option* memory =
+      app.add_flag("--memory", command_line.memory,
+                   "Measure peak RSS of one causal L = 65536, D = 64 forward instead");
   app.add_option("--memory-length", command_line.memory_length, "L for --memory")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->needs(memory);
   app.allow_extras();
   app.footer(
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, "

@@ -78,8 +78,10 @@ void print(const MemoryReport& r) {
               r.seconds);
   std::printf("  inputs %.1f MiB + output %.1f MiB; VmRSS before the call %.1f MiB\n",
               mib(r.input_bytes), mib(r.output_bytes), mib(r.rss_before));
-  std::printf("  peak RSS beyond inputs and output: %.2f MiB (target < 64 MiB)\n",
-              mib(r.extra_bytes()));
+  std::printf(
+      "  peak RSS added by the call, beyond inputs, output and the program: %.2f MiB\n  (target < "
+      "64 MiB)\n",
+      mib(r.extra_bytes()));
   if (r.peak_was_reset) {
     std::printf(
         "  measured: VmHWM after the call - VmRSS before it, with VmHWM reset to VmRSS\n"

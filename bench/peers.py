@@ -196,7 +196,7 @@ def worker(kind):
 
     try:
         peer = TorchPeer() if kind == "torch" else NumpyPeer()
-    except ImportError as error:
+    except (ImportError, OSError) as error:  # OSError: a shared library torch links is missing
         answer({"available": False, "reason": str(error)})
         return
     answer({"available": True, "info": peer.describe(), "max_abs_error": self_check(peer)})
@@ -259,9 +259,11 @@ def attn_seconds(attn_bench, case, min_time):
 
 
 def list_cases(attn_bench, quick, pattern):
-    listing = subprocess.run([str(attn_bench), "--list"] + (["--quick"] if quick else []),
-                             check=True, capture_output=True, text=True).stdout
-    return [case for case in json.loads(listing) if re.search(pattern, case["name"])]
+    command = [str(attn_bench), "--list"] + (["--quick"] if quick else [])
+    listing = subprocess.run(command, capture_output=True, text=True)
+    if listing.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({listing.returncode}): {listing.stderr}")
+    return [case for case in json.loads(listing.stdout) if re.search(pattern, case["name"])]
 
 
 def parse_arguments():
@@ -375,14 +377,18 @@ def main():
     if args.worker:
         worker(args.worker)
         return 0
-    cases = list_cases(args.attn_bench, args.quick, args.filter)
-    if not cases:
-        print(f"peers.py: no case matches --filter {args.filter!r} (see attn_bench --list)",
-              file=sys.stderr)
-        return 2
-    workers = start_workers()
+    workers = {}
     try:
+        cases = list_cases(args.attn_bench, args.quick, args.filter)
+        if not cases:
+            print(f"peers.py: no case matches --filter {args.filter!r} (see attn_bench --list)",
+                  file=sys.stderr)
+            return 2
+        workers = start_workers()
         seconds, peaks = measure(args, cases, workers)
+    except RuntimeError as error:
+        print(f"peers.py: {error}", file=sys.stderr)
+        return 1
     finally:
         for w in workers.values():
             w.close()

@@ -49,8 +49,16 @@ test-full: build install-python
 	ATTN_FULL_SWEEP=1 ctest --preset release -j $(JOBS)
 	ATTN_FULL_SWEEP=1 $(PYTHON) -m pytest -q tests/python
 
+# Speed of attn::forward as a fraction of the FMA peak; flags through ARGS, e.g.
+# make bench ARGS="--quick --json bench.json", ARGS=--memory, ARGS=--help.
 bench: build
-	$(BUILD)/bench/attn_bench
+	$(BUILD)/bench/attn_bench $(ARGS)
+
+# attn beside PyTorch and NumPy/BLAS in one interleaved run; the first run installs PyTorch
+# (about 5 GiB with the CUDA libraries its wheel links against) into .venv.
+bench-peers: build
+	@scripts/python-env.sh requirements/bench.txt
+	.venv/bin/python bench/peers.py --attn-bench $(BUILD)/bench/attn_bench $(ARGS)
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -1,0 +1,79 @@
+#include "bench_cases.hpp"
+
+#include <algorithm>
+
+namespace attn::bench {
+
+std::string BenchCase::name() const {
+  return shape.name() + "/threads:" + std::to_string(threads);
+}
+
+double visible_pairs(const testing::Case& shape) {
+  if (!shape.causal) return static_cast<double>(shape.len_q) * static_cast<double>(shape.len_k);
+  double pairs = 0.0;
+  for (Index i = 0; i < shape.len_q; ++i) {
+    const Index position =
+        shape.align == CausalAlign::bottom_right ? i + shape.len_k - shape.len_q : i;
+    pairs += static_cast<double>(std::clamp<Index>(position + 1, 0, shape.len_k));
+  }
+  return pairs;
+}
+
+double BenchCase::flops() const {
+  const double per_pair = 2.0 * static_cast<double>(shape.dim + shape.dim_v);
+  return per_pair * visible_pairs(shape) * static_cast<double>(shape.batch * shape.heads_q);
+}
+
+nlohmann::json describe(const BenchCase& bench_case) {
+  const testing::Case& shape = bench_case.shape;
+  return {
+      {"name", bench_case.name()},
+      {"flops", bench_case.flops()},
+      {"batch", shape.batch},
+      {"heads", shape.heads_q},
+      {"len_q", shape.len_q},
+      {"len_k", shape.len_k},
+      {"dim", shape.dim},
+      {"causal", shape.causal},
+      {"dtype", dtype_name(shape.dtype)},
+      {"threads", bench_case.threads},
+  };
+}
+
+namespace {
+
+testing::Case fp32_case(Index len_q, Index len_k, Index dim, bool causal) {
+  testing::Case c;
+  c.batch = 1;
+  c.heads_q = c.heads_kv = 8;
+  c.len_q = len_q;
+  c.len_k = len_k;
+  c.dim = c.dim_v = dim;
+  c.causal = causal;
+  c.dtype = DType::f32;
+  return c;
+}
+
+}  // namespace
+
+std::vector<BenchCase> bench_cases(bool quick) {
+  std::vector<Index> lengths = {512, 2048, 8192};
+  if (quick) lengths.pop_back();
+  const Index dims[] = {64, 128};
+  const int thread_counts[] = {1, 2};
+  std::vector<BenchCase> out;
+  for (const Index len : lengths)
+    for (const Index dim : dims)
+      for (const bool causal : {false, true})
+        for (const int threads : thread_counts)
+          out.push_back({fp32_case(len, len, dim, causal), threads});
+  // Decode: one new query against the whole cache, non-causal: bottom-right causal would hide
+  // nothing, and top-left would hide every key but the first.
+  for (const Index len : lengths)
+    for (const Index dim : dims)
+      for (const int threads : thread_counts)
+        out.push_back({fp32_case(1, len, dim, false), threads});
+  return out;
+}
+
+}  // namespace attn::bench

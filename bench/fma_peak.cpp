@@ -1,0 +1,130 @@
+// FMA probe: each thread keeps kChains independent accumulators and updates each with one
+// fused multiply-add per round. FMA latency is about 4 cycles on current x86 and Arm cores,
+// with two FMA pipes, so 8 chains in flight saturate both; 12 leave headroom and still fit
+// the 16 AVX2 registers with the two constants.
+#include "fma_peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "fma_peak.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+// Once, although foreach_target.h includes this file again for every target.
+#ifndef ATTN_BENCH_FMA_WORK_DEFINED
+#define ATTN_BENCH_FMA_WORK_DEFINED
+namespace attn::bench {
+
+// What one thread's probe did: the FLOPs, a value that depends on every chain (so the
+// compiler keeps them), and the SIMD target that ran.
+struct FmaWork {
+  double flops = 0.0;
+  float checksum = 0.0f;
+  std::int64_t target = 0;
+};
+
+}  // namespace attn::bench
+#endif  // ATTN_BENCH_FMA_WORK_DEFINED
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::bench::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kChains = 12;
+
+// rounds: FMAs per chain. a <- a * 0.999999 + 1e-7 converges, so values stay finite.
+void RunFmaChains(std::int64_t rounds, FmaWork* work) {
+  const hn::ScalableTag<float> d;
+  const auto multiplier = hn::Set(d, 0.999999f);
+  const auto addend = hn::Set(d, 1e-7f);
+  auto a0 = hn::Set(d, 0.10f), a1 = hn::Set(d, 0.11f), a2 = hn::Set(d, 0.12f);
+  auto a3 = hn::Set(d, 0.13f), a4 = hn::Set(d, 0.14f), a5 = hn::Set(d, 0.15f);
+  auto a6 = hn::Set(d, 0.16f), a7 = hn::Set(d, 0.17f), a8 = hn::Set(d, 0.18f);
+  auto a9 = hn::Set(d, 0.19f), a10 = hn::Set(d, 0.20f), a11 = hn::Set(d, 0.21f);
+  for (std::int64_t r = 0; r < rounds; ++r) {
+    a0 = hn::MulAdd(a0, multiplier, addend);
+    a1 = hn::MulAdd(a1, multiplier, addend);
+    a2 = hn::MulAdd(a2, multiplier, addend);
+    a3 = hn::MulAdd(a3, multiplier, addend);
+    a4 = hn::MulAdd(a4, multiplier, addend);
+    a5 = hn::MulAdd(a5, multiplier, addend);
+    a6 = hn::MulAdd(a6, multiplier, addend);
+    a7 = hn::MulAdd(a7, multiplier, addend);
+    a8 = hn::MulAdd(a8, multiplier, addend);
+    a9 = hn::MulAdd(a9, multiplier, addend);
+    a10 = hn::MulAdd(a10, multiplier, addend);
+    a11 = hn::MulAdd(a11, multiplier, addend);
+  }
+  const auto sum = hn::Add(
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
+      hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  work->checksum = hn::GetLane(hn::SumOfLanes(d, sum));
+  work->flops = 2.0 * kChains * static_cast<double>(hn::Lanes(d)) * static_cast<double>(rounds);
+  work->target = HWY_TARGET;
+}
+
+}  // namespace attn::bench::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::bench {
+HWY_EXPORT(RunFmaChains);
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTrials = 7;
+constexpr double kTrialSeconds = 0.03;
+
+// All threads start together after a barrier; the wall time covers the slowest one.
+// Returns GFLOP/s over all threads and the work record of thread 0.
+double timed_trial(int threads, std::int64_t rounds, FmaWork& first) {
+  std::vector<FmaWork> work(static_cast<std::size_t>(threads));
+  Clock::time_point start, stop;
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp barrier
+#pragma omp master
+    start = Clock::now();
+    HWY_DYNAMIC_DISPATCH(RunFmaChains)
+    (rounds, &work[static_cast<std::size_t>(omp_get_thread_num())]);
+#pragma omp barrier
+#pragma omp master
+    stop = Clock::now();
+  }
+  double flops = 0.0;
+  for (const FmaWork& w : work) flops += w.flops;
+  first = work[0];
+  return flops / std::chrono::duration<double>(stop - start).count() * 1e-9;
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak(int threads) {
+  FmaWork first;
+  // Calibrate one thread on a short run, so that one trial lasts about kTrialSeconds
+  // whatever the CPU; one thread, because a busy sibling core would make trials too short.
+  const std::int64_t calibration_rounds = 100000;
+  const double calibration_gflops = timed_trial(1, calibration_rounds, first);
+  const double flops_per_round = first.flops / static_cast<double>(calibration_rounds);
+  const auto rounds = std::max<std::int64_t>(
+      calibration_rounds,
+      static_cast<std::int64_t>(kTrialSeconds * calibration_gflops * 1e9 / flops_per_round));
+  FmaPeak peak;
+  peak.threads = threads;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    peak.gflops = std::max(peak.gflops, timed_trial(threads, rounds, first));
+  }
+  peak.target = hwy::TargetName(first.target);
+  return peak;
+}
+
+}  // namespace attn::bench
+#endif  // HWY_ONCE

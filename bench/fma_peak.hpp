@@ -1,0 +1,19 @@
+// The machine's fp32 FMA peak, measured in this process so that every benchmark can say
+// which fraction of it a kernel reaches.
+#pragma once
+
+#include <string>
+
+namespace attn::bench {
+
+struct FmaPeak {
+  int threads = 1;
+  double gflops = 0.0;  // best of several trials: the ceiling, not a typical value
+  std::string target;   // the SIMD target Highway dispatched to, e.g. "AVX3"
+};
+
+// Runs independent chains of fp32 FMAs on `threads` OpenMP threads for the widest SIMD
+// target this CPU supports; takes about 0.1 s.
+FmaPeak measure_fma_peak(int threads);
+
+}  // namespace attn::bench

@@ -1,0 +1,189 @@
+// attn_bench: GFLOP/s of attn::forward on the cases, each as a fraction of this
+// machine's FMA peak measured in the same run; --memory measures peak RSS instead.
+#include <benchmark/benchmark.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "bench_cases.hpp"
+#include "fma_peak.hpp"
+#include "json_file.hpp"
+#include "median_reporter.hpp"
+#include "peak_memory.hpp"
+
+namespace attn::bench {
+namespace {
+
+// Google Benchmark defaults that the command line may override (the last flag wins):
+// three repetitions for a median, each at least 0.2 s of forwards.
+const char* const kBenchmarkDefaults[] = {"--benchmark_repetitions=3", "--benchmark_min_time=0.2"};
+
+// Random inputs and an output for one shape, kept while consecutive cases share it (the
+// list is ordered so they do: causal and thread count vary fastest).
+class InputCache {
+ public:
+  struct Entry {
+    testing::Inputs inputs;
+    Tensor output;
+  };
+
+  Entry& get(const testing::Case& shape) {
+    testing::Case key = shape;
+    key.causal = false;
+    if (key_ != key.name()) {
+      entry_.reset();  // free the previous shape before allocating the next
+      auto entry = std::make_unique<Entry>();
+      entry->inputs = testing::make_inputs(key);
+      entry->output = Tensor(DType::f32, {shape.batch, shape.heads_q, shape.len_q, shape.dim_v});
+      entry_ = std::move(entry);
+      key_ = key.name();
+    }
+    return *entry_;
+  }
+
+  // True once per case name: its first call runs an untimed forward (page faults, thread
+  // pool start-up, caches).
+  bool needs_warm_up(const std::string& name) { return warmed_up_.insert(name).second; }
+
+ private:
+  std::string key_;
+  std::unique_ptr<Entry> entry_;
+  std::set<std::string> warmed_up_;
+};
+
+void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache) {
+  InputCache::Entry& entry = cache.get(bench_case.shape);
+  const Outputs outputs{entry.output.mutable_view(), std::nullopt, std::nullopt};
+  Options options;
+  options.causal = bench_case.shape.causal;
+  options.threads = bench_case.threads;
+  const testing::Inputs& in = entry.inputs;
+  if (cache.needs_warm_up(bench_case.name())) forward_into(in.q, in.k, in.v, options, outputs);
+  for (auto _ : state) forward_into(in.q, in.k, in.v, options, outputs);
+}
+
+struct CommandLine {
+  std::string json_path;
+  bool quick = false;
+  bool list = false;
+  bool memory = false;
+  Index memory_length = 65536;
+  std::vector<std::string> benchmark_flags;
+};
+
+int run_memory_case(const CommandLine& command_line) {
+  std::optional<JsonFile> json;
+  if (!command_line.json_path.empty()) json.emplace(command_line.json_path);
+  const MemoryReport report = measure_peak_memory(command_line.memory_length, 64, 0);
+  print(report);
+  if (json) json->commit(nlohmann::json::array({to_json(report)}));
+  return 0;
+}
+
+int run_speed_cases(const CommandLine& command_line) {
+  std::vector<std::string> arguments = {"attn_bench"};
+  arguments.insert(arguments.end(), std::begin(kBenchmarkDefaults), std::end(kBenchmarkDefaults));
+  arguments.insert(arguments.end(), command_line.benchmark_flags.begin(),
+                   command_line.benchmark_flags.end());
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  int argc = static_cast<int>(argv.size());
+  benchmark::Initialize(&argc, argv.data());
+  if (benchmark::ReportUnrecognizedArguments(argc, argv.data())) return 2;
+
+  std::optional<JsonFile> json;
+  if (!command_line.json_path.empty()) json.emplace(command_line.json_path);
+
+  std::map<int, FmaPeak> peaks;
+  for (const int threads : {1, 2}) {
+    peaks[threads] = measure_fma_peak(threads);
+    std::printf("FMA peak, fp32 %s, %d thread%s: %.1f GFLOP/s (best of 7 probes)\n",
+                peaks[threads].target.c_str(), threads, threads == 1 ? "" : "s",
+                peaks[threads].gflops);
+  }
+
+  InputCache cache;
+  std::map<std::string, BenchCase> cases;
+  for (const BenchCase& bench_case : bench_cases(command_line.quick)) {
+    cases[bench_case.name()] = bench_case;
+    benchmark::RegisterBenchmark(
+        bench_case.name().c_str(),
+        [bench_case, &cache](benchmark::State& state) { run_case(state, bench_case, cache); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  MedianReporter reporter(std::move(cases), std::move(peaks));
+  if (benchmark::RunSpecifiedBenchmarks(&reporter) == 0) {
+    std::fprintf(stderr, "attn_bench: no case matches --benchmark_filter (see --list)\n");
+    return 2;
+  }
+  benchmark::Shutdown();
+  if (json) {
+    nlohmann::json document = nlohmann::json::array();
+    for (const CaseResult& result : reporter.results()) document.push_back(to_json(result));
+    json->commit(document);
+  }
+  return reporter.failures().empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace attn::bench
+
+int main(int argc, char** argv) {
+  using attn::bench::CommandLine;
+  CommandLine command_line;
+  CLI::App app{"attn_bench: GFLOP/s of attn::forward and its fraction of this machine's FMA peak"};
+  app.add_option("--json", command_line.json_path,
+                 "Write one JSON object per case (name, gflops, peak_gflops, peak_fraction, "
+                 "seconds, shape) to this file");
+  app.add_flag("--quick", command_line.quick, "Leave out the L = 8192 cases");
+  app.add_flag("--list", command_line.list, "Print the cases as JSON and exit");
+  CLI::Option* memory =
+      app.add_flag("--memory", command_line.memory,
+                   "Measure peak RSS of one causal L = 65536, D = 64 forward instead");
+  app.add_option("--memory-length", command_line.memory_length, "L for --memory")
+      ->check(CLI::PositiveNumber)
+      ->needs(memory);
+  app.allow_extras();
+  app.footer(
+      "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, "
+      "--benchmark_repetitions=N (default 3), --benchmark_min_time=SECONDS (default 0.2).");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "attn_bench: %s\n", e.what());
+    return 2;
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra.rfind("--benchmark_", 0) != 0) {
+      std::fprintf(stderr,
+                   "attn_bench: unknown argument %s (expected an attn_bench option or a "
+                   "--benchmark_* flag)\n",
+                   extra.c_str());
+      return 2;
+    }
+    command_line.benchmark_flags.push_back(extra);
+  }
+  try {
+    if (command_line.list) {
+      nlohmann::json cases = nlohmann::json::array();
+      for (const auto& c : attn::bench::bench_cases(command_line.quick))
+        cases.push_back(describe(c));
+      std::printf("%s\n", cases.dump(2).c_str());
+      return 0;
+    }
+    return command_line.memory ? attn::bench::run_memory_case(command_line)
+                               : attn::bench::run_speed_cases(command_line);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "attn_bench: %s\n", e.what());
+    return 2;
+  }
+}

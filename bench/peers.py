@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""attn side by side with its peers, interleaved in one run.
+
+For every case of `attn_bench --list` (B=1, H=8, fp32, 1 and 2 threads), each round times
+  attn   through the C++ attn_bench (one fresh process per case and round),
+  torch  torch.nn.functional.scaled_dot_product_attention (when torch imports),
+  numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32,
+one after the other, rotating who goes first, so that a noisy machine slows all three
+alike. The figure per peer is the median over rounds of the mean time of one forward in a
+round (calls repeat for at least --min-time seconds). GFLOP/s count 4 * Lq * Lk * D per
+head, only the unmasked part for causal (as attn_bench does), for every peer alike, so a
+peer that computes the masked half too is charged for it.
+
+torch and numpy each run in their own worker process so that their thread pools do not
+meet. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, when set, are removed from the numpy
+worker's environment only: they pin current OpenBLAS builds to an old kernel.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PEERS = ("attn", "torch", "numpy")
+OPENBLAS_PINNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+# ---------------------------------------------------------------- worker side
+
+
+def make_inputs(case):
+    """q: [B, H, Lq, D]  k, v: [B, H, Lk, D], float32 normals, the same for every peer."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    b, h, d = case["batch"], case["heads"], case["dim"]
+    q = rng.standard_normal((b, h, case["len_q"], d), dtype=np.float32)
+    k = rng.standard_normal((b, h, case["len_k"], d), dtype=np.float32)
+    v = rng.standard_normal((b, h, case["len_k"], d), dtype=np.float32)
+    return q, k, v
+
+
+def causal_bias(len_q, len_k):
+    """[Lq, Lk]: 0 where query i sees key j (j <= i, PyTorch's top-left alignment), else -inf."""
+    import numpy as np
+
+    hidden = np.arange(len_k)[None, :] > np.arange(len_q)[:, None]
+    return np.where(hidden, np.float32(-np.inf), np.float32(0.0))
+
+
+def numpy_attention(q, k, v, bias):
+    """q: [B, H, Lq, D]  k, v: [B, H, Lk, D]  bias: [Lq, Lk] or None -> [B, H, Lq, D].
+
+    One head at a time, so S is Lq x Lk float32 (256 MiB at L = 8192), never H of them.
+    """
+    import numpy as np
+
+    out = np.empty_like(q)
+    scaled_q = q * np.float32(1.0 / math.sqrt(q.shape[-1]))
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = scaled_q[b, h] @ k[b, h].T
+            if bias is not None:
+                s += bias
+            s -= s.max(axis=1, keepdims=True)  # only for numerical stability
+            np.exp(s, out=s)
+            row_sums = s.sum(axis=1, keepdims=True)
+            np.matmul(s, v[b, h], out=out[b, h])
+            out[b, h] /= row_sums
+    return out
+
+
+def reference_attention(q, k, v, causal):
+    """float64 oracle for the self-check: q: [B, H, Lq, D]  k, v: [B, H, Lk, D]."""
+    import numpy as np
+
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s + causal_bias(q.shape[-2], k.shape[-2]).astype(np.float64)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+class NumpyPeer:
+    def __init__(self):
+        import numpy as np
+        import threadpoolctl
+
+        self.np = np
+        self.threadpoolctl = threadpoolctl
+        self.biases = {}
+
+    def describe(self):
+        blas = [
+            {key: pool.get(key) for key in ("internal_api", "version", "architecture",
+                                             "threading_layer", "num_threads")}
+            for pool in self.threadpoolctl.threadpool_info()
+            if pool.get("user_api") == "blas"
+        ]
+        return {"numpy": self.np.__version__, "blas": blas}
+
+    def prepare(self, case, q, k, v):
+        bias = None
+        if case["causal"]:
+            key = (case["len_q"], case["len_k"])
+            if key not in self.biases:
+                self.biases = {key: causal_bias(*key)}
+            bias = self.biases[key]
+        return lambda: numpy_attention(q, k, v, bias)
+
+    def with_threads(self, threads):
+        return self.threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
+
+    def check(self, q, k, v, causal):
+        bias = causal_bias(q.shape[-2], k.shape[-2]) if causal else None
+        return numpy_attention(q, k, v, bias)
+
+
+class TorchPeer:
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def describe(self):
+        return {"torch": self.torch.__version__,
+                "cpu_capability": self.torch.backends.cpu.get_cpu_capability()}
+
+    def prepare(self, case, q, k, v):
+        torch = self.torch
+        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        causal = bool(case["causal"])
+
+        def run():
+            with torch.inference_mode():
+                return sdpa(tq, tk, tv, is_causal=causal)
+
+        return run
+
+    @contextlib.contextmanager
+    def with_threads(self, threads):
+        before = self.torch.get_num_threads()
+        self.torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            self.torch.set_num_threads(before)
+
+    def check(self, q, k, v, causal):
+        torch = self.torch
+        with torch.inference_mode():
+            out = torch.nn.functional.scaled_dot_product_attention(
+                *(torch.from_numpy(x) for x in (q, k, v)), is_causal=causal)
+        return out.numpy()
+
+
+def self_check(peer):
+    """Largest |peer - float64 oracle| over two tiny cases, causal and not."""
+    import numpy as np
+
+    case = {"batch": 1, "heads": 2, "len_q": 17, "len_k": 17, "dim": 8}
+    q, k, v = make_inputs(case)
+    return max(float(np.abs(peer.check(q, k, v, causal) - reference_attention(q, k, v, causal)).max())
+               for causal in (False, True))
+
+
+def time_calls(run, min_time):
+    """Mean seconds of one call, over as many calls as fit in min_time (at least one)."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        run()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / calls
+
+
+def worker(kind):
+    """Answers one JSON line per request line on stdin: first a hello, then timings."""
+    protocol = sys.stdout
+    sys.stdout = sys.stderr  # whatever a library prints must not break the protocol
+
+    def answer(obj):
+        protocol.write(json.dumps(obj) + "\n")
+        protocol.flush()
+
+    try:
+        peer = TorchPeer() if kind == "torch" else NumpyPeer()
+    except (ImportError, OSError) as error:  # OSError: a shared library torch links is missing
+        answer({"available": False, "reason": str(error)})
+        return
+    answer({"available": True, "info": peer.describe(), "max_abs_error": self_check(peer)})
+
+    shape_key, inputs, warmed = None, None, set()
+    for line in sys.stdin:
+        request = json.loads(line)
+        case = request["case"]
+        key = (case["batch"], case["heads"], case["len_q"], case["len_k"], case["dim"])
+        if key != shape_key:
+            inputs = None  # free the previous shape first
+            inputs, shape_key = make_inputs(case), key
+        run = peer.prepare(case, *inputs)
+        with peer.with_threads(case["threads"]):
+            if case["name"] not in warmed:
+                run()
+                warmed.add(case["name"])
+            answer({"seconds": time_calls(run, request["min_time"])})
+
+
+# ---------------------------------------------------------------- driver side
+
+
+class Worker:
+    def __init__(self, kind, env):
+        self.kind = kind
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--worker", kind], env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.hello = self._read()
+
+    def _read(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.kind} worker exited (exit code {self.process.wait()})")
+        return json.loads(line)
+
+    def seconds(self, case, min_time):
+        self.process.stdin.write(json.dumps({"case": case, "min_time": min_time}) + "\n")
+        self.process.stdin.flush()
+        return self._read()["seconds"]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def attn_seconds(attn_bench, case, min_time):
+    """Seconds of one attn forward (and attn_bench's FMA peak) from a fresh attn_bench run."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "attn.json"
+        command = [str(attn_bench), f"--benchmark_filter=^{re.escape(case['name'])}(/|$)",
+                   "--benchmark_repetitions=1", f"--benchmark_min_time={min_time}",
+                   "--json", str(out)]
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({run.returncode}):\n{run.stderr}")
+        (result,) = json.loads(out.read_text())
+    return result["seconds"], result["peak_gflops"]
+
+
+def list_cases(attn_bench, quick, pattern):
+    command = [str(attn_bench), "--list"] + (["--quick"] if quick else [])
+    listing = subprocess.run(command, capture_output=True, text=True)
+    if listing.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({listing.returncode}): {listing.stderr}")
+    return [case for case in json.loads(listing.stdout) if re.search(pattern, case["name"])]
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--attn-bench", type=Path, default=Path("build/release/bench/attn_bench"),
+                        help="the attn_bench binary (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="leave out the L = 8192 cases")
+    parser.add_argument("--filter", default="", help="regex on case names, as in attn_bench --list")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds of calls per peer, case and round (default 0.2)")
+    parser.add_argument("--settle", type=float, default=0.2,
+                        help="seconds of sleep before each timing, so that the previous peer's "
+                             "spinning threads (OpenBLAS, OpenMP) have gone to sleep "
+                             "(default 0.2)")
+    parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    parser.add_argument("--worker", choices=("torch", "numpy"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds: expected at least 1, given {args.rounds}")
+    if not args.min_time > 0:
+        parser.error(f"--min-time: expected seconds > 0, given {args.min_time}")
+    if not args.settle >= 0:
+        parser.error(f"--settle: expected seconds >= 0, given {args.settle}")
+    if args.worker is None and not os.access(args.attn_bench, os.X_OK):
+        parser.error(f"--attn-bench: {args.attn_bench} is not an executable (run `make build`)")
+    try:
+        re.compile(args.filter)
+    except re.error as error:
+        parser.error(f"--filter: not a regex ({error}): {args.filter}")
+    if args.json is not None and not os.access(args.json.parent, os.W_OK):
+        parser.error(f"--json: cannot write into {args.json.parent}")
+    return args
+
+
+def start_workers():
+    numpy_env = {name: value for name, value in os.environ.items() if name not in OPENBLAS_PINNING}
+    workers = {"torch": Worker("torch", os.environ.copy()), "numpy": Worker("numpy", numpy_env)}
+    if workers["numpy"].hello["available"]:
+        workers["numpy"].hello["info"]["openblas_pinning_removed"] = {
+            name: os.environ[name] for name in OPENBLAS_PINNING if name in os.environ}
+    for kind, w in list(workers.items()):
+        if not w.hello["available"]:
+            print(f"{kind}: not importable, left out ({w.hello['reason']})")
+            w.close()
+            del workers[kind]
+            continue
+        print(f"{kind}: {json.dumps(w.hello['info'])}")
+        if not w.hello["max_abs_error"] < 1e-4:
+            raise RuntimeError(f"{kind} disagrees with the float64 oracle by "
+                               f"{w.hello['max_abs_error']:.3g}: its timings would mean nothing")
+    return workers
+
+
+def measure(args, cases, workers):
+    """seconds[case name][peer] -> list over rounds; per case, the highest FMA peak that
+    attn_bench measured over the rounds (each is already the best of its probes)."""
+    seconds = {case["name"]: {peer: [] for peer in PEERS} for case in cases}
+    peaks = {}
+    for round_index in range(args.rounds):
+        order = PEERS[round_index % 3:] + PEERS[:round_index % 3]
+        for case in cases:
+            for peer in order:
+                time.sleep(args.settle)
+                if peer == "attn":
+                    s, peak = attn_seconds(args.attn_bench, case, args.min_time)
+                    peaks[case["name"]] = max(peak, peaks.get(case["name"], 0.0))
+                elif peer in workers:
+                    s = workers[peer].seconds(case, args.min_time)
+                else:
+                    continue
+                seconds[case["name"]][peer].append(s)
+        print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+    return seconds, peaks
+
+
+def summarize(cases, seconds, peaks):
+    rows = []
+    for case in cases:
+        row = {"name": case["name"], "flops": case["flops"], "threads": case["threads"],
+               "attn_peak_gflops": peaks[case["name"]]}
+        for peer, times in seconds[case["name"]].items():
+            if times:
+                row[f"{peer}_seconds"] = statistics.median(times)
+                row[f"{peer}_gflops"] = case["flops"] / row[f"{peer}_seconds"] * 1e-9
+        row["attn_peak_fraction"] = row["attn_gflops"] / row["attn_peak_gflops"]
+        for peer in ("torch", "numpy"):
+            if f"{peer}_gflops" in row:
+                row[f"attn_over_{peer}"] = row["attn_gflops"] / row[f"{peer}_gflops"]
+        rows.append(row)
+    return rows
+
+
+def print_table(rows):
+    def cell(row, key, form):
+        return format(row[key], form) if key in row else "-"
+
+    header = (f"{'case':<46} {'attn':>8} {'of peak':>7} {'torch':>8} {'numpy':>8} "
+              f"{'attn/torch':>10} {'attn/numpy':>10}")
+    print("\nGFLOP/s (median over rounds; causal counts the unmasked part only)")
+    print(header)
+    for row in rows:
+        print(f"{row['name']:<46} {cell(row, 'attn_gflops', '8.2f')} "
+              f"{format(100 * row['attn_peak_fraction'], '6.1f')}% "
+              f"{cell(row, 'torch_gflops', '8.2f')} {cell(row, 'numpy_gflops', '8.2f')} "
+              f"{cell(row, 'attn_over_torch', '10.2f')} {cell(row, 'attn_over_numpy', '10.2f')}")
+
+
+def main():
+    args = parse_arguments()
+    if args.worker:
+        worker(args.worker)
+        return 0
+    workers = {}
+    try:
+        cases = list_cases(args.attn_bench, args.quick, args.filter)
+        if not cases:
+            print(f"peers.py: no case matches --filter {args.filter!r} (see attn_bench --list)",
+                  file=sys.stderr)
+            return 2
+        workers = start_workers()
+        seconds, peaks = measure(args, cases, workers)
+    except RuntimeError as error:
+        print(f"peers.py: {error}", file=sys.stderr)
+        return 1
+    finally:
+        for w in workers.values():
+            w.close()
+    rows = summarize(cases, seconds, peaks)
+    print_table(rows)
+    if args.json:
+        info = {kind: w.hello["info"] for kind, w in workers.items()}
+        partial = args.json.with_name(args.json.name + ".partial")
+        partial.write_text(json.dumps({"peers": info, "cases": rows}, indent=2) + "\n")
+        partial.replace(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

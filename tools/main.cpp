@@ -24,6 +24,19 @@ int report(const char* kind, std::string message, int status) {
   return status;
 }
 
+bool is_command(CLI::App& app, const std::string& name) {
+  return !app.get_subcommands([&](CLI::App* command) { return command->check_name(name); }).empty();
+}
+
+// CLI11 reports a misspelt command as a missing one; name it instead.
+std::string unknown_command(CLI::App& app, const std::string& given) {
+  std::string known;
+  for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    known += (known.empty() ? "" : ", ") + command->get_name();
+  }
+  return "unknown command '" + given + "': expected one of " + known + " (see --help)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,6 +50,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive as "errors" that exit 0 after printing.
     if (e.get_exit_code() == 0) return app.exit(e);
+    if (argc > 1 && argv[1][0] != '-' && !is_command(app, argv[1])) {
+      return report("error", unknown_command(app, argv[1]), kBadInput);
+    }
     return report("error", std::string(e.what()) + " (see --help)", kBadInput);
   }
   try {

@@ -271,7 +271,8 @@ std::string format_shape(const Shape& shape) {
 }
 
 NpyArray read_npy(const std::string& path) {
-  const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused as irregular.
+  const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (file.get() < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat info {};
   if (::fstat(file.get(), &info) != 0)

@@ -113,6 +113,29 @@ TEST(Npy, WritesStridedViewsInCOrder) {
   EXPECT_EQ(std::memcmp(read.tensor.data(), expected.data(), expected.size() * 4), 0);
 }
 
+// Past the writer's 1 MiB buffer: one large contiguous block, and many rows of a view.
+TEST(Npy, LargeArraysRoundTrip) {
+  const TempDir dir;
+  const Shape shape{2, 300, 3, 200};
+  const Tensor stored = counting_tensor(DType::f32, shape);
+  io::write_npy(dir.file("big.npy"), stored.view(), shape);
+  const io::NpyArray read = io::read_npy(dir.file("big.npy"));
+  ASSERT_EQ(read.shape, shape);
+  EXPECT_EQ(std::memcmp(read.tensor.data(), stored.data(), stored.nbytes()), 0);
+
+  const Dims bhsd{2, 3, 300, 200};
+  const TensorView strided(stored.data(), DType::f32, bhsd, bshd_strides(bhsd));
+  io::write_npy(dir.file("heads_first.npy"), strided, {2, 3, 300, 200});
+  const io::NpyArray transposed = io::read_npy(dir.file("heads_first.npy"));
+  const float* got = transposed.tensor.data_as<float>();
+  const float* want = stored.data_as<float>();
+  for (const Index b : {0, 1})
+    for (const Index h : {0, 2})
+      for (const Index s : {0, 151, 299}) {
+        EXPECT_EQ(got[((b * 3 + h) * 300 + s) * 200 + 7], want[((b * 300 + s) * 3 + h) * 200 + 7]);
+      }
+}
+
 TEST(Npy, ReadsFormatVersions2And3AndBothQuoteStyles) {
   const TempDir dir;
   const std::string data = float_bytes({1.5f, -2.0f});

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -53,26 +52,28 @@ StagedFile::~StagedFile() {
 void StagedFile::write(const void* bytes, std::size_t count) {
   if (fd_ < 0) throw Error(path_ + ": write after the file was finished");
   const char* data = static_cast<const char*>(bytes);
-  while (count > 0) {
-    if (buffer_.size() == kBufferBytes) flush();
-    const std::size_t take = std::min(count, kBufferBytes - buffer_.size());
-    buffer_.insert(buffer_.end(), data, data + take);
-    data += take;
-    count -= take;
+  if (buffer_.size() + count > kBufferBytes) flush();
+  // Large blocks (a whole tensor) go straight to the file instead of through the buffer.
+  if (count >= kBufferBytes) {
+    write_all(data, count);
+  } else {
+    buffer_.insert(buffer_.end(), data, data + count);
   }
 }
 
 void StagedFile::flush() {
-  const char* data = buffer_.data();
-  std::size_t left = buffer_.size();
-  while (left > 0) {
-    const ssize_t written = ::write(fd_, data, left);
+  write_all(buffer_.data(), buffer_.size());
+  buffer_.clear();
+}
+
+void StagedFile::write_all(const char* data, std::size_t count) {
+  while (count > 0) {
+    const ssize_t written = ::write(fd_, data, count);
     if (written < 0 && errno == EINTR) continue;
     if (written < 0) fail(path_, "cannot write", errno);
     data += written;
-    left -= static_cast<std::size_t>(written);
+    count -= static_cast<std::size_t>(written);
   }
-  buffer_.clear();
 }
 
 void StagedFile::finish() {

@@ -29,6 +29,7 @@ class StagedFile {
 
  private:
   void flush();
+  void write_all(const char* data, std::size_t count);
 
   std::string path_;
   std::string temp_path_;

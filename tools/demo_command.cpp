@@ -12,6 +12,7 @@
 
 #include "attn/attn.hpp"
 #include "command.hpp"
+#include "compute_options.hpp"
 #include "io/npy.hpp"
 #include "table.hpp"
 
@@ -23,8 +24,7 @@ struct DemoArgs {
   Index tokens = 1024;
   Index dim = 64;
   unsigned seed = 42;
-  std::string backend = "auto";
-  int threads = 0;
+  ComputeOptions compute;
   std::string weights_out;  // empty: write nothing
 };
 
@@ -119,10 +119,7 @@ void show_realistic(std::ostream& out, const DemoArgs& args) {
                v = random_tensor(dims, rng);
   Options options;
   options.causal = true;
-  options.threads = args.threads;
-  options.backend = args.backend == "reference" ? Backend::reference
-                    : args.backend == "fast"    ? Backend::fast
-                                                : Backend::automatic;
+  apply(args.compute, options);
 
   const auto start = std::chrono::steady_clock::now();
   const Result result = forward(q.view(), k.view(), v.view(), options);
@@ -138,7 +135,7 @@ void show_realistic(std::ostream& out, const DemoArgs& args) {
 
   char timing[160], sum[64];
   std::snprintf(timing, sizeof timing, "%.1f ms (%.2f GFLOP/s, backend %s)", seconds * 1e3,
-                flops / seconds * 1e-9, args.backend.c_str());
+                flops / seconds * 1e-9, args.compute.backend.c_str());
   std::snprintf(sum, sizeof sum, "%.6f", checksum);
   out << "\nPart 2. The same at a realistic size: causal self-attention, random float32 inputs "
       << "(seed " << args.seed << ")\n\n"
@@ -175,14 +172,7 @@ Command add_demo_command(CLI::App& parent) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--dim", args->dim, "Part 2: head dim")->check(CLI::Range(1, 4096));
   app->add_option("--seed", args->seed, "Part 2: seed of the random inputs");
-  app->add_option("--backend", args->backend,
-                  "Part 2: auto (the fast kernel where it supports the request, else the "
-                  "float64 reference), reference, or fast")
-      ->check(CLI::IsMember({"auto", "reference", "fast"}))
-      ->type_name("BACKEND");
-  app->add_option("--threads", args->threads,
-                  "Part 2: worker threads; 0: $ATTN_NUM_THREADS, else all cores")
-      ->check(CLI::NonNegativeNumber);
+  add_compute_options(*app, args->compute, "Part 2: ");
   app->add_option("--weights-out", args->weights_out,
                   "Write part 1's weight matrix [6, 6] as a float64 .npy [default: nothing]")
       ->type_name("W.npy");

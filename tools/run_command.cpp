@@ -10,6 +10,7 @@
 
 #include "attn/attn.hpp"
 #include "command.hpp"
+#include "compute_options.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
 
@@ -25,8 +26,7 @@ struct RunArgs {
   std::string window;  // "L,R"; empty: off
   double softcap = 0.0;
   std::string layout = "bhsd";
-  int threads = 0;
-  std::string backend = "auto";
+  ComputeOptions compute;
 };
 
 // "L,R" with integers >= -1 (-1: unbounded on that side).
@@ -41,12 +41,6 @@ std::optional<Window> parse_window(const std::string& text) {
                       right.ec == std::errc() && right.ptr == end;
   if (!parsed || window.left < -1 || window.right < -1) return std::nullopt;
   return window;
-}
-
-Backend parse_backend(const std::string& name) {
-  if (name == "reference") return Backend::reference;
-  if (name == "fast") return Backend::fast;
-  return Backend::automatic;
 }
 
 // Two outputs at one path would silently keep only the last.
@@ -125,8 +119,7 @@ void run(const RunArgs& args) {
     mask = read_input(args.mask, Layout::bhsd);
     options.mask = mask->view;
   }
-  options.threads = args.threads;
-  options.backend = parse_backend(args.backend);
+  apply(args.compute, options);
 
   const std::size_t rank = q.array.shape.size();
   const Index batch = q.view.shape[0], heads = q.view.shape[1], len_q = q.view.shape[2];
@@ -227,16 +220,7 @@ Command add_run_command(CLI::App& parent) {
                   "(3-D [H, S, D]), bshd = [B, S, H, D] (3-D [S, H, D]), read without a copy")
       ->check(CLI::IsMember({"bhsd", "bshd"}))
       ->type_name("LAYOUT");
-  app->add_option("--threads", args->threads,
-                  "Worker threads; 0: $ATTN_NUM_THREADS, else all cores")
-      ->check(CLI::NonNegativeNumber)
-      ->type_name("N");
-  app->add_option("--backend", args->backend,
-                  "auto: the fast kernel where it supports the request, else the float64 "
-                  "reference; reference; fast (an error where unsupported). "
-                  "ATTN_BACKEND=reference overrides")
-      ->check(CLI::IsMember({"auto", "reference", "fast"}))
-      ->type_name("BACKEND");
+  add_compute_options(*app, args->compute);
   return {app, [args, causal] {
             // A bare --causal has no value: the option's count says whether it was given.
             args->causal = causal->count() > 0;

@@ -1,0 +1,356 @@
+// The attn command end to end: the built binary on small .npy files. Results must equal
+// attn::forward on the same arrays; every kind of bad input must exit 2 with exactly one
+// line on stderr and leave no output file behind.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "io/npy.hpp"
+#include "support/cases.hpp"
+#include "support/compare.hpp"
+#include "support/temp_dir.hpp"
+
+namespace attn {
+namespace {
+
+using io::Shape;
+using testing::TempDir;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string quoted(const std::string& text) {
+  return "'" + text + "'";
+}
+
+// Runs `attn <arguments>` with `workdir` as the working directory; stdout and stderr are
+// captured in `logs`, so that `workdir` only holds what attn itself wrote.
+Outcome run_attn(const std::string& arguments, const TempDir& workdir) {
+  const TempDir logs;
+  const std::string command = "cd " + quoted(workdir.path().string()) + " && " +
+                              quoted(ATTN_CLI_PATH) + " " + arguments + " >" +
+                              quoted(logs.file("out")) + " 2>" + quoted(logs.file("err"));
+  const int raw = std::system(command.c_str());
+  Outcome outcome;
+  outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  outcome.out = logs.read("out");
+  outcome.err = logs.read("err");
+  return outcome;
+}
+
+Shape shape_of(const Dims& dims) {
+  return {dims[0], dims[1], dims[2], dims[3]};
+}
+
+// The stored (file-order) dims of a case input: [B, S, H, D] for bshd.
+std::string write_storage(const TempDir& dir, const std::string& name, const Tensor& storage) {
+  io::write_npy(dir.file(name), storage.view(), shape_of(storage.shape()));
+  return dir.file(name);
+}
+
+// A file read back as a [b, h, s, d] view: bshd files are [B, S, H, D].
+TensorView view_of(const io::NpyArray& array, bool bshd) {
+  const Dims stored = array.tensor.shape();
+  if (!bshd) return array.tensor.view();
+  const Dims bhsd{stored[0], stored[2], stored[1], stored[3]};
+  return TensorView(array.tensor.data(), array.tensor.dtype(), bhsd, bshd_strides(bhsd));
+}
+
+void expect_close(const TensorView& got, const TensorView& want, const char* what) {
+  const testing::Comparison c = testing::compare(got, want);
+  EXPECT_TRUE(c.hard_failure.empty()) << what << ": " << testing::describe(c);
+  EXPECT_LE(c.nmse, 1e-12) << what << ": " << testing::describe(c);
+}
+
+testing::Case sized(Index batch, Index heads, Index len_q, Index len_k, Index dim, Index dim_v) {
+  testing::Case c;
+  c.batch = batch;
+  c.heads_q = c.heads_kv = heads;
+  c.len_q = len_q;
+  c.len_k = len_k;
+  c.dim = dim;
+  c.dim_v = dim_v;
+  return c;
+}
+
+struct RunCase {
+  std::string name;
+  testing::Case c;
+  std::string flags;  // the options that say what c's options say
+};
+
+std::vector<RunCase> run_cases() {
+  using testing::Case;
+  using testing::MaskCase;
+  std::vector<RunCase> cases;
+  Case plain = sized(2, 2, 5, 7, 8, 8);
+  cases.push_back({"plain", plain, ""});
+  Case gqa = plain;
+  gqa.heads_q = 4;
+  gqa.heads_kv = 2;
+  gqa.dim_v = 3;
+  cases.push_back({"gqa", gqa, ""});
+  Case bottom_right = plain;
+  bottom_right.causal = true;
+  bottom_right.align = CausalAlign::bottom_right;
+  cases.push_back({"causal_bottom_right", bottom_right, "--causal=bottom-right"});
+  Case top_left = plain;
+  top_left.causal = true;
+  cases.push_back({"causal_bare", top_left, "--causal"});
+  Case boolean_mask = plain;
+  boolean_mask.mask = MaskCase::boolean;
+  cases.push_back({"mask_bool", boolean_mask, ""});
+  Case additive_mask = plain;
+  additive_mask.mask = MaskCase::additive;
+  cases.push_back({"mask_additive", additive_mask, ""});
+  Case shaped = plain;
+  shaped.window = {2, 1};
+  shaped.softcap = 5.0;
+  shaped.alibi = true;
+  shaped.sinks = true;
+  cases.push_back({"window_softcap_alibi_sinks", shaped, "--window 2,1 --softcap 5"});
+  Case bshd = gqa;
+  bshd.bshd = true;
+  bshd.causal = true;
+  cases.push_back({"bshd", bshd, "--layout bshd --causal top-left"});
+  Case half = plain;
+  half.dtype = DType::f16;
+  cases.push_back({"float16", half, ""});
+  Case wide = plain;
+  wide.dtype = DType::f64;
+  cases.push_back({"float64", wide, "--scale 0.3 --threads 1 --backend reference"});
+  return cases;
+}
+
+TEST(Cli, RunMatchesForward) {
+  for (const RunCase& rc : run_cases()) {
+    SCOPED_TRACE(rc.name);
+    const TempDir dir;
+    testing::Inputs in = testing::make_inputs(rc.c);
+    if (rc.flags.find("--scale") != std::string::npos) in.options.scale = 0.3;
+    std::string args = "run --query " + write_storage(dir, "q.npy", in.q_storage) + " --key " +
+                       write_storage(dir, "k.npy", in.k_storage) + " --value " +
+                       write_storage(dir, "v.npy", in.v_storage) + " --out " + dir.file("c.npy") +
+                       " --weights " + dir.file("w.npy") + " --lse " + dir.file("l.npy") + " " +
+                       rc.flags;
+    if (in.options.mask) args += " --mask " + write_storage(dir, "m.npy", in.mask_storage);
+    const auto write_vector = [&](const std::string& name, const std::vector<float>& values) {
+      const auto n = static_cast<Index>(values.size());
+      io::write_npy(dir.file(name), TensorView(values.data(), DType::f32, {1, 1, 1, n}), {n});
+      return dir.file(name);
+    };
+    if (!in.options.alibi_slopes.empty())
+      args += " --alibi " + write_vector("a.npy", in.options.alibi_slopes);
+    if (!in.options.sinks.empty()) args += " --sinks " + write_vector("s.npy", in.options.sinks);
+
+    const Outcome outcome = run_attn(args, dir);
+    ASSERT_EQ(outcome.status, 0) << outcome.err;
+    EXPECT_EQ(outcome.err, "");
+
+    const Result want = forward(in.q, in.k, in.v, in.options, {.lse = true, .weights = true});
+    const io::NpyArray context = io::read_npy(dir.file("c.npy"));
+    const io::NpyArray lse = io::read_npy(dir.file("l.npy"));
+    const io::NpyArray weights = io::read_npy(dir.file("w.npy"));
+    const testing::Case& c = rc.c;
+    const Shape context_shape = c.bshd ? Shape{c.batch, c.len_q, c.heads_q, c.dim_v}
+                                       : Shape{c.batch, c.heads_q, c.len_q, c.dim_v};
+    EXPECT_EQ(context.shape, context_shape);
+    EXPECT_EQ(context.tensor.dtype(), c.dtype);
+    EXPECT_EQ(lse.shape, (Shape{c.batch, c.heads_q, c.len_q}));
+    EXPECT_EQ(weights.shape, (Shape{c.batch, c.heads_q, c.len_q, c.len_k}));
+    EXPECT_EQ(weights.tensor.dtype(), c.dtype == DType::f64 ? DType::f64 : DType::f32);
+    expect_close(view_of(context, c.bshd), want.context.view(), "context");
+    expect_close(TensorView(lse.tensor.data(), lse.tensor.dtype(), want.lse.shape()),
+                 want.lse.view(), "lse");
+    expect_close(weights.tensor.view(), want.weights.view(), "weights");
+  }
+}
+
+// 2-D [L, D] and 3-D [H, L, D] files: leading dims of 1, and outputs of the query's rank.
+TEST(Cli, LowerRankFilesKeepTheirRank) {
+  const TempDir dir;
+  const testing::Case c = sized(1, 3, 4, 6, 5, 2);
+  const testing::Inputs in = testing::make_inputs(c);
+  io::write_npy(dir.file("q.npy"), in.q, {3, 4, 5});
+  io::write_npy(dir.file("k.npy"), in.k, {3, 6, 5});
+  io::write_npy(dir.file("v.npy"), in.v, {3, 6, 2});
+  const Outcome outcome = run_attn(
+      "run --query q.npy --key k.npy --value v.npy --out c.npy --lse l.npy --weights w.npy", dir);
+  ASSERT_EQ(outcome.status, 0) << outcome.err;
+  EXPECT_EQ(io::read_npy(dir.file("c.npy")).shape, (Shape{3, 4, 2}));
+  EXPECT_EQ(io::read_npy(dir.file("l.npy")).shape, (Shape{3, 4}));
+  EXPECT_EQ(io::read_npy(dir.file("w.npy")).shape, (Shape{3, 4, 6}));
+  const Result want = forward(in.q, in.k, in.v);
+  expect_close(io::read_npy(dir.file("c.npy")).tensor.view(), want.context.view(), "context");
+
+  // bshd 3-D files are [S, H, D]; a 2-D file is [S, D] in either layout.
+  const TempDir two;
+  const testing::Case single = sized(1, 1, 4, 6, 5, 2);
+  const testing::Inputs one_head = testing::make_inputs(single);
+  io::write_npy(two.file("q.npy"), one_head.q, {4, 5});
+  io::write_npy(two.file("k.npy"), one_head.k, {6, 5});
+  io::write_npy(two.file("v.npy"), one_head.v, {6, 2});
+  const Outcome flat =
+      run_attn("run --layout bshd --query q.npy --key k.npy --value v.npy --out c.npy", two);
+  ASSERT_EQ(flat.status, 0) << flat.err;
+  const io::NpyArray context = io::read_npy(two.file("c.npy"));
+  EXPECT_EQ(context.shape, (Shape{4, 2}));
+  expect_close(context.tensor.view(), forward(one_head.q, one_head.k, one_head.v).context.view(),
+               "2-D context");
+}
+
+// Inputs shared by the error tests: q, k, v of [1, 2, 3, 4] in a directory of their own.
+class CliErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::vector<float> values(24, 0.5f);
+    const TensorView t(values.data(), DType::f32, {1, 2, 3, 4});
+    for (const char* name : {"q.npy", "k.npy", "v.npy"})
+      io::write_npy(inputs_.file(name), t, {1, 2, 3, 4});
+  }
+
+  std::string input(const std::string& name) const { return inputs_.file(name); }
+  std::string good_inputs() const {
+    return "--query " + input("q.npy") + " --key " + input("k.npy") + " --value " + input("v.npy");
+  }
+
+  // attn must exit 2 with one line "attn: error: ...<expected>..." and write nothing.
+  void expect_error(const std::string& arguments, const std::string& expected) {
+    SCOPED_TRACE(arguments);
+    const TempDir workdir;
+    const Outcome outcome = run_attn(arguments, workdir);
+    EXPECT_EQ(outcome.status, 2);
+    EXPECT_EQ(outcome.err.rfind("attn: error: ", 0), 0u) << outcome.err;
+    EXPECT_EQ(std::count(outcome.err.begin(), outcome.err.end(), '\n'), 1) << outcome.err;
+    EXPECT_NE(outcome.err.find(expected), std::string::npos) << outcome.err;
+    EXPECT_EQ(outcome.out, "");
+    EXPECT_TRUE(workdir.entries().empty()) << "attn left files behind";
+  }
+
+  TempDir inputs_;
+};
+
+TEST_F(CliErrors, BadFiles) {
+  const std::string good = inputs_.read("q.npy");
+  inputs_.write("truncated.npy", good.substr(0, good.size() - 3));
+  inputs_.write("magic.npy", "PK" + good.substr(2));
+  std::string ints = good;
+  ints.replace(ints.find("<f4"), 3, "<i4");
+  inputs_.write("int.npy", ints);
+  std::string huge = good;
+  huge.replace(huge.find("(1, 2, 3, 4)"), 12, "(9999999999999, 99999999)");
+  inputs_.write("huge.npy", huge);
+  const std::vector<unsigned char> flags(24, 1);
+  io::write_npy(input("bool.npy"), TensorView(flags.data(), DType::boolean, {1, 2, 3, 4}),
+                {1, 2, 3, 4});
+
+  const std::string kv = " --key " + input("k.npy") + " --value " + input("v.npy") + " --out c.npy";
+  expect_error("run --query missing.npy" + kv,
+               "missing.npy: cannot open: No such file or directory");
+  expect_error("run --query " + input("truncated.npy") + kv, "truncated.npy: truncated data");
+  expect_error("run --query " + input("magic.npy") + kv, "magic.npy: not a .npy file");
+  expect_error("run --query " + input("int.npy") + kv, "unsupported dtype '<i4'");
+  expect_error("run --query " + input("huge.npy") + kv, "huge.npy: absurd shape");
+  expect_error("run --query " + input("bool.npy") + kv,
+               "q: expected a floating-point dtype, given bool");
+}
+
+TEST_F(CliErrors, ShapeMismatches) {
+  const std::vector<float> values(60, 0.5f);
+  io::write_npy(input("k5.npy"), TensorView(values.data(), DType::f32, {1, 2, 3, 5}), {1, 2, 3, 5});
+  io::write_npy(input("k3h.npy"), TensorView(values.data(), DType::f32, {1, 3, 3, 4}),
+                {1, 3, 3, 4});
+  io::write_npy(input("mask.npy"), TensorView(values.data(), DType::f32, {1, 1, 3, 5}), {3, 5});
+  io::write_npy(input("slopes.npy"), TensorView(values.data(), DType::f32, {1, 1, 1, 3}), {3});
+  const std::string vo = " --value " + input("v.npy") + " --out c.npy";
+  expect_error("run --query " + input("q.npy") + " --key " + input("k5.npy") + vo,
+               "k: expected shape [1, Hkv, Lk, 4]");
+  expect_error("run --query " + input("q.npy") + " --key " + input("k3h.npy") + vo,
+               "v: expected shape [1, 3, 3, Dv]");
+  expect_error("run " + good_inputs() + " --out c.npy --mask " + input("mask.npy"),
+               "mask: expected shape [1 or 1, 2 or 1, 3, 3], given [1, 1, 3, 5]");
+  expect_error("run " + good_inputs() + " --out c.npy --alibi " + input("slopes.npy"),
+               "alibi_slopes: expected 2 values");
+  expect_error("run " + good_inputs() + " --out c.npy --sinks " + input("q.npy"),
+               "expected a 1-D array");
+}
+
+TEST_F(CliErrors, BadOptions) {
+  const std::string run = "run " + good_inputs() + " --out c.npy";
+  expect_error("run " + good_inputs(), "--out is required");
+  expect_error(run + " --scale abc", "--scale");
+  expect_error(run + " --scale nan", "scale: expected a finite number");
+  expect_error(run + " --window 3", "--window: expected L,R with integers >= -1, given '3'");
+  expect_error(run + " --window 1,-2", "given '1,-2'");
+  expect_error(run + " --softcap -1", "softcap: expected a finite number >= 0");
+  expect_error(run + " --causal=sideways", "--causal: sideways not in {top-left,bottom-right}");
+  expect_error(run + " --layout hbsd", "--layout");
+  expect_error(run + " --threads -1", "--threads");
+  expect_error(run + " --backend gpu", "--backend");
+  expect_error(run + " --colour red", "--colour");
+  expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
+  expect_error("", "A subcommand is required");
+  expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run");
+  expect_error("demo --tokens 0", "--tokens");
+}
+
+// Outputs appear all together or not at all: a second output that cannot be written
+// (its directory is missing) must also keep the first from appearing.
+TEST_F(CliErrors, FailedWritesLeaveNoOutputs) {
+  expect_error("run " + good_inputs() + " --out c.npy --weights no/such/dir/w.npy",
+               "no/such/dir/w.npy: cannot create");
+  expect_error("run " + good_inputs() + " --out no/such/dir/c.npy", "cannot create");
+}
+
+TEST(Cli, HelpDocumentsEveryOption) {
+  const TempDir dir;
+  const Outcome top = run_attn("--help", dir);
+  EXPECT_EQ(top.status, 0);
+  EXPECT_NE(top.out.find("run"), std::string::npos);
+  EXPECT_NE(top.out.find("demo"), std::string::npos);
+  const Outcome run = run_attn("run --help", dir);
+  EXPECT_EQ(run.status, 0);
+  for (const char* option : {"--query", "--key", "--value", "--out", "--weights", "--lse", "--mask",
+                             "--causal", "--scale", "--window", "--softcap", "--alibi", "--sinks",
+                             "--layout", "--threads", "--backend", "=bhsd", "=auto", "1/sqrt(D)"}) {
+    EXPECT_NE(run.out.find(option), std::string::npos) << option;
+  }
+  const Outcome demo = run_attn("demo --help", dir);
+  EXPECT_EQ(demo.status, 0);
+  for (const char* option :
+       {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed", "--weights-out"}) {
+    EXPECT_NE(demo.out.find(option), std::string::npos) << option;
+  }
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(Cli, DemoShowsTheStepsAndWritesOnlyWhenAsked) {
+  const TempDir dir;
+  const Outcome plain = run_attn("demo --heads 2 --tokens 33 --dim 8", dir);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  for (const char* text : {"Step 1. Scores", "Step 2. Weights", "row sum", "Step 3. Context",
+                           "max |difference|", "[1, 2, 33, 8]", "checksum"}) {
+    EXPECT_NE(plain.out.find(text), std::string::npos) << text;
+  }
+  EXPECT_TRUE(dir.entries().empty());
+
+  const Outcome saved = run_attn("demo --heads 1 --tokens 4 --dim 2 --weights-out w.npy", dir);
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  const io::NpyArray w = io::read_npy(dir.file("w.npy"));
+  ASSERT_EQ(w.shape, (Shape{6, 6}));
+  for (Index i = 0; i < 6; ++i) {
+    double sum = 0.0;
+    for (Index j = 0; j < 6; ++j) sum += w.tensor.data_as<double>()[i * 6 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-12) << "row " << i;
+  }
+}
+
+}  // namespace
+}  // namespace attn

@@ -1,0 +1,18 @@
+// Each subcommand of `attn` lives in its own file and registers itself with the parser
+// here; main() runs the one that was chosen. Adding a command means one add_*_command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace attn::tools {
+
+struct Command {
+  CLI::App* app;              // the subcommand, parsed by main()
+  std::function<void()> run;  // runs it with the parsed options; throws attn::Error
+};
+
+Command add_run_command(CLI::App& parent);
+Command add_demo_command(CLI::App& parent);
+
+}  // namespace attn::tools

@@ -1,0 +1,231 @@
+// `attn run`: attention on .npy files. Everything is read and checked, then computed, then
+// written: outputs are staged under temporary names and renamed into place only after
+// every one of them was written, so a failure leaves no output file at all.
+#include <charconv>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "command.hpp"
+#include "compute_options.hpp"
+#include "io/npy.hpp"
+#include "layout.hpp"
+
+namespace attn::tools {
+namespace {
+
+struct RunArgs {
+  std::string query, key, value, out;
+  std::string weights, lse, mask, alibi, sinks;  // empty: not given
+  bool causal = false;
+  std::string causal_align;  // "top-left", "bottom-right", or empty (top-left)
+  std::optional<double> scale;
+  std::string window;  // "L,R"; empty: off
+  double softcap = 0.0;
+  std::string layout = "bhsd";
+  ComputeOptions compute;
+};
+
+// "L,R" with integers >= -1 (-1: unbounded on that side).
+std::optional<Window> parse_window(const std::string& text) {
+  const std::size_t comma = text.find(',');
+  if (comma == std::string::npos) return std::nullopt;
+  Window window;
+  const char* end = text.data() + text.size();
+  const auto left = std::from_chars(text.data(), text.data() + comma, window.left);
+  const auto right = std::from_chars(text.data() + comma + 1, end, window.right);
+  const bool parsed = left.ec == std::errc() && left.ptr == text.data() + comma &&
+                      right.ec == std::errc() && right.ptr == end;
+  if (!parsed || window.left < -1 || window.right < -1) return std::nullopt;
+  return window;
+}
+
+// Two outputs at one path would silently keep only the last.
+void check_distinct_outputs(const RunArgs& args) {
+  const std::vector<std::pair<const char*, const std::string*>> outputs = {
+      {"--out", &args.out}, {"--weights", &args.weights}, {"--lse", &args.lse}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const std::string& a = *outputs[i].second;
+      const std::string& b = *outputs[j].second;
+      if (a.empty() || b.empty()) continue;
+      if (std::filesystem::absolute(a).lexically_normal() ==
+          std::filesystem::absolute(b).lexically_normal()) {
+        throw Error(std::string(outputs[j].first) + ": expected a path different from " +
+                    outputs[i].first + ", given the same path '" + b + "'");
+      }
+    }
+  }
+}
+
+// An input array with its [b, h, s, d] view in the chosen layout.
+struct Input {
+  io::NpyArray array;
+  TensorView view;
+};
+
+Input read_input(const std::string& path, Layout layout) {
+  Input input{io::read_npy(path), {}};
+  const Placement placement = place(layout, input.array.shape);
+  input.view = TensorView(input.array.tensor.data(), input.array.tensor.dtype(), placement.shape,
+                          placement.strides);
+  return input;
+}
+
+// An output: storage in file order, the [b, h, s, d] view the library writes through, and
+// the shape the file will have.
+struct Output {
+  Tensor storage;
+  MutableTensorView view;
+  io::Shape shape;
+};
+
+Output make_output(DType dtype, Layout layout, const Dims& bhsd, std::size_t rank) {
+  Output output;
+  output.shape = file_shape(layout, bhsd, rank);
+  output.storage = Tensor(dtype, io::right_aligned(output.shape));
+  const Placement placement = place(layout, output.shape);
+  output.view = MutableTensorView(output.storage.data(), dtype, placement.shape, placement.strides);
+  return output;
+}
+
+io::StagedFile stage(const std::string& path, const Output& output) {
+  const TensorView stored(output.storage.data(), output.storage.dtype(), output.storage.shape());
+  return io::stage_npy(path, stored, output.shape);
+}
+
+void run(const RunArgs& args) {
+  check_distinct_outputs(args);
+  const Layout layout = parse_layout(args.layout);
+  const Input q = read_input(args.query, layout);
+  const Input k = read_input(args.key, layout);
+  const Input v = read_input(args.value, layout);
+
+  Options options;
+  options.scale = args.scale;
+  options.causal = args.causal;
+  options.causal_align =
+      args.causal_align == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
+  if (!args.window.empty()) options.window = *parse_window(args.window);
+  options.softcap = args.softcap;
+  if (!args.alibi.empty()) options.alibi_slopes = io::read_npy_vector(args.alibi);
+  if (!args.sinks.empty()) options.sinks = io::read_npy_vector(args.sinks);
+  // The mask is [B or 1, H or 1, Lq, Lk] whatever the layout, as in PyTorch.
+  std::optional<Input> mask;
+  if (!args.mask.empty()) {
+    mask = read_input(args.mask, Layout::bhsd);
+    options.mask = mask->view;
+  }
+  apply(args.compute, options);
+
+  const std::size_t rank = q.array.shape.size();
+  const Index batch = q.view.shape[0], heads = q.view.shape[1], len_q = q.view.shape[2];
+  const Index len_k = k.view.shape[2], dim_v = v.view.shape[3];
+  const DType stats_dtype = q.view.dtype == DType::f64 ? DType::f64 : DType::f32;
+  Output context = make_output(q.view.dtype, layout, {batch, heads, len_q, dim_v}, rank);
+  Outputs outputs{context.view, std::nullopt, std::nullopt};
+  std::optional<Output> lse, weights;
+  if (!args.lse.empty()) {
+    // One value per query row, [B, H, Lq] in every layout (as FlashAttention's softmax_lse);
+    // the leading 1 stands in for the dim that the trailing 1 of [B, H, Lq, 1] takes away.
+    lse = make_output(stats_dtype, Layout::bhsd, {1, batch, heads, len_q}, rank > 0 ? rank - 1 : 0);
+    outputs.lse = MutableTensorView(lse->storage.data(), stats_dtype, {batch, heads, len_q, 1});
+  }
+  if (!args.weights.empty()) {
+    weights = make_output(stats_dtype, Layout::bhsd, {batch, heads, len_q, len_k}, rank);
+    outputs.weights = weights->view;
+  }
+  forward_into(q.view, k.view, v.view, options, outputs);
+
+  std::vector<io::StagedFile> staged;
+  staged.push_back(stage(args.out, context));
+  if (lse) staged.push_back(stage(args.lse, *lse));
+  if (weights) staged.push_back(stage(args.weights, *weights));
+  for (io::StagedFile& file : staged) file.commit();
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& parent) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* app = parent.add_subcommand("run", "Attention on .npy arrays: context, weights, lse");
+  app->footer(
+      "Computes C = softmax(scale * Q K^T + mask) V for every query row and head. Arrays are "
+      ".npy files of float16, float32 or float64; 2-D [L, D] and 3-D [H, L, D] files have "
+      "leading dims of 1. The context has the query's dtype and rank; lse and weights are "
+      "float32 (float64 for a float64 query). Outputs appear only once all of them are "
+      "computed and written; on bad input attn prints one line and exits with status 2.");
+  app->option_defaults()->always_capture_default();
+
+  app->add_option("--query", args->query, "Q: [B, Hq, Lq, D] (in --layout order)")
+      ->required()
+      ->type_name("Q.npy");
+  app->add_option("--key", args->key, "K: [B, Hkv, Lk, D]; Hkv divides Hq (GQA/MQA)")
+      ->required()
+      ->type_name("K.npy");
+  app->add_option("--value", args->value, "V: [B, Hkv, Lk, Dv]")->required()->type_name("V.npy");
+  app->add_option("--out", args->out, "Where the context goes: [B, Hq, Lq, Dv] in --layout order")
+      ->required()
+      ->type_name("C.npy");
+  app->add_option("--weights", args->weights,
+                  "Also write the weights alpha: [B, Hq, Lq, Lk] (rows sum to 1 less the sink's "
+                  "share) [default: not written]")
+      ->type_name("W.npy");
+  app->add_option("--lse", args->lse,
+                  "Also write the log-sum-exp of each row's scores: [B, Hq, Lq]; -inf for a row "
+                  "that sees no key [default: not written]")
+      ->type_name("L.npy");
+  app->add_option("--mask", args->mask,
+                  "[B or 1, Hq or 1, Lq, Lk] in any layout: bool (true = may attend) or float "
+                  "(added to the scores; -inf hides) [default: none]")
+      ->type_name("M.npy");
+  CLI::Option* causal =
+      app->add_option(
+             "--causal", args->causal_align,
+             "Hide keys after each query's position. top-left (PyTorch): query i sits at "
+             "key i; bottom-right (FlashAttention): query i sits at key i + Lk - Lq. A bare "
+             "--causal means top-left [default: off]")
+          ->expected(0, 1)
+          ->check(CLI::IsMember({"top-left", "bottom-right"}))
+          ->type_name("[ALIGN]");
+  app->add_option_function<double>(
+         "--scale", [args](const double& scale) { args->scale = scale; },
+         "Multiplies q . k [default: 1/sqrt(D)]")
+      ->type_name("S");
+  app->add_option("--window", args->window,
+                  "Sliding window: query at key position p sees keys p-L .. p+R; -1 means "
+                  "unbounded on that side [default: off]")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return parse_window(text) ? std::string()
+                                      : "expected L,R with integers >= -1, given '" + text + "'";
+          },
+          ""))
+      ->type_name("L,R");
+  app->add_option("--softcap", args->softcap,
+                  "Logit soft cap c: score = c * tanh(score / c); 0 is off")
+      ->type_name("X");
+  app->add_option("--alibi", args->alibi,
+                  "ALiBi slopes, 1-D [Hq]: score -= slope * |query pos - key pos| [default: none]")
+      ->type_name("SLOPES.npy");
+  app->add_option("--sinks", args->sinks,
+                  "Attention sinks, 1-D [Hq]: one extra logit per head that takes weight and has "
+                  "no value [default: none]")
+      ->type_name("S.npy");
+  app->add_option("--layout", args->layout,
+                  "Order of dims in the Q, K, V and context files: bhsd = [B, H, S, D] "
+                  "(3-D [H, S, D]), bshd = [B, S, H, D] (3-D [S, H, D]), read without a copy")
+      ->check(CLI::IsMember({"bhsd", "bshd"}))
+      ->type_name("LAYOUT");
+  add_compute_options(*app, args->compute);
+  return {app, [args, causal] {
+            // A bare --causal has no value: the option's count says whether it was given.
+            args->causal = causal->count() > 0;
+            run(*args);
+          }};
+}
+
+}  // namespace attn::tools

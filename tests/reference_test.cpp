@@ -529,6 +529,32 @@ TEST(Reference, FullyMaskedRow) {
   for (Index d = 0; d < 3; ++d) EXPECT_EQ(r.context.data_as<float>()[3 + d], 0.0f);
 }
 
+// No keys at all: every row is fully masked (or all sink). No queries, or no batch: empty
+// outputs and nothing written.
+TEST(Reference, EmptyExtents) {
+  const Tensor q(DType::f32, {1, 2, 3, 4}), k(DType::f32, {1, 1, 0, 4}),
+      v(DType::f32, {1, 1, 0, 5});
+  Options o;
+  o.backend = Backend::reference;
+  Result r = forward(q.view(), k.view(), v.view(), o, {.lse = true, .weights = true});
+  EXPECT_EQ(r.context.shape(), (Dims{1, 2, 3, 5}));
+  EXPECT_EQ(r.weights.shape(), (Dims{1, 2, 3, 0}));
+  for (Index i = 0; i < r.context.numel(); ++i) EXPECT_EQ(r.context.data_as<float>()[i], 0.0f);
+  for (Index i = 0; i < r.lse.numel(); ++i) EXPECT_EQ(r.lse.data_as<float>()[i], -INFINITY);
+  o.sinks = {1.5f, -2.0f};
+  r = forward(q.view(), k.view(), v.view(), o, {.lse = true});
+  EXPECT_EQ(r.lse.data_as<float>()[0], 1.5f);
+  EXPECT_EQ(r.lse.data_as<float>()[3], -2.0f);
+
+  GuardedTensor context(DType::f32, {1, 2, 0, 5});
+  const Tensor no_queries(DType::f32, {1, 2, 0, 4}), keys(DType::f32, {1, 1, 6, 4});
+  const Tensor values(DType::f32, {1, 1, 6, 5});
+  forward_into(no_queries.view(), keys.view(), values.view(), o, {context.view(), {}, {}});
+  EXPECT_TRUE(context.guards_intact());
+  const Tensor no_batch(DType::f32, {0, 2, 3, 4}), no_batch_kv(DType::f32, {0, 1, 6, 4});
+  EXPECT_EQ(forward(no_batch.view(), no_batch_kv.view(), no_batch_kv.view(), o).context.numel(), 0);
+}
+
 // Each way of hiding a key, with NaN written into that key's k and v rows.
 struct Hiding {
   const char* name;

@@ -38,7 +38,9 @@ std::string Case::name() const {
   return name;
 }
 
-void PrintTo(const Case& c, std::ostream* out) { *out << c.name(); }
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name();
+}
 
 namespace {
 

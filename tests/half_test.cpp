@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 
 #include "attn/half.hpp"
+#include "core/rows.hpp"
 
 namespace attn {
 namespace {
@@ -165,6 +167,56 @@ TEST(BFloat16, NaNStaysNaN) {
   // Payload only in the low 16 bits: truncating would give infinity.
   EXPECT_TRUE(is_bfloat16_nan(brain_bits(std::bit_cast<float>(0x7f800001u))));
   EXPECT_TRUE(is_bfloat16_nan(brain_bits(std::bit_cast<float>(0xff80ffffu))));
+}
+
+// A double stored into a float16/bfloat16 tensor, as the reference stores its results.
+template <class Half>
+std::uint16_t stored_bits(double value) {
+  Half out{};
+  core::store_row(MutableTensorView(&out, dtype_of<Half>(), {1, 1, 1, 1}), 0, 0, 0, &value);
+  return out.bits;
+}
+
+// The correctly rounded 16-bit pattern for `value`: of the patterns next to the one found
+// through float, the nearest, ties to the even pattern.
+template <class Half>
+std::uint16_t nearest_bits(double value) {
+  const std::uint16_t guess = stored_bits<Half>(value);
+  std::uint16_t best = guess;
+  for (const int step : {-1, 1}) {
+    const auto candidate = static_cast<std::uint16_t>(guess + step);
+    if ((candidate & 0x7fffu) == 0 && (guess & 0x7fffu) == 0) continue;  // across zero
+    const double distance = std::abs(to_float(Half{candidate}) - value);
+    const double best_distance = std::abs(to_float(Half{best}) - value);
+    if (distance < best_distance || (distance == best_distance && !(candidate & 1u))) {
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+// Rounding a double to float and then to float16 rounds twice and can miss by one unit
+// just above a tie: 1 + 2^-11 + 2^-40 becomes the float 1 + 2^-11 (a float16 tie), then 1.
+TEST(StoredDoubles, RoundOnceNotTwice) {
+  EXPECT_EQ(stored_bits<float16>(1 + 0x1p-11 + 0x1p-40), 0x3c01u);
+  EXPECT_EQ(stored_bits<float16>(1 + 0x1p-11 - 0x1p-40), 0x3c00u);
+  EXPECT_EQ(stored_bits<float16>(1 + 0x1p-11), 0x3c00u);  // an exact tie goes to even
+  EXPECT_EQ(stored_bits<bfloat16>(1 + 0x1p-8 + 0x1p-40), 0x3f81u);
+  EXPECT_EQ(stored_bits<bfloat16>(1 + 0x1p-8), 0x3f80u);
+  EXPECT_EQ(stored_bits<float16>(1e300), 0x7c00u);
+  EXPECT_EQ(stored_bits<bfloat16>(-1e300), 0xff80u);
+  EXPECT_TRUE(is_float16_nan(stored_bits<float16>(NAN)));
+}
+
+TEST(StoredDoubles, RandomValuesAreCorrectlyRounded) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> mantissa(-2.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-26, 14);  // |value| < 2^15: no overflow
+  for (int i = 0; i < 20000; ++i) {
+    const double value = std::ldexp(mantissa(rng), exponent(rng));
+    EXPECT_EQ(stored_bits<float16>(value), nearest_bits<float16>(value)) << value;
+    EXPECT_EQ(stored_bits<bfloat16>(value), nearest_bits<bfloat16>(value)) << value;
+  }
 }
 
 }  // namespace

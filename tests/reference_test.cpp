@@ -167,11 +167,11 @@ void expect_close(const TensorView& got, const TensorView& want, double nmse, co
 double rounding_nmse(DType dtype) {
   switch (dtype) {
     case DType::f16:
-      return 1e-6;
+      return 1e-7;
     case DType::bf16:
-      return 1e-4;
+      return 5e-6;
     case DType::f32:
-      return 1e-13;
+      return 1e-14;
     default:
       return kTight;
   }

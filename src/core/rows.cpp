@@ -1,5 +1,10 @@
 #include "rows.hpp"
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
 namespace attn::core {
 namespace {
 
@@ -12,12 +17,24 @@ double widen(T value) {
   }
 }
 
+// value rounded to a float by round-to-odd: of the two floats around an inexact value, the
+// one whose last bit is 1. Rounding that float to a 16-bit format then gives the same result
+// as rounding value directly (float's 24 bits are at least 2p + 2 for p = 11 or 8), where
+// double -> float -> half by round-to-nearest twice can be off by one unit on a near-tie.
+float round_to_odd(double value) {
+  const float nearest = static_cast<float>(value);
+  if (static_cast<double>(nearest) == value || std::isnan(value)) return nearest;
+  const float other =
+      std::nextafter(nearest, static_cast<float>(value > nearest ? INFINITY : -INFINITY));
+  return (std::bit_cast<std::uint32_t>(nearest) & 1u) ? nearest : other;
+}
+
 template <class T>
 T narrow(double value) {
   if constexpr (std::is_same_v<T, float16>) {
-    return to_float16(static_cast<float>(value));
+    return to_float16(round_to_odd(value));
   } else if constexpr (std::is_same_v<T, bfloat16>) {
-    return to_bfloat16(static_cast<float>(value));
+    return to_bfloat16(round_to_odd(value));
   } else {
     return static_cast<T>(value);
   }
@@ -26,11 +43,21 @@ T narrow(double value) {
 template <class Fn>
 void with_type(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f16: fn(float16{}); return;
-    case DType::bf16: fn(bfloat16{}); return;
-    case DType::f32: fn(float{}); return;
-    case DType::f64: fn(double{}); return;
-    case DType::boolean: fn(bool{}); return;
+    case DType::f16:
+      fn(float16{});
+      return;
+    case DType::bf16:
+      fn(bfloat16{});
+      return;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    case DType::boolean:
+      fn(bool{});
+      return;
   }
 }
 

@@ -9,11 +9,16 @@ namespace attn {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f16: return "float16";
-    case DType::bf16: return "bfloat16";
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::boolean: return "bool";
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::boolean:
+      return "bool";
   }
   return "unknown";
 }
@@ -21,10 +26,14 @@ const char* dtype_name(DType dtype) {
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::f16:
-    case DType::bf16: return 2;
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::boolean: return 1;
+    case DType::bf16:
+      return 2;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
@@ -51,17 +60,28 @@ void throw_dtype_mismatch(const char* argument, DType wanted, DType given) {
 }
 }  // namespace detail
 
-void Tensor::Free::operator()(void* p) const { std::free(p); }
+void Tensor::Free::operator()(void* p) const {
+  std::free(p);
+}
 
 Tensor::Tensor(DType dtype, const Dims& shape) : dtype_(dtype), shape_(shape) {
+  // The byte count is computed with overflow checks: an absurd shape (say, from a file
+  // header) must be an error, not a wrapped-around small allocation.
+  auto bytes = static_cast<Index>(dtype_size(dtype));
   for (const Index extent : shape) {
-    if (extent < 0) throw Error("Tensor: negative extent in shape " + format_dims(shape));
+    if (extent < 0) {
+      throw Error("Tensor shape: expected non-negative extents, given " + format_dims(shape));
+    }
+    if (__builtin_mul_overflow(bytes, extent, &bytes)) {
+      throw Error("Tensor shape: expected fewer than 2^63 bytes in all, given " +
+                  format_dims(shape) + " of " + dtype_name(dtype));
+    }
   }
   constexpr std::size_t kAlignment = 64;
-  const std::size_t bytes = nbytes();
   // aligned_alloc wants a multiple of the alignment, and at least one byte so that an empty
   // tensor still owns storage (empty() means "not asked for", not "zero elements").
-  const std::size_t padded = (bytes + kAlignment) / kAlignment * kAlignment;
+  const std::size_t padded =
+      (static_cast<std::size_t>(bytes) + kAlignment) / kAlignment * kAlignment;
   void* memory = std::aligned_alloc(kAlignment, padded);
   if (memory == nullptr) throw std::bad_alloc();
   std::memset(memory, 0, padded);

@@ -33,10 +33,26 @@ void check_heads(const char* name, Index heads, Index heads_q) {
   }
 }
 
+// 2^-(mantissa bits + 1): the largest relative error of rounding to `dtype`.
+double unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+    case DType::f32:
+      return 0x1p-24;
+    default:
+      return 0x1p-53;
+  }
+}
+
 // A [1, 1, rows, cols] parameter matrix as a dense row-major double array.
 std::vector<double> load_matrix(const char* name, const std::optional<TensorView>& t, Index rows,
                                 Index cols) {
-  if (!t) fail(name, "a [1, 1, " + std::to_string(rows) + ", " + std::to_string(cols) + "] matrix", "none");
+  if (!t)
+    fail(name, "a [1, 1, " + std::to_string(rows) + ", " + std::to_string(cols) + "] matrix",
+         "none");
   check_float(name, *t);
   const Dims wanted{1, 1, rows, cols};
   if (t->shape != wanted) fail(name, "shape " + format_dims(wanted), format_dims(t->shape));
@@ -59,7 +75,8 @@ std::vector<double> multiply(const std::vector<double>& w, Index rows, Index col
 Tensor scores(const TensorView& q, const TensorView& k, const ScoreParams& params) {
   check_float("q", q);
   check_float("k", k);
-  if (k.shape[0] != q.shape[0]) fail("k", "batch " + std::to_string(q.shape[0]) + " (as q)", format_dims(k.shape));
+  if (k.shape[0] != q.shape[0])
+    fail("k", "batch " + std::to_string(q.shape[0]) + " (as q)", format_dims(k.shape));
   check_heads("k", k.shape[1], q.shape[1]);
   const Index batch = q.shape[0], heads = q.shape[1], len_q = q.shape[2], len_k = k.shape[2];
   const Index dim_q = q.shape[3], dim_k = k.shape[3], group = heads / k.shape[1];
@@ -67,7 +84,11 @@ Tensor scores(const TensorView& q, const TensorView& k, const ScoreParams& param
   if (needs_same_dim && dim_k != dim_q) {
     fail("k", "head dim " + std::to_string(dim_q) + " (as q)", format_dims(k.shape));
   }
-  if (params.scale && !std::isfinite(*params.scale)) fail("scale", "a finite number", std::to_string(*params.scale));
+  if (params.scale && params.kind != ScoreKind::scaled_dot) {
+    fail("scale", "no scale (only scaled_dot scores take one)", std::to_string(*params.scale));
+  }
+  if (params.scale && !std::isfinite(*params.scale))
+    fail("scale", "a finite number", std::to_string(*params.scale));
 
   double scale = 1.0;
   if (params.kind == ScoreKind::scaled_dot) {
@@ -75,7 +96,8 @@ Tensor scores(const TensorView& q, const TensorView& k, const ScoreParams& param
   }
   std::vector<double> bilinear, w1, w2, energy;
   Index hidden = 0;
-  if (params.kind == ScoreKind::general) bilinear = load_matrix("weight", params.weight, dim_q, dim_k);
+  if (params.kind == ScoreKind::general)
+    bilinear = load_matrix("weight", params.weight, dim_q, dim_k);
   if (params.kind == ScoreKind::additive) {
     if (!params.energy) fail("energy", "a [1, 1, 1, A] vector", "none");
     hidden = params.energy->shape[3];
@@ -113,7 +135,8 @@ Tensor scores(const TensorView& q, const TensorView& k, const ScoreParams& param
               break;
             case ScoreKind::additive: {
               const std::vector<double> projected_k = multiply(w2, hidden, dim_k, k_row);
-              for (Index a = 0; a < hidden; ++a) s += energy[a] * std::tanh(projected_q[a] + projected_k[a]);
+              for (Index a = 0; a < hidden; ++a)
+                s += energy[a] * std::tanh(projected_q[a] + projected_k[a]);
               break;
             }
           }
@@ -131,15 +154,18 @@ Tensor softmax(const TensorView& scores) {
   Tensor out(scores.dtype, scores.shape);
   const Index len = scores.shape[3];
   std::vector<double> row(len);
-  constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
+  constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  constexpr double kMinusInfinity = -kInfinity;
   for (Index b = 0; b < scores.shape[0]; ++b) {
     for (Index h = 0; h < scores.shape[1]; ++h) {
       for (Index i = 0; i < scores.shape[2]; ++i) {
         core::load_row(scores, b, h, i, row.data());
         double m = kMinusInfinity;  // max is subtracted only for numerical stability
         for (Index j = 0; j < len; ++j) {
-          if (std::isnan(row[j])) {
-            fail("scores", "no NaN", "NaN at " + format_dims({b, h, i, j}));
+          // +inf - +inf would make the row NaN; a score of +inf has no meaningful weight.
+          if (std::isnan(row[j]) || row[j] == kInfinity) {
+            fail("scores", "finite values or -inf",
+                 std::to_string(row[j]) + " at " + format_dims({b, h, i, j}));
           }
           m = std::max(m, row[j]);
         }
@@ -161,8 +187,9 @@ Tensor context(const TensorView& alpha, const TensorView& v, const ContextCheck&
   check_float("alpha", alpha);
   check_float("v", v);
   if (v.shape[0] != alpha.shape[0] || v.shape[2] != alpha.shape[3]) {
-    fail("v", "shape [" + std::to_string(alpha.shape[0]) + ", Hkv, " + std::to_string(alpha.shape[3]) +
-                  ", Dv] (batch and key count of alpha)",
+    fail("v",
+         "shape [" + std::to_string(alpha.shape[0]) + ", Hkv, " + std::to_string(alpha.shape[3]) +
+             ", Dv] (batch and key count of alpha)",
          format_dims(v.shape));
   }
   check_heads("v", v.shape[1], alpha.shape[1]);
@@ -171,6 +198,9 @@ Tensor context(const TensorView& alpha, const TensorView& v, const ContextCheck&
   if (check.enabled && !(check.tolerance >= 0.0)) {
     fail("tolerance", "a number >= 0", std::to_string(check.tolerance));
   }
+  // Weights stored in alpha's dtype are each off by up to its unit roundoff, so a row that
+  // summed to 1 before rounding sums to within that of 1 after it.
+  const double allowed = check.tolerance + unit_roundoff(alpha.dtype);
   Tensor out(v.dtype, {batch, heads, len_q, dim_v});
   std::vector<double> a_row(len_k), v_row(dim_v), c_row(dim_v);
   for (Index b = 0; b < batch; ++b) {
@@ -186,7 +216,7 @@ Tensor context(const TensorView& alpha, const TensorView& v, const ContextCheck&
             }
             sum += a_row[j];
           }
-          if (sum != 0.0 && std::abs(sum - 1.0) > check.tolerance) {
+          if (sum != 0.0 && !(std::abs(sum - 1.0) <= allowed)) {
             fail("alpha", "rows summing to 1 (or 0 for a fully masked row)",
                  "a sum of " + std::to_string(sum) + " in row " + format_dims({b, h, i, 0}));
           }

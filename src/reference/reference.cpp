@@ -20,16 +20,22 @@ using core::Segment;
 
 constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
-// Is key j (relative to the segment) visible to query row i, by causal, window and a
-// boolean mask? Additive masks are applied to the score instead.
+// Is key j (relative to the segment) visible to query row i, by causal, window, a boolean
+// mask or an additive mask of -inf? Decided before the score is computed: -inf + NaN is
+// NaN, so a NaN key that an additive mask hides must never enter the dot product.
 bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j) {
   const Index position = p.query_position(seg, i);
   if (p.causal && j > position) return false;
   if (p.window.left >= 0 && j < position - p.window.left) return false;
   if (p.window.right >= 0 && j > position + p.window.right) return false;
+  const Index mask_row = seg.q_begin + i, mask_col = seg.k_begin + j;
   if (p.mask_kind == core::MaskKind::boolean) {
     const auto mask = p.mask.as<bool>("mask");
-    if (!mask(seg.batch, head, seg.q_begin + i, seg.k_begin + j)) return false;
+    if (!mask(seg.batch, head, mask_row, mask_col)) return false;
+  }
+  if (p.mask_kind == core::MaskKind::additive &&
+      core::load_element(p.mask, seg.batch, head, mask_row, mask_col) == kMinusInfinity) {
+    return false;
   }
   return true;
 }
@@ -52,9 +58,9 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
 }
 
 void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
-                std::vector<double>& scores, std::vector<char>& shown,
-                std::vector<double>& q_row, std::vector<double>& k_row,
-                std::vector<double>& v_row, std::vector<double>& out_row) {
+                std::vector<double>& scores, std::vector<char>& shown, std::vector<double>& q_row,
+                std::vector<double>& k_row, std::vector<double>& v_row,
+                std::vector<double>& out_row) {
   const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
   core::load_row(p.q, b, head, row, q_row.data());
 
@@ -64,8 +70,10 @@ void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
     shown[j] = visible(p, seg, head, i, j);
     if (!shown[j]) continue;
     scores[j] = score(p, seg, head, i, j, q_row, k_row);
-    if (scores[j] == kMinusInfinity) shown[j] = false;  // an additive -inf hides the key
-    if (shown[j] && scores[j] > m) m = scores[j];
+    if (scores[j] == kMinusInfinity) shown[j] = false;  // takes no weight
+    // A NaN score makes m NaN, so the row's outputs are NaN: a NaN the query sees must not
+    // pass for a fully masked row (zeros, lse = -inf).
+    if (shown[j] && (scores[j] > m || std::isnan(scores[j]))) m = scores[j];
   }
 
   std::fill(out_row.begin(), out_row.end(), 0.0);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "core/rows.hpp"
 
@@ -16,7 +17,10 @@ std::string Case::name() const {
   if (dim_v != dim) out << "_Dv" << dim_v;
   if (causal) out << (align == CausalAlign::top_left ? "_causalTL" : "_causalBR");
   if (!causal && align == CausalAlign::bottom_right) out << "_alignBR";
-  if (window.left >= 0 || window.right >= 0) out << "_win" << window.left << "_" << window.right;
+  if (window.left >= 0 || window.right >= 0) {
+    auto bound = [](Index b) { return b < 0 ? std::string("inf") : std::to_string(b); };
+    out << "_win" << bound(window.left) << "_" << bound(window.right);
+  }
   if (softcap > 0) out << "_softcap" << softcap;
   if (alibi) out << "_alibi";
   if (sinks) out << "_sinks";
@@ -25,7 +29,17 @@ std::string Case::name() const {
   if (packed) out << "_packed";
   if (dtype != DType::f32) out << "_" << dtype_name(dtype);
   if (bshd) out << "_bshd";
-  return out.str();
+  // The name is also a gtest parameter name, which allows only letters, digits and '_'.
+  std::string name = out.str();
+  for (char& ch : name) {
+    if (ch == '.') ch = 'p';
+    if (ch == '-') ch = 'm';
+  }
+  return name;
+}
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name();
 }
 
 namespace {
@@ -85,8 +99,8 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
 
 std::vector<Case> quick_cases() {
   const Shape shapes[] = {
-      {2, 4, 2, 17, 17, 40, 40}, {1, 2, 2, 3, 97, 59, 59}, {1, 3, 1, 113, 97, 72, 72},
-      {2, 2, 1, 1, 113, 256, 40}, {1, 2, 1, 97, 1, 1, 3},  {1, 1, 1, 1, 1, 1, 1},
+      {2, 4, 2, 17, 17, 40, 40},  {1, 2, 2, 3, 97, 59, 59}, {1, 3, 1, 113, 97, 72, 72},
+      {2, 2, 1, 1, 113, 256, 40}, {1, 2, 1, 97, 1, 1, 3},   {1, 1, 1, 1, 1, 1, 1},
   };
   std::vector<Case> out;
   for (const Shape& s : shapes) add_option_cases(s, out);
@@ -129,7 +143,8 @@ TensorView fill_random(const Dims& bhsd, DType dtype, bool bshd, std::mt19937_64
         for (double& x : row) x = normal(rng);
         core::store_row(flat, b, h, s, row.data());
       }
-  return TensorView(storage.data(), dtype, bhsd, bshd ? bshd_strides(bhsd) : contiguous_strides(bhsd));
+  return TensorView(storage.data(), dtype, bhsd,
+                    bshd ? bshd_strides(bhsd) : contiguous_strides(bhsd));
 }
 
 // Splits `total` rows into three uneven packed sequences (one may be empty).
@@ -153,10 +168,12 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   o.softcap = c.softcap;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   if (c.alibi) {
-    for (Index h = 0; h < c.heads_q; ++h) o.alibi_slopes.push_back(std::exp2(-8.0 * (h + 1) / c.heads_q));
+    for (Index h = 0; h < c.heads_q; ++h)
+      o.alibi_slopes.push_back(std::exp2(-8.0 * (h + 1) / c.heads_q));
   }
   if (c.sinks) {
-    for (Index h = 0; h < c.heads_q; ++h) o.sinks.push_back(static_cast<float>(uniform(rng) * 2.0 - 1.0));
+    for (Index h = 0; h < c.heads_q; ++h)
+      o.sinks.push_back(static_cast<float>(uniform(rng) * 2.0 - 1.0));
   }
   if (c.mask != MaskCase::none) {
     // Broadcast over heads; about one key in five hidden, some rows hidden entirely.

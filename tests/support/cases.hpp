@@ -2,6 +2,7 @@
 // fields. The same lists drive the reference tests, the fast-kernel tests and the benches.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct Case {
 
   std::string name() const;
 };
+
+// gtest prints a failing parameter with this instead of its bytes.
+void PrintTo(const Case& c, std::ostream* out);
 
 // The quick list that runs in CI, or every case when ATTN_FULL_SWEEP=1 is set.
 std::vector<Case> case_list();

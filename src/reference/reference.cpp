@@ -20,8 +20,8 @@ using core::Segment;
 
 constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
-// Is key j (relative to the segment) visible to query row i, by causal, window and a
-// boolean mask? Additive masks are applied to the score instead.
+// Is key j (relative to the segment) visible to query row i, by causal, window and the
+// mask (false or -inf)? Finite additive mask values are applied to the score instead.
 bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j) {
   const Index position = p.query_position(seg, i);
   if (p.causal && j > position) return false;
@@ -30,6 +30,12 @@ bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j)
   if (p.mask_kind == core::MaskKind::boolean) {
     const auto mask = p.mask.as<bool>("mask");
     if (!mask(seg.batch, head, seg.q_begin + i, seg.k_begin + j)) return false;
+  }
+  // An additive -inf hides the key before its score exists, so a NaN in it cannot leak.
+  if (p.mask_kind == core::MaskKind::additive &&
+      core::load_element(p.mask, seg.batch, head, seg.q_begin + i, seg.k_begin + j) ==
+          kMinusInfinity) {
+    return false;
   }
   return true;
 }
@@ -52,9 +58,9 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
 }
 
 void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
-                std::vector<double>& scores, std::vector<char>& shown,
-                std::vector<double>& q_row, std::vector<double>& k_row,
-                std::vector<double>& v_row, std::vector<double>& out_row) {
+                std::vector<double>& scores, std::vector<char>& shown, std::vector<double>& q_row,
+                std::vector<double>& k_row, std::vector<double>& v_row,
+                std::vector<double>& out_row) {
   const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
   core::load_row(p.q, b, head, row, q_row.data());
 

@@ -13,9 +13,7 @@ namespace {
   throw Error(argument + ": expected " + expected + ", given " + given);
 }
 
-bool is_float(DType dtype) {
-  return dtype != DType::boolean;
-}
+bool is_float(DType dtype) { return dtype != DType::boolean; }
 
 void check_input(const char* name, const TensorView& t) {
   if (!is_float(t.dtype)) fail(name, "a floating-point dtype", dtype_name(t.dtype));
@@ -76,7 +74,8 @@ void check_offsets(const char* name, const std::vector<std::int64_t>& offsets, I
 void add_segments(Problem& p, const Options& options) {
   const bool has_q = !options.cu_seqlens_q.empty(), has_k = !options.cu_seqlens_k.empty();
   if (has_q != has_k) {
-    fail(has_q ? "cu_seqlens_k" : "cu_seqlens_q", "offsets (both or neither are given)", "none");
+    fail(has_q ? "cu_seqlens_k" : "cu_seqlens_q", "offsets (both or neither are given)",
+         "none");
   }
   if (!has_q) {
     for (Index b = 0; b < p.batch; ++b) p.segments.push_back({b, 0, p.total_q, 0, p.total_k});
@@ -109,8 +108,7 @@ void add_mask(Problem& p, const Options& options) {
                                ", " + std::to_string(p.total_k) + "]";
   for (int axis = 0; axis < 4; ++axis) {
     const bool broadcast_ok = axis < 2 && m.shape[axis] == 1;
-    if (m.shape[axis] != wanted[axis] && !broadcast_ok)
-      fail("mask", expected, format_dims(m.shape));
+    if (m.shape[axis] != wanted[axis] && !broadcast_ok) fail("mask", expected, format_dims(m.shape));
   }
   if (m.shape[3] > 1 && m.strides[3] != 1) {
     fail("mask", "a contiguous last dim (stride 1)", "stride " + std::to_string(m.strides[3]));
@@ -144,15 +142,13 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.dim_v = v.shape[3];
 
   if (k.shape[0] != p.batch || k.shape[3] != p.dim_qk) {
-    fail("k",
-         "shape [" + std::to_string(p.batch) + ", Hkv, Lk, " + std::to_string(p.dim_qk) +
-             "] (batch and head dim of q)",
+    fail("k", "shape [" + std::to_string(p.batch) + ", Hkv, Lk, " + std::to_string(p.dim_qk) +
+                  "] (batch and head dim of q)",
          format_dims(k.shape));
   }
   if (v.shape[0] != p.batch || v.shape[1] != p.heads_kv || v.shape[2] != p.total_k) {
-    fail("v",
-         "shape [" + std::to_string(p.batch) + ", " + std::to_string(p.heads_kv) + ", " +
-             std::to_string(p.total_k) + ", Dv] (batch, heads and length of k)",
+    fail("v", "shape [" + std::to_string(p.batch) + ", " + std::to_string(p.heads_kv) + ", " +
+                  std::to_string(p.total_k) + ", Dv] (batch, heads and length of k)",
          format_dims(v.shape));
   }
   if (p.heads_q % p.heads_kv != 0) {
@@ -181,8 +177,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   check_per_head("sinks", options.sinks, p.heads_q, true);
   p.alibi_slopes = options.alibi_slopes;
   p.sinks = options.sinks;
-  if (options.threads < 0)
-    fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
+  if (options.threads < 0) fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
   p.threads = options.threads;
 
   add_segments(p, options);

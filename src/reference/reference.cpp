@@ -58,9 +58,9 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
 }
 
 void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
-                std::vector<double>& scores, std::vector<char>& shown, std::vector<double>& q_row,
-                std::vector<double>& k_row, std::vector<double>& v_row,
-                std::vector<double>& out_row) {
+                std::vector<double>& scores, std::vector<char>& shown,
+                std::vector<double>& q_row, std::vector<double>& k_row,
+                std::vector<double>& v_row, std::vector<double>& out_row) {
   const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
   core::load_row(p.q, b, head, row, q_row.data());
 

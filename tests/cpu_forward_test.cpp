@@ -56,9 +56,9 @@ ReferenceResult run_reference(const testing::Inputs& in) {
   return want;
 }
 
-// NMSE bounds against float64: fp32 accumulation over at most a few thousand keys, on the
-// same stored inputs (so f16/bf16 inputs are as tight as f32 ones).
-constexpr double kContextNmse = 1e-11;
+// Bounds against float64 (worst NMSE seen: 4.4e-13): fp32 accumulation over a few thousand
+// keys, on the same stored inputs (so f16/bf16 inputs are as tight as f32 ones).
+constexpr double kContextNmse = 2e-12;
 constexpr double kLseMaxAbs = 2e-5;
 
 void expect_fast_matches(const testing::Inputs& in, const ReferenceResult& want, int threads = 0) {

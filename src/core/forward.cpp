@@ -1,9 +1,11 @@
 // attn::forward: validate once, then hand the Problem to the fast kernel or the reference.
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "attn/attention.hpp"
 #include "core/problem.hpp"
+#include "cpu/forward.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
@@ -17,10 +19,19 @@ Backend backend_from_environment(Backend requested) {
 
 void run(const core::Problem& problem, Backend requested) {
   const Backend backend = backend_from_environment(requested);
-  if (backend == Backend::fast) {
-    throw Error("backend: the fast CPU kernel is not built yet; use automatic or reference");
+  if (backend == Backend::reference) {
+    reference::forward(problem);
+    return;
   }
-  reference::forward(problem);
+  const std::string missing = cpu::unsupported(problem);
+  if (missing.empty()) {
+    cpu::forward(problem);
+  } else if (backend == Backend::fast) {
+    throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
+                "; use backend automatic or reference");
+  } else {
+    reference::forward(problem);
+  }
 }
 
 }  // namespace

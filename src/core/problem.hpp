@@ -41,6 +41,7 @@ struct Problem {
   MaskKind mask_kind = MaskKind::none;
   TensorView mask;    // strides of broadcast dims set to 0
   Outputs outputs;
+  int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
 
   Index group_size() const { return heads_q / heads_kv; }
   // Key position of query row i (relative to its segment) for the segment's alignment.

@@ -186,6 +186,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.sinks = options.sinks;
   if (options.threads < 0)
     fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
+  p.threads = options.threads;
 
   add_segments(p, options);
   add_mask(p, options);

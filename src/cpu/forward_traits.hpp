@@ -1,0 +1,44 @@
+// Tunables of the fast forward kernel, in one place, with what must hold between them.
+// Measured with tests/timing/kernel_timing (1 thread, B=1 H=8 L=2048, d=64 and 128, fp32,
+// causal and not) on the AMD Zen 4 dev machine (AVX3 target), medians of 7 runs on a shared
+// machine (noise about +-5%); alternatives that lost are noted beside the winner.
+#pragma once
+
+namespace attn::cpu {
+
+// kDim: the head dim fixed at compile time (q, k and v share it), or 0 for "any, read at
+// run time". See with_head_dim() in forward.cpp for the dims that get their own copy.
+template <int kDim>
+struct ForwardTraits {
+  // Keys per tile: the unit of tile skipping and of converting f16/bf16 K and V to f32.
+  static constexpr int kKeyTile = kDim >= 256 ? 64 : 128;
+  // 64 for all dims: 3-5% slower at d=64 and d=128. 256: equal non-causal, 9% slower causal.
+  // Query rows per work item in SIMD vectors (rows = query heads sharing a KV head x
+  // query positions); Qt and the context accumulators of one item stay in L2.
+  static constexpr int kRowVectorsPerItem = 6;
+  // 3: 6-8% slower (K/V tiles reused by fewer rows). 12: 7-25% slower (Qt leaves L1).
+  // Score micro-kernel (S^T = K Q^T on a tile): kScoreKeys keys broadcast against up to
+  // kScoreRowVectors vectors of transposed query rows, one accumulator per pair.
+  static constexpr int kScoreKeys = 4;
+  static constexpr int kScoreRowVectors = 3;
+  // 2 keys x 3: 25-30% slower (6 accumulators do not hide the 4-cycle FMA latency).
+  // Context micro-kernel (O += P V): kContextRows rows x up to kContextVectors vectors of
+  // the value dim, P broadcast against V rows.
+  static constexpr int kContextRows = 4;
+  static constexpr int kContextVectors = 3;
+  // 4 x 2 vectors: equal within noise at d=128, 12% slower at d=64 causal.
+
+  static_assert(kDim >= 0, "head dim is positive, or 0 for run time");
+  static_assert(kKeyTile % kScoreKeys == 0, "a tile holds whole score micro-blocks");
+  // 16 vector registers on AVX2: accumulators plus one operand vector per column and one
+  // broadcast must fit, or the micro-kernels spill.
+  static_assert(kScoreKeys * kScoreRowVectors + kScoreRowVectors + 1 <= 16);
+  static_assert(kContextRows * kContextVectors + kContextVectors + 1 <= 16);
+  static_assert(kContextVectors >= 1 && kContextVectors <= 3, "context_columns has 1 to 3");
+  // A context block never straddles two row vectors: lanes are 4, 8 or 16 (the 1-lane
+  // scalar target uses blocks of 1 row).
+  static_assert(kContextRows == 4);
+  static_assert(kRowVectorsPerItem % kScoreRowVectors == 0, "items hold whole row chunks");
+};
+
+}  // namespace attn::cpu

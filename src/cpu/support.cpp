@@ -1,0 +1,20 @@
+// What the fast forward kernel serves; everything else goes to the reference.
+#include <string>
+
+#include "cpu/forward.hpp"
+
+namespace attn::cpu {
+
+std::string unsupported(const core::Problem& problem) {
+  if (problem.outputs.weights) return "weights output (it computes context and lse only)";
+  for (const TensorView* input : {&problem.q, &problem.k, &problem.v}) {
+    if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
+  }
+  constexpr Index kMaxRows = Index{1} << 30;  // key positions and distances fit in int32
+  if (problem.total_q >= kMaxRows || problem.total_k >= kMaxRows) {
+    return "sequences of 2^30 rows or more";
+  }
+  return {};
+}
+
+}  // namespace attn::cpu

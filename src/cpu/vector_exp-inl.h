@@ -1,0 +1,51 @@
+// Vector exp for the softmax of the fast kernels, written once against Highway's portable
+// ops and compiled per target (include this header after foreach_target.h).
+//
+// Max error: 2 ulp relative to std::exp over the valid range [-87.33654, 88.0] (checked by
+// tests/cpu_vector_exp_test.cpp, which sweeps the range). Below -87.33654 (where exp
+// leaves the normal floats) the result is exactly 0, so exp(-inf) = 0 and hidden keys get
+// weight 0; above 88 the input is clamped (attention only exponentiates s - max <= 0).
+// NaN in gives NaN out.
+#if defined(ATTN_CPU_VECTOR_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_VECTOR_EXP_INL_H_
+#undef ATTN_CPU_VECTOR_EXP_INL_H_
+#else
+#define ATTN_CPU_VECTOR_EXP_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+inline constexpr float kExpLowest = -87.33654f;  // ln(FLT_MIN)
+inline constexpr float kExpHighest = 88.0f;      // 2^n stays finite for n = round(x log2 e)
+
+// exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 in two parts (Cody-Waite) so
+// that r is exact; exp(r) on |r| <= ln(2)/2 by the Cephes expf polynomial.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V VectorExp(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V clamped = hn::Max(hn::Set(d, kExpLowest), hn::Min(hn::Set(d, kExpHighest), x));
+  const V n = hn::Round(hn::Mul(clamped, hn::Set(d, 1.44269504088896341f)));
+  V r = hn::MulAdd(n, hn::Set(d, -0.693359375f), clamped);
+  r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
+  V p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
+  const V exp_r = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
+  const auto biased = hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127));
+  const V two_to_n = hn::BitCast(d, hn::ShiftLeft<23>(biased));
+  const V result = hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, kExpLowest)), hn::Mul(exp_r, two_to_n));
+  // Min/Max may drop a NaN (they do on the scalar target), so pass it through here.
+  return hn::IfThenElse(hn::IsNaN(x), x, result);
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

@@ -80,9 +80,9 @@ struct RowBlock {
 struct Scratch {
   template <class T>
   static hwy::AlignedFreeUniquePtr<T[]> buffer(Index count) {
-    constexpr Index kLine = 64 / sizeof(T);
-    return hwy::AllocateAligned<T>(
-        static_cast<std::size_t>(round_up(std::max<Index>(count, 1), kLine)));
+    constexpr Index kLine = 64, kSize = sizeof(T);
+    const Index bytes = round_up(std::max<Index>(count, 1) * kSize, kLine);
+    return hwy::AllocateAligned<T>(static_cast<std::size_t>((bytes + kSize - 1) / kSize));
   }
 
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys)
@@ -102,8 +102,8 @@ struct Scratch {
         head(buffer<Index>(rows)),
         query_row(buffer<Index>(rows)),
         row_buffer(buffer<float>(std::max(dim, dim_v_padded))),
-        chunks(static_cast<std::size_t>(rows)),
-        blocks(static_cast<std::size_t>(rows)) {}
+        chunks(buffer<Chunk>(rows)),
+        blocks(buffer<RowBlock>(rows)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
   hwy::AlignedFreeUniquePtr<float[]> queries;    // [rows][dim]: scale * q, for narrow chunks
@@ -115,8 +115,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
   hwy::AlignedFreeUniquePtr<float[]> row_buffer;                           // [max(dim, dv)]
-  std::vector<Chunk> chunks;     // of the current tile (at most one per row)
-  std::vector<RowBlock> blocks;  // of the current tile (at most one per row)
+  hwy::AlignedFreeUniquePtr<Chunk[]> chunks;     // of the current tile (at most one per row)
+  hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
 };
 
 // out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
@@ -316,7 +316,7 @@ class ItemKernel {
 
   void attend_tile(Index tile_first, Index tile_end) {
     tile_first_ = tile_first;
-    Chunk* chunks = s_.chunks.data();
+    Chunk* chunks = s_.chunks.get();
     Index chunk_count = 0;
     bool any_partial = false;
     const Index vectors = rows_padded_ / lanes_;
@@ -625,7 +625,7 @@ class ItemKernel {
   }
 
   void accumulate_context(const Chunk* chunks, Index chunk_count, bool values_finite) {
-    RowBlock* blocks = s_.blocks.data();
+    RowBlock* blocks = s_.blocks.get();
     Index block_count = 0;
     for (Index c = 0; c < chunk_count; ++c) {
       const Chunk& chunk = chunks[c];

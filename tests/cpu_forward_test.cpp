@@ -59,19 +59,26 @@ ReferenceResult run_reference(const testing::Inputs& in) {
 // Bounds against float64 (worst NMSE seen: 4.4e-13): fp32 accumulation over a few thousand
 // keys, on the same stored inputs (so f16/bf16 inputs are as tight as f32 ones).
 constexpr double kContextNmse = 2e-12;
+// ALiBi over long rows gives scores of magnitude slope x distance (about 1e3 for 1025
+// rows), which fp32 holds to about 6e-5; worst NMSE seen 2.2e-12.
+constexpr double kAlibiContextNmse = 1e-11;
+
+double context_nmse_bound(const Case& c) {
+  return c.alibi ? kAlibiContextNmse : kContextNmse;
+}
 constexpr double kLseMaxAbs = 2e-5;
 
-void expect_fast_matches(const testing::Inputs& in, const ReferenceResult& want, int threads = 0) {
+void expect_fast_matches(const testing::Inputs& in, const ReferenceResult& want,
+                         double nmse_bound) {
   GuardedTensor context(DType::f32, context_shape(in)), lse(DType::f32, lse_shape(in));
   Options options = in.options;
   options.backend = Backend::fast;
-  options.threads = threads;
   forward_into(in.q, in.k, in.v, options, {context.view(), lse.view(), {}});
   EXPECT_TRUE(context.guards_intact()) << "context written out of bounds";
   EXPECT_TRUE(lse.guards_intact()) << "lse written out of bounds";
   const testing::Comparison c = testing::compare(context.const_view(), want.context.view());
   EXPECT_TRUE(c.hard_failure.empty()) << "context: " << testing::describe(c);
-  EXPECT_LT(c.nmse, kContextNmse) << "context: " << testing::describe(c);
+  EXPECT_LT(c.nmse, nmse_bound) << "context: " << testing::describe(c);
   const testing::Comparison l = testing::compare(lse.const_view(), want.lse.view());
   EXPECT_TRUE(l.hard_failure.empty()) << "lse: " << testing::describe(l);
   EXPECT_LT(l.max_abs, kLseMaxAbs) << "lse: " << testing::describe(l);
@@ -82,7 +89,7 @@ class FastForward : public ::testing::TestWithParam<Case> {};
 TEST_P(FastForward, MatchesReferenceOnEveryTarget) {
   const testing::Inputs in = testing::make_inputs(GetParam());
   const ReferenceResult want = run_reference(in);
-  for_each_target([&] { expect_fast_matches(in, want); });
+  for_each_target([&] { expect_fast_matches(in, want, context_nmse_bound(GetParam())); });
 }
 
 std::vector<Case> supported_cases() {
@@ -149,7 +156,7 @@ class FastForwardLarger : public ::testing::TestWithParam<Case> {};
 TEST_P(FastForwardLarger, MatchesReferenceOnEveryTarget) {
   const testing::Inputs in = testing::make_inputs(GetParam());
   const ReferenceResult want = run_reference(in);
-  for_each_target([&] { expect_fast_matches(in, want); });
+  for_each_target([&] { expect_fast_matches(in, want, context_nmse_bound(GetParam())); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Larger, FastForwardLarger, ::testing::ValuesIn(larger_cases()), case_name);
@@ -189,7 +196,7 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
     testing::Inputs in = testing::make_inputs(variant);
     poison_key(in, 40);
     const ReferenceResult want = run_reference(in);
-    for_each_target([&] { expect_fast_matches(in, want); });
+    for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
   }
 }
 

@@ -66,11 +66,12 @@ struct WorkItem {
 struct Chunk {
   Index first_row = 0, vectors = 0, first = 0, end = 0;
   bool every_row_sees_all = false;  // no per-key hiding needed in [first, end)
+  bool narrow = false;  // few real rows: scores by dot products, not by broadcasting keys
 };
 
 // A block of kContextRows rows and the keys any of them may see.
 struct RowBlock {
-  Index first_row = 0, first = 0, end = 0;
+  Index first_row = 0, rows = 0, first = 0, end = 0;
   bool skip_hidden_by_row = false;  // V holds a NaN/inf and some keys are hidden
 };
 
@@ -79,13 +80,14 @@ struct RowBlock {
 struct Scratch {
   template <class T>
   static hwy::AlignedFreeUniquePtr<T[]> buffer(Index count) {
-    constexpr Index kLine = 64 / sizeof(T);
-    return hwy::AllocateAligned<T>(
-        static_cast<std::size_t>(round_up(std::max<Index>(count, 1), kLine)));
+    constexpr Index kLine = 64, kSize = sizeof(T);
+    const Index bytes = round_up(std::max<Index>(count, 1) * kSize, kLine);
+    return hwy::AllocateAligned<T>(static_cast<std::size_t>((bytes + kSize - 1) / kSize));
   }
 
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys)
       : queries_t(buffer<float>(dim * rows)),
+        queries(buffer<float>(dim * rows)),
         scores(buffer<float>((key_tile + score_keys) * rows)),
         context(buffer<float>(rows * dim_v_padded)),
         keys(buffer<float>(key_tile * dim)),
@@ -100,10 +102,11 @@ struct Scratch {
         head(buffer<Index>(rows)),
         query_row(buffer<Index>(rows)),
         row_buffer(buffer<float>(std::max(dim, dim_v_padded))),
-        chunks(static_cast<std::size_t>(rows)),
-        blocks(static_cast<std::size_t>(rows)) {}
+        chunks(buffer<Chunk>(rows)),
+        blocks(buffer<RowBlock>(rows)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
+  hwy::AlignedFreeUniquePtr<float[]> queries;    // [rows][dim]: scale * q, for narrow chunks
   hwy::AlignedFreeUniquePtr<float[]> scores;     // [key_tile + score_keys][rows]: S^T, then P^T
   hwy::AlignedFreeUniquePtr<float[]> context;    // [rows][dim_v_padded]: unnormalised O
   hwy::AlignedFreeUniquePtr<float[]> keys;       // [key_tile][dim]: K tile in f32 (f16/bf16 k)
@@ -112,8 +115,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
   hwy::AlignedFreeUniquePtr<float[]> row_buffer;                           // [max(dim, dv)]
-  std::vector<Chunk> chunks;     // of the current tile (at most one per row)
-  std::vector<RowBlock> blocks;  // of the current tile (at most one per row)
+  hwy::AlignedFreeUniquePtr<Chunk[]> chunks;     // of the current tile (at most one per row)
+  hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
 };
 
 // out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
@@ -300,7 +303,9 @@ class ItemKernel {
         for (Index r = 0; r < rows_; ++r) {
           to_floats(row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_,
                     s_.row_buffer.get());
-          for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = scale * s_.row_buffer[d];
+          for (Index d = 0; d < dim_; ++d) {
+            qt[d * rows_padded_ + r] = s_.queries[r * dim_ + d] = scale * s_.row_buffer[d];
+          }
         }
       }
     });
@@ -311,7 +316,7 @@ class ItemKernel {
 
   void attend_tile(Index tile_first, Index tile_end) {
     tile_first_ = tile_first;
-    Chunk* chunks = s_.chunks.data();
+    Chunk* chunks = s_.chunks.get();
     Index chunk_count = 0;
     bool any_partial = false;
     const Index vectors = rows_padded_ / lanes_;
@@ -353,7 +358,11 @@ class ItemKernel {
     for (Index r = chunk.first_row; r < row_end && sees_all; ++r) {
       sees_all = s_.first_key[r] <= chunk.first && s_.end_key[r] >= chunk.end;
     }
-    chunk.every_row_sees_all = sees_all;
+    // A chunk with at most a quarter of a vector of real rows (decoding one token) would
+    // waste most lanes broadcasting keys against Qt; dot products read each key once.
+    chunk.narrow = (row_end - chunk.first_row) * 4 <= lanes_;
+    // Narrow scores leave padding rows unwritten; hiding them needs the per-key pass.
+    chunk.every_row_sees_all = sees_all && !chunk.narrow;
     return p_.mask_kind == MaskKind::none || mask_shows_any(chunk, row_end);
   }
 
@@ -456,6 +465,10 @@ class ItemKernel {
   }
 
   void compute_scores(const Chunk& chunk) {
+    if (chunk.narrow) {
+      compute_scores_by_dot(chunk);
+      return;
+    }
     switch (chunk.vectors) {
       case 1:
         compute_scores<1>(chunk);
@@ -482,6 +495,34 @@ class ItemKernel {
     for (; j < chunk.end; ++j) {
       const float* keys[1] = {key_row(j)};
       score_block<kDim, C, 1>(qt, rows_padded_, keys, dim_, scores_at(j, chunk.first_row));
+    }
+  }
+
+  // S^T[j][r] = q_r . k_j for the chunk's real rows, kScoreKeys keys at a time.
+  void compute_scores_by_dot(const Chunk& chunk) {
+    const DF df;
+    constexpr Index kKeys = Traits::kScoreKeys;
+    const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
+    const Index whole = dim_ - dim_ % lanes_;
+    for (Index r = chunk.first_row; r < row_end; ++r) {
+      const float* q = s_.queries.get() + r * dim_;
+      for (Index j = chunk.first; j < chunk.end; j += kKeys) {
+        const Index keys = std::min(kKeys, chunk.end - j);
+        const float* k[kKeys];
+        for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
+        VF acc[kKeys];
+        for (Index i = 0; i < kKeys; ++i) acc[i] = hn::Zero(df);
+        for (Index d = 0; d < whole; d += lanes_) {
+          const VF qv = hn::LoadU(df, q + d);
+          for (Index i = 0; i < kKeys; ++i)
+            acc[i] = hn::MulAdd(qv, hn::LoadU(df, k[i] + d), acc[i]);
+        }
+        for (Index i = 0; i < keys; ++i) {
+          float dot = hn::GetLane(hn::SumOfLanes(df, acc[i]));
+          for (Index d = whole; d < dim_; ++d) dot += q[d] * k[i][d];
+          *scores_at(j + i, r) = dot;
+        }
+      }
     }
   }
 
@@ -584,14 +625,14 @@ class ItemKernel {
   }
 
   void accumulate_context(const Chunk* chunks, Index chunk_count, bool values_finite) {
-    RowBlock* blocks = s_.blocks.data();
+    RowBlock* blocks = s_.blocks.get();
     Index block_count = 0;
     for (Index c = 0; c < chunk_count; ++c) {
       const Chunk& chunk = chunks[c];
       const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
       for (Index r0 = chunk.first_row; r0 < row_end; r0 += block_rows_) {
-        RowBlock block{r0, chunk.end, chunk.first, false};
-        for (Index r = r0; r < std::min(r0 + block_rows_, row_end); ++r) {
+        RowBlock block{r0, std::min(block_rows_, row_end - r0), chunk.end, chunk.first, false};
+        for (Index r = r0; r < r0 + block.rows; ++r) {
           const Index first = std::max<Index>(s_.first_key[r], chunk.first);
           const Index end = std::min<Index>(s_.end_key[r], chunk.end);
           if (first >= end) continue;
@@ -621,8 +662,9 @@ class ItemKernel {
     }
   }
 
+  // A block with one real row (decoding) runs 1-row blocks, not 4 rows of which 3 pad.
   void context_columns(const RowBlock& block, Index column, Index width) {
-    if (block_rows_ == Traits::kContextRows) {
+    if (block_rows_ == Traits::kContextRows && block.rows > 1) {
       context_columns<Traits::kContextRows>(block, column, width);
     } else {
       context_columns<1>(block, column, width);
@@ -653,7 +695,7 @@ class ItemKernel {
   // 0 * NaN would: here each row adds only the keys with a non-zero weight.
   void context_skipping_hidden(const RowBlock& block) {
     const DF df;
-    for (Index r = block.first_row; r < std::min(block.first_row + block_rows_, rows_); ++r) {
+    for (Index r = block.first_row; r < block.first_row + block.rows; ++r) {
       float* o = s_.context.get() + r * dim_v_padded_;
       const VF rescale = hn::Set(df, s_.rescale[r]);
       for (Index d = 0; d < dim_v_padded_; d += lanes_)
@@ -751,8 +793,11 @@ void run_kernel(const Problem& p, int threads) {
 // kernel, with loop bounds known to the compiler; every other dim runs the generic one.
 // Measured: the generic copy runs d=64 and d=128 within 2% of their own copies (the
 // micro-kernels are FMA-bound either way), so the copies are insurance for other compilers.
+// Sanitizer builds (ATTN_GENERIC_HEAD_DIM_ONLY) compile the generic copy alone: the copies
+// differ only in constant loop bounds, and six copies per target cost minutes under ASan.
 template <class Fn>
-void with_head_dim(Index dim_qk, Index dim_v, Fn&& fn) {
+void with_head_dim([[maybe_unused]] Index dim_qk, [[maybe_unused]] Index dim_v, Fn&& fn) {
+#ifndef ATTN_GENERIC_HEAD_DIM_ONLY
   if (dim_qk == dim_v) {
     switch (dim_qk) {
       case 64:
@@ -774,6 +819,7 @@ void with_head_dim(Index dim_qk, Index dim_v, Fn&& fn) {
         break;
     }
   }
+#endif
   fn(std::integral_constant<int, 0>{});
 }
 

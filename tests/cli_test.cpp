@@ -297,7 +297,7 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --colour red", "--colour");
   expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
   expect_error("", "A subcommand is required");
-  expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run");
+  expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run, viz");
   expect_error("demo --tokens 0", "--tokens");
 }
 

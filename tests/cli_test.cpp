@@ -318,17 +318,19 @@ TEST_F(CliErrors, BadPictures) {
   expect_error(viz + " --out w.jpg",
                "--out: expected a file name ending in .svg, .png or .html, given 'w.jpg'");
   expect_error(viz, "--out is required");
-  expect_error(viz + " --out w.svg --head 2", "head: expected 0 .. 1");
-  expect_error(viz + " --out w.svg --batch 1", "batch: expected 0 .. 0");
+  expect_error(viz + " --out w.svg --head 2", "--head: expected 0 .. 1, given 2");
+  expect_error(viz + " --out w.svg --batch 1", "--batch: expected 0 .. 0, given 1");
   expect_error(viz + " --out w.svg --downsample median", "--downsample");
   expect_error(viz + " --out w.svg --tokens " + input("two.txt"),
-               "tokens: expected 3 (one per query) or 4 (one per key) tokens, given 2");
+               "--tokens: expected 3 (one per query) or 4 (one per key) tokens, given 2");
   expect_error(viz + " --out w.svg --tokens " + input("none.txt"), "--tokens: cannot read");
   expect_error("viz --weights " + input("flat.npy") + " --out w.svg",
                "--weights: expected 2 to 4 dims");
   expect_error(run + " --viz w.gif", "--viz: expected a file name ending in .svg, .png or .html");
   expect_error(run + " --viz w.svg --viz-head 2", "--viz-head: expected 0 .. 1, given 2");
   expect_error(run + " --viz c.npy", "--viz: expected a path different from --out");
+  expect_error(run + " --viz w.svg --viz-tokens " + input("two.txt"),
+               "--viz-tokens: expected 3 tokens, given 2");
   expect_error(run + " --viz no/such/dir/w.svg", "no/such/dir/w.svg: cannot create");
   expect_error("demo --heatmap d.txt", "--heatmap: expected a file name ending in .svg");
 }

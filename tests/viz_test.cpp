@@ -228,7 +228,14 @@ TEST(HeatmapSvg, LabelsEveryNthTokenWhenTheyWouldCollide) {
   const HeatmapLayout small = lay_out_heatmap(ramp(8, 8), {});
   EXPECT_EQ(small.row_labels.size(), 8u);
   EXPECT_EQ(small.column_labels.size(), 8u);
-  EXPECT_GE(small.cell, 30);
+  EXPECT_GE(small.cell_width, 30);
+  EXPECT_EQ(small.cell_height, small.cell_width);
+}
+
+TEST(HeatmapLayout, ASingleDecodeRowStaysAVisibleStrip) {
+  const HeatmapLayout layout = lay_out_heatmap(ramp(1, 300), {});
+  EXPECT_EQ(layout.cell_width, 2);
+  EXPECT_GE(layout.plot.height, 30);
 }
 
 TEST(HeatmapPng, DecodesToTheLayoutSizeWithEachCellsColour) {
@@ -242,8 +249,9 @@ TEST(HeatmapPng, DecodesToTheLayoutSizeWithEachCellsColour) {
   const std::vector<std::string> fills = expected_fills(m);
   for (Index r = 0; r < m.rows; ++r) {
     for (Index c = 0; c < m.cols; ++c) {
-      const int x = layout.plot.x + static_cast<int>(c) * layout.cell + layout.cell / 2;
-      const int y = layout.plot.y + static_cast<int>(r) * layout.cell + layout.cell / 2;
+      const int x = layout.plot.x + static_cast<int>(c) * layout.cell_width + layout.cell_width / 2;
+      const int y =
+          layout.plot.y + static_cast<int>(r) * layout.cell_height + layout.cell_height / 2;
       EXPECT_EQ(hex(png.at(x, y)), fills[static_cast<std::size_t>(r * m.cols + c)])
           << "cell " << r << ", " << c;
     }

@@ -18,6 +18,7 @@
 #include "progress_bar.hpp"
 #include "tokens_file.hpp"
 #include "viz/draw.hpp"
+#include "viz/tokens.hpp"
 
 namespace attn::tools {
 namespace {
@@ -112,7 +113,10 @@ io::StagedFile stage(const std::string& path, const Output& output) {
 io::StagedFile stage_picture(const RunArgs& args, const Output& weights) {
   viz::Picture picture;
   picture.head = args.viz_head;
-  if (!args.viz_tokens.empty()) picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
+  if (!args.viz_tokens.empty()) {
+    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
+    viz::token_labels(picture.tokens, weights.view.shape[2], weights.view.shape[3], "--viz-tokens");
+  }
   const std::string bytes = viz::render(weights.view, viz::format_of(args.viz, "--viz"), picture);
   io::StagedFile file(args.viz);
   file.write(bytes.data(), bytes.size());

@@ -8,6 +8,7 @@
 #include "io/npy.hpp"
 #include "tokens_file.hpp"
 #include "viz/draw.hpp"
+#include "viz/tokens.hpp"
 
 namespace attn::tools {
 namespace {
@@ -31,10 +32,23 @@ void run_viz(const VizArgs& args) {
   if (weights.tensor.dtype() == DType::boolean) {
     throw Error("--weights: expected float16, float32 or float64, given bool in " + args.weights);
   }
+  // Checked here too so that messages name the command's options.
+  const Dims& dims = weights.tensor.shape();
+  if (args.batch >= dims[0]) {
+    throw Error("--batch: expected 0 .. " + std::to_string(dims[0] - 1) + ", given " +
+                std::to_string(args.batch));
+  }
+  if (args.head >= dims[1]) {
+    throw Error("--head: expected 0 .. " + std::to_string(dims[1] - 1) + ", given " +
+                std::to_string(args.head));
+  }
   viz::Picture picture;
   picture.batch = args.batch;
   picture.head = args.head;
-  if (!args.tokens.empty()) picture.tokens = read_tokens(args.tokens, "--tokens");
+  if (!args.tokens.empty()) {
+    picture.tokens = read_tokens(args.tokens, "--tokens");
+    viz::token_labels(picture.tokens, dims[2], dims[3], "--tokens");
+  }
   picture.title = args.title;
   picture.reduce = viz::parse_reduce(args.downsample, "--downsample");
   picture.max_cells = args.max_cells;

@@ -81,11 +81,14 @@ HeatmapLayout lay_out_heatmap(const Matrix& weights, const HeatmapOptions& optio
   const Range values = value_range(cells);
   layout.range = {std::min(0.0, values.low), values.high};
   if (!(layout.range.high > layout.range.low)) layout.range.high = layout.range.low + 1.0;
-  layout.cell =
-      std::clamp(kPlotTarget / static_cast<int>(std::max(cells.rows, cells.cols)), 1, kLargestCell);
+  const auto cell_size = [](Index count) {
+    return std::clamp(kPlotTarget / static_cast<int>(count), 1, kLargestCell);
+  };
+  layout.cell_width = cell_size(cells.cols);
+  layout.cell_height = cell_size(cells.rows);
 
-  const double px_per_row = static_cast<double>(layout.cell) / layout.blocks.row_block;
-  const double px_per_col = static_cast<double>(layout.cell) / layout.blocks.col_block;
+  const double px_per_row = static_cast<double>(layout.cell_height) / layout.blocks.row_block;
+  const double px_per_col = static_cast<double>(layout.cell_width) / layout.blocks.col_block;
   layout.font_px = std::clamp(static_cast<int>(std::min(px_per_row, px_per_col)) - 2, kSmallestFont,
                               kLargestFont);
   const int spacing = layout.font_px + 3;
@@ -103,8 +106,8 @@ HeatmapLayout lay_out_heatmap(const Matrix& weights, const HeatmapOptions& optio
   layout.plot.x = kPad + axis_title + widest(layout.row_labels, layout.font_px) + kTickLength + 4;
   layout.plot.y = kPad + title_height + axis_title + widest(layout.column_labels, layout.font_px) +
                   kTickLength + 4;
-  layout.plot.width = static_cast<int>(cells.cols) * layout.cell;
-  layout.plot.height = static_cast<int>(cells.rows) * layout.cell;
+  layout.plot.width = static_cast<int>(cells.cols) * layout.cell_width;
+  layout.plot.height = static_cast<int>(cells.rows) * layout.cell_height;
 
   layout.bar = {layout.plot.x + layout.plot.width + kBarGap, layout.plot.y, kBarWidth,
                 std::max(layout.plot.height, 120)};

@@ -1,7 +1,7 @@
 // Where everything of a heatmap goes, in pixels, decided once so that the SVG and the PNG
-// draw the same picture. Cells are square and sized so that 8 tokens and 512 tokens both
-// fit a screen; labels shrink to a smallest readable size and then only every n-th token
-// is labelled.
+// draw the same picture. Cells are sized so that 8 tokens and 512 tokens both fit a screen
+// (square for square matrices; a single decode row stays a visible strip); labels shrink to a
+// smallest readable size and then only every n-th token is labelled.
 #pragma once
 
 #include <string>
@@ -22,9 +22,10 @@ struct Box {
 };
 
 struct HeatmapLayout {
-  Blocks blocks;  // the cells drawn
-  Range range;    // values mapped to the two ends of the colour map
-  int cell = 1;   // px per cell side
+  Blocks blocks;        // the cells drawn
+  Range range;          // values mapped to the two ends of the colour map
+  int cell_width = 1;   // px per cell across
+  int cell_height = 1;  // px per cell down
   int width = 0, height = 0;
   Box plot;          // the cells: blocks.cells.cols * cell wide
   Box bar;           // the colour bar, high values at the top

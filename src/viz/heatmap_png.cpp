@@ -21,8 +21,9 @@ void draw_cells(Raster& image, const HeatmapLayout& layout) {
   const Matrix& cells = layout.blocks.cells;
   for (Index r = 0; r < cells.rows; ++r) {
     for (Index c = 0; c < cells.cols; ++c) {
-      image.fill({layout.plot.x + static_cast<int>(c) * layout.cell,
-                  layout.plot.y + static_cast<int>(r) * layout.cell, layout.cell, layout.cell},
+      image.fill({layout.plot.x + static_cast<int>(c) * layout.cell_width,
+                  layout.plot.y + static_cast<int>(r) * layout.cell_height, layout.cell_width,
+                  layout.cell_height},
                  colour_at(colour_position(layout, cells(r, c))));
     }
   }

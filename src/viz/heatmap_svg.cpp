@@ -29,10 +29,10 @@ void write_cells(std::ostream& out, const HeatmapLayout& layout, const Matrix& w
   out << "<g class=\"cells\" shape-rendering=\"crispEdges\">\n";
   for (Index r = 0; r < cells.rows; ++r) {
     for (Index c = 0; c < cells.cols; ++c) {
-      out << "<rect x=\"" << layout.plot.x + c * layout.cell << "\" y=\""
-          << layout.plot.y + r * layout.cell << "\" width=\"" << layout.cell << "\" height=\""
-          << layout.cell << "\" fill=\"" << hex(colour_at(colour_position(layout, cells(r, c))))
-          << '"';
+      out << "<rect x=\"" << layout.plot.x + c * layout.cell_width << "\" y=\""
+          << layout.plot.y + r * layout.cell_height << "\" width=\"" << layout.cell_width
+          << "\" height=\"" << layout.cell_height << "\" fill=\""
+          << hex(colour_at(colour_position(layout, cells(r, c)))) << '"';
       if (!tooltips) {
         out << "/>\n";
         continue;

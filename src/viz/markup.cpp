@@ -100,6 +100,7 @@ std::string json_string(const std::string& text) {
 }
 
 std::string shortened(const std::string& text, std::size_t max_chars) {
+  if (max_chars == 0) return "";
   const std::string clean = clean_utf8(text);
   std::size_t chars = 0, cut = clean.size();
   for (std::size_t i = 0; i < clean.size(); ++i) {

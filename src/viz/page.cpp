@@ -1,5 +1,6 @@
 #include "viz/page.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 

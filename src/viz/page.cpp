@@ -89,7 +89,7 @@ select.addEventListener("change", () => show(Number(select.value)));
 
 const heatmap = document.getElementById("heatmap");
 const cellInfo = document.getElementById("cell");
-const zoom = Math.max(1, Math.min(24, Math.floor(480 / Math.max(data.rows, data.cols))));
+const zoom = Math.max(1, Math.min(48, Math.floor(480 / Math.max(data.rows, data.cols))));
 heatmap.style.width = data.cols * zoom + "px";
 heatmap.style.height = data.rows * zoom + "px";
 heatmap.addEventListener("mousemove", event => {
@@ -247,8 +247,8 @@ std::string attention_page_html(const TensorView& weights, Index batch,
 
   const std::string title =
       options.title.empty() ? "Attention weights" : xml_escaped(options.title);
-  const std::string shape = std::to_string(heads) + " heads, " + std::to_string(len_q) +
-                            " queries x " + std::to_string(len_k) + " keys";
+  const std::string shape = std::to_string(heads) + (heads == 1 ? " head, " : " heads, ") +
+                            std::to_string(len_q) + " queries x " + std::to_string(len_k) + " keys";
   const std::string downsampled = first.row_block > 1 || first.col_block > 1
                                       ? " Shown in blocks of " + std::to_string(first.row_block) +
                                             " x " + std::to_string(first.col_block) + " weights (" +

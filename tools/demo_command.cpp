@@ -151,20 +151,20 @@ void show_realistic(std::ostream& out, const DemoArgs& args) {
 void run_demo(const DemoArgs& args) {
   if (!args.heatmap.empty()) viz::format_of(args.heatmap, "--heatmap");  // before any output
   const Tensor alpha = show_lesson(std::cout);
+  if (!args.heatmap.empty()) {
+    viz::Picture picture;
+    picture.tokens = kTokens;
+    picture.title = "Part 1: weights of \"the cat sat on the mat\"";
+    viz::draw(alpha.view(), args.heatmap, picture, "--heatmap");
+    std::cout << "\nStep 2's weights, drawn as a heatmap (query rows, key columns): "
+              << args.heatmap << '\n';
+  }
   show_realistic(std::cout, args);
   if (!args.weights_out.empty()) {
     const auto n = static_cast<Index>(kTokens.size());
     io::write_npy(args.weights_out, alpha.view(), {n, n});
     std::cout << "\nWrote the weights of part 1 ([" << n << ", " << n << "] float64) to "
               << args.weights_out << '\n';
-  }
-  if (!args.heatmap.empty()) {
-    viz::Picture picture;
-    picture.tokens = kTokens;
-    picture.title = "Part 1: weights of \"the cat sat on the mat\"";
-    viz::draw(alpha.view(), args.heatmap, picture, "--heatmap");
-    std::cout << "\nDrew the weights of part 1 (query rows, key columns) in " << args.heatmap
-              << '\n';
   }
 }
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "chunked_forward.hpp"
+#include "forward_in_pieces.hpp"
 
 namespace attn::tools {
 

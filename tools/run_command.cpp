@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "attn/attn.hpp"
-#include "chunked_forward.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
+#include "forward_in_pieces.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
 #include "progress_bar.hpp"

@@ -1,4 +1,4 @@
-#include "chunked_forward.hpp"
+#include "forward_in_pieces.hpp"
 
 #include <cstddef>
 #include <type_traits>

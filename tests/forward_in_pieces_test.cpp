@@ -1,4 +1,4 @@
-// `attn run` computes in pieces to show progress (tools/chunked_forward.cpp): every output
+// `attn run` computes in pieces to show progress (tools/forward_in_pieces.cpp): every output
 // must be bitwise that of one forward_into call, on every case of the list (GQA, masks,
 // ALiBi, sinks, packed varlen, bshd strides), and progress must count every piece.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "attn/attn.hpp"
-#include "chunked_forward.hpp"
+#include "forward_in_pieces.hpp"
 #include "support/cases.hpp"
 
 namespace attn::tools {
@@ -30,9 +30,9 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-class ChunkedForward : public ::testing::TestWithParam<Case> {};
+class ForwardInPieces : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ChunkedForward, EqualsOneCallBitwise) {
+TEST_P(ForwardInPieces, EqualsOneCallBitwise) {
   const testing::Inputs in = testing::make_inputs(GetParam());
   AllOutputs whole = make_outputs(in), pieces = make_outputs(in);
   forward_into(in.q, in.k, in.v, in.options, whole.views());
@@ -52,9 +52,9 @@ TEST_P(ChunkedForward, EqualsOneCallBitwise) {
 }
 
 // Numbered cases: a failure prints the case by its name (testing::PrintTo).
-INSTANTIATE_TEST_SUITE_P(Cases, ChunkedForward, ::testing::ValuesIn(testing::case_list()));
+INSTANTIATE_TEST_SUITE_P(Cases, ForwardInPieces, ::testing::ValuesIn(testing::case_list()));
 
-TEST(ChunkedForwardErrors, NameTheWholeRequest) {
+TEST(ForwardInPiecesErrors, NameTheWholeRequest) {
   std::vector<float> q(2 * 4 * 3 * 8), k(2 * 3 * 5 * 8), v(2 * 3 * 5 * 8), out(2 * 4 * 3 * 8);
   const TensorView qv(q.data(), DType::f32, {2, 4, 3, 8}), kv(k.data(), DType::f32, {2, 3, 5, 8});
   const TensorView vv(v.data(), DType::f32, {2, 3, 5, 8});

@@ -15,8 +15,9 @@ build: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release -j $(JOBS)
 
+# The demo draws its sentence's weights only when asked; `make run` asks, into the build tree.
 run: build
-	$(BUILD)/tools/attn demo
+	$(BUILD)/tools/attn demo --heatmap $(BUILD)/demo-heatmap.svg
 
 test: deps test-release test-asan test-python
 

@@ -297,7 +297,7 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --colour red", "--colour");
   expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
   expect_error("", "A subcommand is required");
-  expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run");
+  expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run, viz");
   expect_error("demo --tokens 0", "--tokens");
 }
 
@@ -309,6 +309,69 @@ TEST_F(CliErrors, FailedWritesLeaveNoOutputs) {
   expect_error("run " + good_inputs() + " --out no/such/dir/c.npy", "cannot create");
 }
 
+TEST_F(CliErrors, BadPictures) {
+  const std::string run = "run " + good_inputs() + " --out c.npy";
+  const std::string viz = "viz --weights " + input("q.npy");
+  inputs_.write("two.txt", "a\nb\n");
+  const std::vector<float> flat(5, 0.2f);
+  io::write_npy(inputs_.file("flat.npy"), TensorView(flat.data(), DType::f32, {1, 1, 1, 5}), {5});
+  expect_error(viz + " --out w.jpg",
+               "--out: expected a file name ending in .svg, .png or .html, given 'w.jpg'");
+  expect_error(viz, "--out is required");
+  expect_error(viz + " --out w.svg --head 2", "--head: expected 0 .. 1, given 2");
+  expect_error(viz + " --out w.svg --batch 1", "--batch: expected 0 .. 0, given 1");
+  expect_error(viz + " --out w.svg --downsample median", "--downsample");
+  expect_error(viz + " --out w.svg --tokens " + input("two.txt"),
+               "--tokens: expected 3 (one per query) or 4 (one per key) tokens, given 2");
+  expect_error(viz + " --out w.svg --tokens " + input("none.txt"), "--tokens: cannot read");
+  expect_error("viz --weights " + input("flat.npy") + " --out w.svg",
+               "--weights: expected 2 to 4 dims");
+  expect_error(run + " --viz w.gif", "--viz: expected a file name ending in .svg, .png or .html");
+  expect_error(run + " --viz w.svg --viz-head 2", "--viz-head: expected 0 .. 1, given 2");
+  expect_error(run + " --viz c.npy", "--viz: expected a path different from --out");
+  expect_error(run + " --viz w.svg --viz-tokens " + input("two.txt"),
+               "--viz-tokens: expected 3 tokens, given 2");
+  expect_error(run + " --viz no/such/dir/w.svg", "no/such/dir/w.svg: cannot create");
+  expect_error("demo --heatmap d.txt", "--heatmap: expected a file name ending in .svg");
+}
+
+TEST_F(CliErrors, PicturesInEveryFormat) {
+  const TempDir dir;
+  const Outcome computed = run_attn("run " + good_inputs() +
+                                        " --out c.npy --weights w.npy "
+                                        "--viz p.html --viz-head 1 --quiet",
+                                    dir);
+  ASSERT_EQ(computed.status, 0) << computed.err;
+  EXPECT_EQ(computed.err, "");
+  EXPECT_EQ(dir.read("p.html").rfind("<!DOCTYPE html>", 0), 0u);
+  dir.write("tokens.txt", "k0\nk1\r\n<k3>\n");
+  for (const char* name : {"h.svg", "h.png", "h.html"}) {
+    const Outcome drawn = run_attn(
+        "viz --weights w.npy --tokens tokens.txt --head 1 --out " + std::string(name), dir);
+    ASSERT_EQ(drawn.status, 0) << drawn.err;
+    EXPECT_EQ(drawn.out + drawn.err, "");
+  }
+  EXPECT_EQ(dir.read("h.svg").rfind("<?xml", 0), 0u);
+  EXPECT_NE(dir.read("h.svg").find("&lt;k3&gt;"), std::string::npos);
+  EXPECT_EQ(dir.read("h.png").rfind("\x89PNG\r\n", 0), 0u);
+  EXPECT_EQ(dir.read("h.html").rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"c.npy", "h.html", "h.png", "h.svg", "p.html",
+                                                     "tokens.txt", "w.npy"}));
+}
+
+TEST(Cli, DemoDrawsItsSentenceWhenAsked) {
+  const TempDir dir;
+  const Outcome demo = run_attn("demo --heads 1 --tokens 4 --dim 2 --heatmap d.svg", dir);
+  ASSERT_EQ(demo.status, 0) << demo.err;
+  EXPECT_LT(demo.out.find("drawn as a heatmap (query rows, key columns): d.svg"),
+            demo.out.find("Part 2."));
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"d.svg"}));
+  const std::string svg = dir.read("d.svg");
+  for (const char* word : {">the<", ">cat<", ">sat<", ">on<", ">mat<"}) {
+    EXPECT_NE(svg.find(word), std::string::npos) << word;
+  }
+}
+
 TEST(Cli, HelpDocumentsEveryOption) {
   const TempDir dir;
   const Outcome top = run_attn("--help", dir);
@@ -317,16 +380,24 @@ TEST(Cli, HelpDocumentsEveryOption) {
   EXPECT_NE(top.out.find("demo"), std::string::npos);
   const Outcome run = run_attn("run --help", dir);
   EXPECT_EQ(run.status, 0);
-  for (const char* option : {"--query", "--key", "--value", "--out", "--weights", "--lse", "--mask",
-                             "--causal", "--scale", "--window", "--softcap", "--alibi", "--sinks",
-                             "--layout", "--threads", "--backend", "=bhsd", "=auto", "1/sqrt(D)"}) {
+  for (const char* option :
+       {"--query",   "--key",    "--value",    "--out",        "--weights", "--lse",
+        "--mask",    "--causal", "--scale",    "--window",     "--softcap", "--alibi",
+        "--sinks",   "--layout", "--threads",  "--backend",    "=bhsd",     "=auto",
+        "1/sqrt(D)", "--viz",    "--viz-head", "--viz-tokens", "--quiet"}) {
     EXPECT_NE(run.out.find(option), std::string::npos) << option;
   }
   const Outcome demo = run_attn("demo --help", dir);
   EXPECT_EQ(demo.status, 0);
-  for (const char* option :
-       {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed", "--weights-out"}) {
+  for (const char* option : {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed",
+                             "--weights-out", "--heatmap"}) {
     EXPECT_NE(demo.out.find(option), std::string::npos) << option;
+  }
+  const Outcome viz = run_attn("viz --help", dir);
+  EXPECT_EQ(viz.status, 0);
+  for (const char* option : {"--weights", "--out", "--tokens", "--head", "--batch", "--downsample",
+                             "=max", "--max-cells", "--title"}) {
+    EXPECT_NE(viz.out.find(option), std::string::npos) << option;
   }
   EXPECT_TRUE(dir.entries().empty());
 }

@@ -14,5 +14,6 @@ struct Command {
 
 Command add_run_command(CLI::App& parent);
 Command add_demo_command(CLI::App& parent);
+Command add_viz_command(CLI::App& parent);
 
 }  // namespace attn::tools

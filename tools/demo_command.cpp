@@ -1,5 +1,6 @@
 // `attn demo`: the lesson's process, step by step, on a real sentence, then the same
-// computation at a realistic size. It writes nothing unless --weights-out is given.
+// computation at a realistic size. It writes nothing unless asked: --weights-out saves part
+// 1's weights, --heatmap draws them.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "compute_options.hpp"
 #include "io/npy.hpp"
 #include "table.hpp"
+#include "viz/draw.hpp"
 
 namespace attn::tools {
 namespace {
@@ -26,6 +28,7 @@ struct DemoArgs {
   unsigned seed = 42;
   ComputeOptions compute;
   std::string weights_out;  // empty: write nothing
+  std::string heatmap;      // empty: draw nothing
 };
 
 // Hand-made 4-d embeddings: each coordinate says how much a word is an article, an animal,
@@ -146,7 +149,16 @@ void show_realistic(std::ostream& out, const DemoArgs& args) {
 }
 
 void run_demo(const DemoArgs& args) {
+  if (!args.heatmap.empty()) viz::format_of(args.heatmap, "--heatmap");  // before any output
   const Tensor alpha = show_lesson(std::cout);
+  if (!args.heatmap.empty()) {
+    viz::Picture picture;
+    picture.tokens = kTokens;
+    picture.title = "Part 1: weights of \"the cat sat on the mat\"";
+    viz::draw(alpha.view(), args.heatmap, picture, "--heatmap");
+    std::cout << "\nStep 2's weights, drawn as a heatmap (query rows, key columns): "
+              << args.heatmap << '\n';
+  }
   show_realistic(std::cout, args);
   if (!args.weights_out.empty()) {
     const auto n = static_cast<Index>(kTokens.size());
@@ -165,7 +177,7 @@ Command add_demo_command(CLI::App& parent) {
       "Part 1 shows the scores, the weights (each row sums to 1) and the context vectors of "
       "self-attention over a six-word sentence. Part 2 runs causal self-attention on random "
       "inputs of the given size and prints the time and a checksum. Writes nothing unless "
-      "--weights-out is given.");
+      "--weights-out or --heatmap is given.");
   app->option_defaults()->always_capture_default();
   app->add_option("--heads", args->heads, "Part 2: attention heads")->check(CLI::Range(1, 1024));
   app->add_option("--tokens", args->tokens, "Part 2: sequence length")
@@ -176,6 +188,10 @@ Command add_demo_command(CLI::App& parent) {
   app->add_option("--weights-out", args->weights_out,
                   "Write part 1's weight matrix [6, 6] as a float64 .npy [default: nothing]")
       ->type_name("W.npy");
+  app->add_option("--heatmap", args->heatmap,
+                  "Draw part 1's weights with the words on both axes: a heatmap (.svg, .png) "
+                  "or a page with the head view (.html) [default: nothing]")
+      ->type_name("FILE");
   return {app, [args] { run_demo(*args); }};
 }
 

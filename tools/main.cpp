@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("attn ") + attn::version);
   app.require_subcommand(1);
   const std::vector<attn::tools::Command> commands = {attn::tools::add_demo_command(app),
-                                                      attn::tools::add_run_command(app)};
+                                                      attn::tools::add_run_command(app),
+                                                      attn::tools::add_viz_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,7 @@
 // `attn run`: attention on .npy files. Everything is read and checked, then computed, then
 // written: outputs are staged under temporary names and renamed into place only after
-// every one of them was written, so a failure leaves no output file at all.
+// every one of them was written, so a failure leaves no output file at all. On a terminal,
+// a job that takes more than a second shows a progress bar on stderr.
 #include <charconv>
 #include <filesystem>
 #include <memory>
@@ -11,8 +12,13 @@
 #include "attn/attn.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
+#include "forward_in_pieces.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
+#include "progress_bar.hpp"
+#include "tokens_file.hpp"
+#include "viz/draw.hpp"
+#include "viz/tokens.hpp"
 
 namespace attn::tools {
 namespace {
@@ -27,6 +33,9 @@ struct RunArgs {
   double softcap = 0.0;
   std::string layout = "bhsd";
   ComputeOptions compute;
+  std::string viz, viz_tokens;  // empty: no picture, no labels
+  Index viz_head = 0;
+  bool quiet = false;
 };
 
 // "L,R" with integers >= -1 (-1: unbounded on that side).
@@ -46,7 +55,10 @@ std::optional<Window> parse_window(const std::string& text) {
 // Two outputs at one path would silently keep only the last.
 void check_distinct_outputs(const RunArgs& args) {
   const std::vector<std::pair<const char*, const std::string*>> outputs = {
-      {"--out", &args.out}, {"--weights", &args.weights}, {"--lse", &args.lse}};
+      {"--out", &args.out},
+      {"--weights", &args.weights},
+      {"--lse", &args.lse},
+      {"--viz", &args.viz}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       const std::string& a = *outputs[i].second;
@@ -97,8 +109,23 @@ io::StagedFile stage(const std::string& path, const Output& output) {
   return io::stage_npy(path, stored, output.shape);
 }
 
+// The picture of --viz: head --viz-head of batch entry 0, staged like the arrays.
+io::StagedFile stage_picture(const RunArgs& args, const Output& weights) {
+  viz::Picture picture;
+  picture.head = args.viz_head;
+  if (!args.viz_tokens.empty()) {
+    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
+    viz::token_labels(picture.tokens, weights.view.shape[2], weights.view.shape[3], "--viz-tokens");
+  }
+  const std::string bytes = viz::render(weights.view, viz::format_of(args.viz, "--viz"), picture);
+  io::StagedFile file(args.viz);
+  file.write(bytes.data(), bytes.size());
+  return file;
+}
+
 void run(const RunArgs& args) {
   check_distinct_outputs(args);
+  if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
   const Layout layout = parse_layout(args.layout);
   const Input q = read_input(args.query, layout);
   const Input k = read_input(args.key, layout);
@@ -134,16 +161,29 @@ void run(const RunArgs& args) {
     lse = make_output(stats_dtype, Layout::bhsd, {1, batch, heads, len_q}, rank > 0 ? rank - 1 : 0);
     outputs.lse = MutableTensorView(lse->storage.data(), stats_dtype, {batch, heads, len_q, 1});
   }
-  if (!args.weights.empty()) {
+  // --viz draws from the weights, so they are computed even when not saved.
+  if (!args.weights.empty() || !args.viz.empty()) {
     weights = make_output(stats_dtype, Layout::bhsd, {batch, heads, len_q, len_k}, rank);
     outputs.weights = weights->view;
   }
-  forward_into(q.view, k.view, v.view, options, outputs);
+  if (!args.viz.empty() && (args.viz_head < 0 || args.viz_head >= heads)) {
+    throw Error("--viz-head: expected 0 .. " + std::to_string(heads - 1) + ", given " +
+                std::to_string(args.viz_head));
+  }
+  const bool show_progress = !args.quiet && stderr_is_terminal();
+  if (show_progress) {
+    run_with_progress_bar(true, "attn run", [&](const ProgressCallback& progress) {
+      forward_in_pieces(q.view, k.view, v.view, options, outputs, progress);
+    });
+  } else {
+    forward_into(q.view, k.view, v.view, options, outputs);
+  }
 
   std::vector<io::StagedFile> staged;
   staged.push_back(stage(args.out, context));
   if (lse) staged.push_back(stage(args.lse, *lse));
-  if (weights) staged.push_back(stage(args.weights, *weights));
+  if (!args.weights.empty()) staged.push_back(stage(args.weights, *weights));
+  if (!args.viz.empty()) staged.push_back(stage_picture(args, *weights));
   for (io::StagedFile& file : staged) file.commit();
 }
 
@@ -220,6 +260,19 @@ Command add_run_command(CLI::App& parent) {
                   "(3-D [H, S, D]), bshd = [B, S, H, D] (3-D [S, H, D]), read without a copy")
       ->check(CLI::IsMember({"bhsd", "bshd"}))
       ->type_name("LAYOUT");
+  app->add_option("--viz", args->viz,
+                  "Also draw the weights: a heatmap of one head (.svg, .png) or a page of every "
+                  "head (.html) of batch entry 0 [default: not drawn]")
+      ->type_name("FILE");
+  app->add_option("--viz-head", args->viz_head, "Head of the --viz heatmap")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("H");
+  app->add_option("--viz-tokens", args->viz_tokens,
+                  "Labels for --viz: UTF-8 text, one token per line (Lq or Lk of them) "
+                  "[default: indices]")
+      ->type_name("TOKENS.txt");
+  app->add_flag("--quiet", args->quiet,
+                "No progress bar (it shows on a terminal for jobs longer than a second)");
   add_compute_options(*app, args->compute);
   return {app, [args, causal] {
             // A bare --causal has no value: the option's count says whether it was given.

@@ -4,6 +4,7 @@
     out = attn.attention(q, k, v, causal=True)                    # FlashAttention-style
     out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
     s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
+    attn.viz.heatmap(w, "weights.svg", tokens=words); attn.viz.html(w, "weights.html")
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
@@ -12,6 +13,7 @@ float32 or float64; NumPy arrays come out, or torch tensors when torch tensors w
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
 from ._lesson import context, scores, softmax
+from . import viz
 
 __all__ = [
     "__version__",

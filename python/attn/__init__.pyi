@@ -6,6 +6,8 @@ Array = Any  # numpy.ndarray | torch.Tensor | a DLPack producer
 Numbers = Union[Sequence[float], Array]
 Offsets = Union[Sequence[int], Array]
 
+from . import viz as viz
+
 __version__: str
 __all__: list[str]
 

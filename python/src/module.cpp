@@ -16,6 +16,7 @@
 
 #include "attn/attn.hpp"
 #include "views.hpp"
+#include "viz/draw.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -113,6 +114,23 @@ NumpyArray context(const InputArray& weights, const InputArray& v, bool check, d
   return to_numpy(std::move(result));
 }
 
+// weights: [B, H, Lq, Lk] -> a picture file (format from the path's extension), written
+// whole or not at all.
+void draw(const InputArray& weights, const std::string& path, std::vector<std::string> tokens,
+          Index batch, Index head, const std::string& downsample, Index max_cells,
+          const std::string& title) {
+  viz::Picture picture;
+  picture.batch = batch;
+  picture.head = head;
+  picture.tokens = std::move(tokens);
+  picture.title = title;
+  picture.reduce = viz::parse_reduce(downsample, "downsample");
+  picture.max_cells = max_cells;
+  const TensorView view = input_view(weights, "weights");
+  nb::gil_scoped_release unlocked;
+  viz::draw(view, path, picture, "path");
+}
+
 // What the kernels would see of `array`: its address, dtype, shape and element strides.
 // The tests use it to show that inputs are read in place.
 nb::dict describe_view(const InputArray& array, const std::string& name) {
@@ -153,6 +171,9 @@ NB_MODULE(_attn, m) {
   m.def("softmax", &softmax, "scores"_a, "Softmax over the last dim of a 4-D array.");
   m.def("context", &context, "weights"_a, "v"_a, nb::kw_only(), "check"_a, "tolerance"_a,
         "Context [B, Hq, Lq, Dv] = weights @ v of 4-D arrays.");
+  m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "batch"_a, "head"_a,
+        "downsample"_a, "max_cells"_a, "title"_a,
+        "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
 }

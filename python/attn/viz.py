@@ -1,0 +1,111 @@
+"""Pictures of attention weights: a heatmap of one head (SVG or PNG) and a self-contained
+HTML page of every head with a BertViz-like head view.
+
+    w = attn.attention(q, k, v, return_weights=True)[1]
+    attn.viz.heatmap(w, "head0.svg", tokens=words)
+    attn.viz.html(w, "layer.html", tokens=words)
+
+Files appear whole or not at all: they are written under a temporary name and renamed.
+"""
+
+import os
+from typing import Optional, Sequence, Union
+
+from . import _arrays
+from . import _attn
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_HEATMAP_SUFFIXES = (".svg", ".png")
+_PAGE_SUFFIXES = (".html", ".htm")
+
+
+def _path(path, suffixes, other):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+    path = os.fspath(path)
+    if not path.lower().endswith(suffixes):
+        raise ValueError(
+            f"path: expected a file name ending in {' or '.join(suffixes)}, given {path!r} "
+            f"(use attn.viz.{other} for the other formats)"
+        )
+    return path
+
+
+def _weights(weights):
+    array = _arrays.as_array(weights, "weights")
+    if array.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"weights: expected 2 to 4 dims [Lq, Lk], [H, Lq, Lk] or [B, H, Lq, Lk], given "
+            f"{array.ndim} dims with shape {_arrays.shape(array)}"
+        )
+    view = _arrays.reshape(array, (1,) * (4 - array.ndim) + _arrays.shape(array))
+    return _arrays.for_extension(_arrays.readable(view))
+
+
+def _tokens(tokens):
+    if tokens is None:
+        return []
+    if isinstance(tokens, str):
+        raise TypeError("tokens: expected a sequence of str, given a single str")
+    tokens = list(tokens)
+    for i, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise TypeError(f"tokens: expected str items, given {type(token).__name__} at {i}")
+    return tokens
+
+
+def _index(value, name):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, given {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name}: expected an int >= 0, given {value}")
+    return value
+
+
+def _draw(weights, path, tokens, batch, head, downsample, max_cells, title):
+    if downsample not in ("max", "mean"):
+        raise ValueError(f"downsample: expected 'max' or 'mean', given {downsample!r}")
+    if max_cells is not None:
+        _index(max_cells, "max_cells")
+        if max_cells < 1:
+            raise ValueError(f"max_cells: expected an int >= 1 or None, given {max_cells}")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title: expected a str or None, given {type(title).__name__}")
+    _attn.draw(_weights(weights), path, tokens=_tokens(tokens), batch=_index(batch, "batch"),
+               head=_index(head, "head"), downsample=downsample, max_cells=max_cells or 0,
+               title=title or "")
+
+
+def heatmap(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, head: int = 0,
+            batch: int = 0, downsample: str = "max", max_cells: Optional[int] = None,
+            title: Optional[str] = None) -> None:
+    """Draw one head's weights as a heatmap: query rows down, keys across, a colour bar.
+
+    Shapes:
+        weights: [Lq, Lk] | [H, Lq, Lk] | [B, H, Lq, Lk], float16/bfloat16/float32/float64
+    path: ending in .svg or .png (the format).
+    tokens: Lq tokens label the queries, Lk the keys (both for self-attention); None: indices.
+    head, batch: which matrix to draw.
+    downsample: "max" or "mean", how a block of weights becomes one cell when a side is
+        longer than max_cells (None: 512).
+    title: None names the head.
+    """
+    _draw(weights, _path(path, _HEATMAP_SUFFIXES, "html"), tokens, batch, head, downsample,
+          max_cells, title)
+
+
+def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch: int = 0,
+         downsample: str = "max", max_cells: Optional[int] = None,
+         title: Optional[str] = None) -> None:
+    """Write a self-contained HTML page (no network needed) of every head of batch entry
+    `batch`: small heatmaps of all heads, one head large, and a head view where pointing at
+    a query token draws lines to the keys it attends to, thicker for larger weights.
+
+    Shapes:
+        weights: [Lq, Lk] | [H, Lq, Lk] | [B, H, Lq, Lk], float16/bfloat16/float32/float64
+    path: ending in .html or .htm.
+    tokens, downsample, title: as for heatmap; max_cells None means 128 per head.
+    """
+    _draw(weights, _path(path, _PAGE_SUFFIXES, "heatmap"), tokens, batch, 0, downsample,
+          max_cells, title)

@@ -1,0 +1,49 @@
+#include "viz/colormap.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+namespace attn::viz {
+namespace {
+
+// matplotlib's viridis (CC0) sampled at ten equal steps; linear interpolation between
+// neighbours stays within 2/255 of the full 256-entry table.
+constexpr std::array<const char*, 10> kAnchors = {"#440154", "#482878", "#3e4989", "#31688e",
+                                                  "#26828e", "#1f9e89", "#35b779", "#6ece58",
+                                                  "#b5de2b", "#fde725"};
+
+Rgb parse_hex(const char* text) {
+  unsigned r = 0, g = 0, b = 0;
+  std::sscanf(text, "#%02x%02x%02x", &r, &g, &b);
+  return {static_cast<std::uint8_t>(r), static_cast<std::uint8_t>(g), static_cast<std::uint8_t>(b)};
+}
+
+std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {
+  return static_cast<std::uint8_t>(std::lround(a + (b - a) * f));
+}
+
+}  // namespace
+
+Rgb colour_at(double t) {
+  if (!(t > 0.0)) t = 0.0;
+  if (t > 1.0) t = 1.0;
+  const double position = t * static_cast<double>(kAnchors.size() - 1);
+  const auto low = static_cast<std::size_t>(position);
+  if (low + 1 >= kAnchors.size()) return parse_hex(kAnchors.back());
+  const double f = position - static_cast<double>(low);
+  const Rgb a = parse_hex(kAnchors[low]), b = parse_hex(kAnchors[low + 1]);
+  return {mix(a.r, b.r, f), mix(a.g, b.g, f), mix(a.b, b.b, f)};
+}
+
+std::string hex(Rgb colour) {
+  char text[8];
+  std::snprintf(text, sizeof text, "#%02x%02x%02x", colour.r, colour.g, colour.b);
+  return text;
+}
+
+std::span<const char* const> colour_anchors() {
+  return kAnchors;
+}
+
+}  // namespace attn::viz

@@ -1,0 +1,64 @@
+#include "viz/draw.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "io/staged_file.hpp"
+#include "viz/heatmap.hpp"
+#include "viz/page.hpp"
+#include "viz/tokens.hpp"
+
+namespace attn::viz {
+namespace {
+
+constexpr Index kHeatmapCells = 512;
+// Every head of the page is in its data; 128 x 128 cells keep 16 heads near 2 MB.
+constexpr Index kPageCells = 128;
+
+std::string default_title(const TensorView& weights, const Picture& picture, Format format) {
+  std::string title = "Attention weights";
+  if (weights.shape[0] > 1) title += ", batch " + std::to_string(picture.batch);
+  if (format != Format::html) title += ", head " + std::to_string(picture.head);
+  return title;
+}
+
+}  // namespace
+
+Format format_of(const std::string& path, const char* argument) {
+  std::string extension = std::filesystem::path(path).extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (extension == ".svg") return Format::svg;
+  if (extension == ".png") return Format::png;
+  if (extension == ".html" || extension == ".htm") return Format::html;
+  throw Error(std::string(argument) +
+              ": expected a file name ending in .svg, .png or .html, given '" + path + "'");
+}
+
+// weights: [B, H, Lq, Lk]
+std::string render(const TensorView& weights, Format format, const Picture& picture) {
+  const TokenLabels labels =
+      token_labels(picture.tokens, weights.shape[2], weights.shape[3], "tokens");
+  const std::string title =
+      picture.title.empty() ? default_title(weights, picture, format) : picture.title;
+  if (format == Format::html) {
+    PageOptions options{labels.rows, labels.columns, title, picture.reduce,
+                        picture.max_cells > 0 ? picture.max_cells : kPageCells};
+    return attention_page_html(weights, picture.batch, options);
+  }
+  const HeatmapOptions options{labels.rows, labels.columns, title, picture.reduce,
+                               picture.max_cells > 0 ? picture.max_cells : kHeatmapCells};
+  const Matrix matrix = head_matrix(weights, picture.batch, picture.head);
+  return format == Format::svg ? heatmap_svg(matrix, options) : heatmap_png(matrix, options);
+}
+
+void draw(const TensorView& weights, const std::string& path, const Picture& picture,
+          const char* argument) {
+  const std::string bytes = render(weights, format_of(path, argument), picture);
+  io::StagedFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+}  // namespace attn::viz

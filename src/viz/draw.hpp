@@ -1,0 +1,37 @@
+// Pictures of weights as files: the format follows the file name, and the file appears
+// only once it is complete.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attn/tensor.hpp"
+#include "viz/downsample.hpp"
+
+namespace attn::viz {
+
+enum class Format : unsigned char { svg, png, html };
+
+// The format named by `path`'s extension (.svg, .png, .html or .htm, any case). Throws
+// attn::Error naming `argument` otherwise.
+Format format_of(const std::string& path, const char* argument);
+
+struct Picture {
+  Index batch = 0;
+  Index head = 0;                   // the heatmap's head; the HTML page shows them all
+  std::vector<std::string> tokens;  // empty, or Lq or Lk tokens (see token_labels)
+  std::string title;                // empty: one naming the batch entry and head
+  Reduce reduce = Reduce::max;
+  Index max_cells = 0;  // cells per side at most; 0: 512 for heatmaps, 128 for the page
+};
+
+// weights: [B, H, Lq, Lk] of any float dtype -> the bytes of the picture in `format`.
+std::string render(const TensorView& weights, Format format, const Picture& picture);
+
+// render() in the format of `path`, written to a temporary file and renamed into place.
+// Throws attn::Error naming `argument` for a bad extension, or the path when it cannot be
+// written; no file appears then.
+void draw(const TensorView& weights, const std::string& path, const Picture& picture,
+          const char* argument = "out");
+
+}  // namespace attn::viz

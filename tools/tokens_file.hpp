@@ -1,0 +1,14 @@
+// Token files for the pictures: UTF-8 text, one token per line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attn::tools {
+
+// The lines of `path` without their "\n" or "\r\n"; an empty line is an empty token, and
+// the newline after the last line is optional. Throws attn::Error naming `argument` and
+// the path when it cannot be read.
+std::vector<std::string> read_tokens(const std::string& path, const char* argument);
+
+}  // namespace attn::tools

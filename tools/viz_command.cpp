@@ -1,0 +1,102 @@
+// `attn viz`: pictures of attention weights saved by `attn run --weights` (or by any
+// program writing .npy): a heatmap of one head (SVG or PNG) or an HTML page of every head.
+#include <memory>
+#include <string>
+
+#include "attn/attn.hpp"
+#include "command.hpp"
+#include "io/npy.hpp"
+#include "tokens_file.hpp"
+#include "viz/draw.hpp"
+#include "viz/tokens.hpp"
+
+namespace attn::tools {
+namespace {
+
+struct VizArgs {
+  std::string weights, tokens, out, title;
+  Index head = 0, batch = 0;
+  std::string downsample = "max";
+  Index max_cells = 0;
+};
+
+void run_viz(const VizArgs& args) {
+  viz::format_of(args.out, "--out");  // a bad name fails before any reading
+  const io::NpyArray weights = io::read_npy(args.weights);
+  if (weights.shape.size() < 2) {
+    throw Error(
+        "--weights: expected 2 to 4 dims [B, H, Lq, Lk], [H, Lq, Lk] or [Lq, Lk], given "
+        "shape " +
+        io::format_shape(weights.shape) + " in " + args.weights);
+  }
+  if (weights.tensor.dtype() == DType::boolean) {
+    throw Error("--weights: expected float16, float32 or float64, given bool in " + args.weights);
+  }
+  // Checked here too so that messages name the command's options.
+  const Dims& dims = weights.tensor.shape();
+  if (args.batch >= dims[0]) {
+    throw Error("--batch: expected 0 .. " + std::to_string(dims[0] - 1) + ", given " +
+                std::to_string(args.batch));
+  }
+  if (args.head >= dims[1]) {
+    throw Error("--head: expected 0 .. " + std::to_string(dims[1] - 1) + ", given " +
+                std::to_string(args.head));
+  }
+  viz::Picture picture;
+  picture.batch = args.batch;
+  picture.head = args.head;
+  if (!args.tokens.empty()) {
+    picture.tokens = read_tokens(args.tokens, "--tokens");
+    viz::token_labels(picture.tokens, dims[2], dims[3], "--tokens");
+  }
+  picture.title = args.title;
+  picture.reduce = viz::parse_reduce(args.downsample, "--downsample");
+  picture.max_cells = args.max_cells;
+  viz::draw(weights.tensor.view(), args.out, picture, "--out");
+}
+
+}  // namespace
+
+Command add_viz_command(CLI::App& parent) {
+  auto args = std::make_shared<VizArgs>();
+  CLI::App* app =
+      parent.add_subcommand("viz", "Pictures of attention weights: heatmap (SVG, PNG) or HTML");
+  app->footer(
+      "Draws weights saved as .npy (e.g. by attn run --weights). FILE.svg and FILE.png get a "
+      "heatmap of one head: query rows down, keys across, a colour bar, and token labels when "
+      "--tokens is given; matrices larger than --max-cells per side are drawn in blocks. "
+      "FILE.html gets a self-contained page with every head of the batch entry and a head view "
+      "(point at a query token to see the keys it attends to). The file appears only once "
+      "complete; on bad input attn prints one line and exits with status 2.");
+  app->option_defaults()->always_capture_default();
+  app->add_option("--weights", args->weights,
+                  "Weights [B, H, Lq, Lk], [H, Lq, Lk] or [Lq, Lk] (float16/32/64)")
+      ->required()
+      ->type_name("W.npy");
+  app->add_option("--out", args->out, "The picture; the extension picks the format")
+      ->required()
+      ->type_name("FILE.svg|.png|.html");
+  app->add_option("--tokens", args->tokens,
+                  "UTF-8 text, one token per line: Lq tokens label the queries, Lk the keys "
+                  "(both for self-attention) [default: indices]")
+      ->type_name("TOKENS.txt");
+  app->add_option("--head", args->head, "Head of the heatmap (the page shows all)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("H");
+  app->add_option("--batch", args->batch, "Batch entry to draw")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("B");
+  app->add_option("--downsample", args->downsample,
+                  "How a block of weights becomes one cell in large matrices: max keeps peaks "
+                  "visible, mean shows average weight")
+      ->check(CLI::IsMember({"max", "mean"}))
+      ->type_name("max|mean");
+  app->add_option("--max-cells", args->max_cells,
+                  "Cells per side at most; 0: 512 for heatmaps, 128 per head for the page")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N");
+  app->add_option("--title", args->title, "Title [default: names the batch entry and head]");
+  return {app, [args] { run_viz(*args); }};
+}
+
+}  // namespace attn::tools

@@ -89,7 +89,7 @@ BAD_INPUTS = [
                                                     energy=np.ones(4)), ValueError, ["key_projection:", "(4, 4)", "(3, 3)"]),
     ("scores_dims", lambda: attn.scores(Q, np.zeros((2, 3, 5), np.float32)), ValueError, ["k:", "head dim 4"]),
     ("scores_rank", lambda: attn.scores(Q, Q[0]), ValueError, ["k:", "3 dims (as q)"]),
-    ("softmax_nan", lambda: attn.softmax(np.array([0.0, np.nan])), ValueError, ["scores:", "NaN"]),
+    ("softmax_nan", lambda: attn.softmax(np.array([0.0, np.nan])), ValueError, ["scores:", "finite values or -inf", "nan"]),
     ("softmax_5d", lambda: attn.softmax(np.zeros((1, 1, 1, 1, 2))), ValueError, ["scores:", "5 dims"]),
     ("softmax_none", lambda: attn.softmax(None), TypeError, ["scores:", "None"]),
     ("context_keys", lambda: attn.context(np.ones((2, 3)) / 3, np.ones((4, 2))), ValueError, ["v:", "key count"]),

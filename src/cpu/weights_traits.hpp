@@ -1,0 +1,26 @@
+// Tunables of the weights pass (src/cpu/weights.cpp), in one place, with what must hold
+// between them. Measured with attn_bench (B=1 H=8 L=2048 d=64, fp32) on the shared dev
+// machine (AVX3 target).
+#pragma once
+
+namespace attn::cpu {
+
+struct WeightsTraits {
+  // Keys per tile: K^T is packed once per tile and work item. Tiles start at multiples of
+  // kKeyTile in every row's key coordinates, so a row's result does not depend on which
+  // other rows share its work item (selections give the same bits as the full matrix).
+  static constexpr int kKeyTile = 128;
+  // Output rows per work item: the packed K^T tile is reused by this many rows.
+  static constexpr int kItemRows = 64;
+  // Score micro-kernel: kScoreRows query rows broadcast against kScoreVectors vectors of
+  // keys, one accumulator per pair (the same FMA chain per score as the forward kernel).
+  static constexpr int kScoreRows = 4;
+  static constexpr int kScoreVectors = 3;
+
+  static_assert(kKeyTile % 16 == 0, "a tile holds whole vectors of up to 16 lanes");
+  static_assert(kItemRows % kScoreRows == 0, "items hold whole row blocks");
+  // 16 vector registers on AVX2: accumulators, one key vector per column and a broadcast.
+  static_assert(kScoreRows * kScoreVectors + kScoreVectors + 1 <= 16);
+};
+
+}  // namespace attn::cpu

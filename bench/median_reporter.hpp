@@ -21,6 +21,9 @@ struct CaseResult {
   double gflops = 0.0;
   double peak_gflops = 0.0;
   double peak_fraction = 0.0;
+  // Weights cases: seconds / seconds of the forward case of the same shape and threads in
+  // this run (0 when that case did not run).
+  double vs_forward = 0.0;
 };
 
 // The --json object of one case: name, gflops, peak_gflops, peak_fraction, seconds, and the

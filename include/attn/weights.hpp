@@ -41,4 +41,11 @@ struct WeightsResult {
 WeightsResult weights(const TensorView& q, const TensorView& k, const Options& options = {},
                       const WeightSelection& selection = {});
 
+// As weights(), into the caller's storage. weights: the shape weights() gives, any float
+// dtype, any strides with the last dim contiguous. indices: with top_k only, contiguous
+// [B, heads, rows, k] (nullptr without top_k).
+void weights_into(const TensorView& q, const TensorView& k, const Options& options,
+                  const WeightSelection& selection, const MutableTensorView& weights,
+                  std::int64_t* indices = nullptr);
+
 }  // namespace attn

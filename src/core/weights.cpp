@@ -84,34 +84,61 @@ WeightRequest whole_request(const Problem& p, const MutableTensorView& weights) 
 
 }  // namespace core
 
-WeightsResult weights(const TensorView& q, const TensorView& k, const Options& options,
-                      const WeightSelection& selection) {
-  // k stands in for v, which the weights never read: it has the shape v must have.
-  const core::Problem problem = core::make_problem(q, k, k, options);
+namespace {
+
+struct Request {
+  core::Problem problem;
   core::WeightRequest request;
-  request.heads = core::chosen(selection.heads, problem.heads_q, "selection.heads", "query heads");
-  request.rows = core::chosen(selection.rows, problem.total_q, "selection.rows", "query rows");
+  Dims shape{};  // of the weights
+};
+
+Request make_request(const TensorView& q, const TensorView& k, const Options& options,
+                     const WeightSelection& selection) {
+  // k stands in for v, which the weights never read: it has the shape v must have.
+  Request r{core::make_problem(q, k, k, options), {}, {}};
+  r.request.heads =
+      core::chosen(selection.heads, r.problem.heads_q, "selection.heads", "query heads");
+  r.request.rows = core::chosen(selection.rows, r.problem.total_q, "selection.rows", "query rows");
   if (selection.top_k && *selection.top_k < 1) {
     throw Error("selection.top_k: expected a count of at least 1 (or none for every key), given " +
                 std::to_string(*selection.top_k));
   }
-  request.top_k = selection.top_k;
+  r.request.top_k = selection.top_k;
+  r.shape = {r.problem.batch, static_cast<Index>(r.request.heads.size()),
+             static_cast<Index>(r.request.rows.size()),
+             selection.top_k ? *selection.top_k : r.problem.total_k};
+  return r;
+}
 
-  const Dims shape{problem.batch, static_cast<Index>(request.heads.size()),
-                   static_cast<Index>(request.rows.size()),
-                   selection.top_k ? *selection.top_k : problem.total_k};
-  WeightsResult result;
-  result.weights = Tensor(q.dtype == DType::f64 ? DType::f64 : DType::f32, shape);
-  request.weights = result.weights.mutable_view();
-  if (selection.top_k) {
-    result.indices.assign(static_cast<std::size_t>(result.weights.numel()), -1);
-    request.indices = result.indices.data();
+[[noreturn]] void fail(const std::string& argument, const std::string& expected,
+                       const std::string& given) {
+  throw Error(argument + ": expected " + expected + ", given " + given);
+}
+
+void check_outputs(const Request& r, const MutableTensorView& weights,
+                   const std::int64_t* indices) {
+  if (weights.dtype == DType::boolean) fail("weights", "a floating-point dtype", "bool");
+  if (weights.shape != r.shape)
+    fail("weights", "shape " + format_dims(r.shape), format_dims(weights.shape));
+  if (weights.shape[3] > 1 && weights.strides[3] != 1) {
+    fail("weights", "a contiguous last dim (stride 1)",
+         "stride " + std::to_string(weights.strides[3]));
   }
+  if (weights.numel() > 0 && weights.data == nullptr) fail("weights", "data", "a null pointer");
+  if (r.request.top_k && weights.numel() > 0 && indices == nullptr) {
+    fail("indices", "storage for " + format_dims(r.shape) + " int64 (top_k is set)",
+         "a null pointer");
+  }
+  if (!r.request.top_k && indices != nullptr) {
+    fail("indices", "a null pointer (no top_k)", "storage");
+  }
+}
 
-  const Backend backend = core::resolve_backend(options.backend);
+void run(const core::Problem& problem, const core::WeightRequest& request, Backend requested) {
+  const Backend backend = core::resolve_backend(requested);
   if (backend == Backend::reference) {
     reference::weights(problem, request);
-    return result;
+    return;
   }
   const std::string missing = cpu::unsupported(problem);
   if (missing.empty()) {
@@ -122,6 +149,31 @@ WeightsResult weights(const TensorView& q, const TensorView& k, const Options& o
   } else {
     reference::weights(problem, request);
   }
+}
+
+}  // namespace
+
+void weights_into(const TensorView& q, const TensorView& k, const Options& options,
+                  const WeightSelection& selection, const MutableTensorView& weights,
+                  std::int64_t* indices) {
+  Request r = make_request(q, k, options, selection);
+  check_outputs(r, weights, indices);
+  r.request.weights = weights;
+  r.request.indices = indices;
+  run(r.problem, r.request, options.backend);
+}
+
+WeightsResult weights(const TensorView& q, const TensorView& k, const Options& options,
+                      const WeightSelection& selection) {
+  Request r = make_request(q, k, options, selection);
+  WeightsResult result;
+  result.weights = Tensor(q.dtype == DType::f64 ? DType::f64 : DType::f32, r.shape);
+  r.request.weights = result.weights.mutable_view();
+  if (selection.top_k) {
+    result.indices.assign(static_cast<std::size_t>(result.weights.numel()), -1);
+    r.request.indices = result.indices.data();
+  }
+  run(r.problem, r.request, options.backend);
   return result;
 }
 

@@ -4,6 +4,8 @@
     out = attn.attention(q, k, v, causal=True)                    # FlashAttention-style
     out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
     s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
+    w = attn.weights(q, k, causal=True)                           # attention's weights
+    w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
@@ -12,6 +14,7 @@ float32 or float64; NumPy arrays come out, or torch tensors when torch tensors w
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
 from ._lesson import context, scores, softmax
+from ._weights import weights
 
 __all__ = [
     "__version__",
@@ -21,4 +24,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "scores",
     "softmax",
+    "weights",
 ]

@@ -12,7 +12,8 @@
 //   emit          alpha = exp(s - m) / l, streamed into the output row by row
 // attn::forward hands over its kernel's lse, and then the statistics pass is skipped.
 // Hidden keys get exactly 0, and a NaN in a hidden key never reaches a weight. Extra memory
-// per thread: O(kItemRows x (D + kKeyTile + k)) floats; never Lq x Lk.
+// per thread: O(kItemRows x (D + kKeyTile + k)) floats, and one f32 copy of K (transposed);
+// never Lq x Lk.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/weights.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -142,8 +143,9 @@ const T* row_of(const TensorView& t, Index b, Index h, Index s) {
 }
 
 // S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys.
-// q: [kRows][dim] (stride dim)  kt: K^T at the block's first key, stride kt_stride
-// out: S at (first row, first key), stride out_stride
+// q: [kRows][dim] (stride dim)  kt: K^T at the block's first key, stride kt_stride (any
+// alignment: packed sequences start anywhere)  out: S at (first row, first key), stride
+// out_stride
 template <int kRows, int C>
 HWY_INLINE void score_block(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt,
                             Index kt_stride, Index dim, float* HWY_RESTRICT out, Index out_stride) {
@@ -154,7 +156,7 @@ HWY_INLINE void score_block(const float* HWY_RESTRICT q, const float* HWY_RESTRI
     for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
   for (Index d = 0; d < dim; ++d) {
     VF key[C];
-    for (int c = 0; c < C; ++c) key[c] = hn::Load(df, kt + d * kt_stride + c * lanes);
+    for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * lanes);
     for (int r = 0; r < kRows; ++r) {
       const VF query = hn::Set(df, q[r * dim + d]);
       for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
@@ -163,6 +165,49 @@ HWY_INLINE void score_block(const float* HWY_RESTRICT q, const float* HWY_RESTRI
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, out + r * out_stride + c * lanes);
 }
+
+// K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
+// plus a tile of padding, so that a tile's last vector may read past the last key. Packing
+// each tile per work item instead cost 20% of the top-k pass (scalar transposes).
+struct KeysTransposed {
+  KeysTransposed(const Problem& p, int threads)
+      : stride(round_up(p.total_k, 16) + kKeyTile),
+        data(hwy::AllocateAligned<float>(
+            static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
+    const Index dim = p.dim_qk, blocks = (p.total_k + kKeyTile - 1) / kKeyTile;
+    const auto count = static_cast<std::int64_t>(p.batch * p.heads_kv * blocks);
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> row(static_cast<std::size_t>(dim));
+#pragma omp for schedule(static)
+      for (std::int64_t item = 0; item < count; ++item) {
+        const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;
+        const Index first = item % blocks * kKeyTile, end = std::min(first + kKeyTile, p.total_k);
+        float* out = at(b, kv, p.heads_kv, dim);
+        with_float_type(p.k.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, double>) {
+            for (Index j = first; j < end; ++j) {
+              to_floats(row_of<T>(p.k, b, kv, j), dim, row.data());
+              for (Index d = 0; d < dim; ++d)
+                out[d * stride + j] = row[static_cast<std::size_t>(d)];
+            }
+          }
+        });
+      }
+    }
+    for (Index plane = 0; plane < p.batch * p.heads_kv * dim; ++plane) {
+      std::fill(data.get() + plane * stride + p.total_k, data.get() + (plane + 1) * stride, 0.0f);
+    }
+  }
+
+  float* at(Index b, Index kv, Index heads_kv, Index dim) const {
+    return data.get() + (b * heads_kv + kv) * dim * stride;
+  }
+
+  Index stride;
+  hwy::AlignedFreeUniquePtr<float[]> data;
+};
 
 // Per-thread scratch, allocated before the parallel loop; 64-byte aligned buffers padded
 // to whole cache lines so that threads never share a line.
@@ -176,16 +221,12 @@ struct Scratch {
 
   Scratch(Index dim, Index heap_capacity)
       : queries(buffer<float>(kItemRows * dim)),
-        keys_t(buffer<float>(dim * kKeyTile)),
         scores(buffer<float>(kItemRows * kKeyTile)),
-        key_row(buffer<float>(dim)),
         out_row(buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
         heap(static_cast<std::size_t>(kItemRows * heap_capacity)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
-  hwy::AlignedFreeUniquePtr<float[]> keys_t;   // [dim][kKeyTile]: K^T of the tile
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [kItemRows][kKeyTile]: S of the tile
-  hwy::AlignedFreeUniquePtr<float[]> key_row;  // [dim]: one K row in f32
   hwy::AlignedFreeUniquePtr<float[]> out_row;  // one tile of weights, or one top-k row
   std::vector<Candidate> heap;                 // [kItemRows][heap_capacity]
 };
@@ -193,8 +234,14 @@ struct Scratch {
 class ItemKernel {
  public:
   ItemKernel(const Problem& problem, const WeightRequest& request,
-             const std::vector<WeightRow>& rows, Index heap_capacity, Scratch& scratch)
-      : p_(problem), r_(request), list_(rows), heap_capacity_(heap_capacity), s_(scratch) {}
+             const std::vector<WeightRow>& rows, const KeysTransposed& keys, Index heap_capacity,
+             Scratch& scratch)
+      : p_(problem),
+        r_(request),
+        list_(rows),
+        keys_(keys),
+        heap_capacity_(heap_capacity),
+        s_(scratch) {}
 
   void run(const WorkItem& item) {
     set_up_rows(item);
@@ -303,7 +350,7 @@ class ItemKernel {
   }
 
   void sweep_tile(Index tile, Index tile_end, Pass pass) {
-    pack_keys(tile, tile_end);
+    tile_keys_ = keys_.at(seg_->batch, kv_head_, p_.heads_kv, dim_) + seg_->k_begin + tile;
     for (Index block = 0; block < rows_padded_; block += kScoreRows) {
       Index first = tile_end, end = tile;
       for (Index r = block; r < std::min(block + kScoreRows, rows_); ++r) {
@@ -325,37 +372,12 @@ class ItemKernel {
     }
   }
 
-  // K^T[d][j - tile] for the keys of [tile, tile_end) as f32; columns up to the next whole
-  // vector are 0 (their scores are hidden).
-  void pack_keys(Index tile, Index tile_end) {
-    const Index keys = tile_end - tile, padded = round_up(keys, lanes_);
-    float* kt = s_.keys_t.get();
-    with_float_type(p_.k.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {
-        for (Index j = 0; j < keys; ++j) {
-          const T* row = row_of<T>(p_.k, seg_->batch, kv_head_, seg_->k_begin + tile + j);
-          const float* key = nullptr;
-          if constexpr (std::is_same_v<T, float>) {
-            key = row;
-          } else {
-            to_floats(row, dim_, s_.key_row.get());
-            key = s_.key_row.get();
-          }
-          for (Index d = 0; d < dim_; ++d) kt[d * kKeyTile + j] = key[d];
-        }
-      }
-    });
-    for (Index d = 0; d < dim_; ++d) {
-      std::fill(kt + d * kKeyTile + keys, kt + d * kKeyTile + padded, 0.0f);
-    }
-  }
-
   // Scores of the kScoreRows rows from `block` for key vectors [first, end) of the tile.
   void compute_scores(Index block, Index first, Index end) {
     const float* q = s_.queries.get() + block * dim_;
     float* out = s_.scores.get() + block * kKeyTile;
-    const float* kt = s_.keys_t.get();
+    const float* kt = tile_keys_;
+    const Index stride = keys_.stride;
     constexpr Index kWidest = Traits::kScoreVectors;
     for (Index v = first; v < end;) {
       // The widest blocks, but a remainder of 1 after them becomes 2 + 2: a 1-vector block
@@ -365,13 +387,13 @@ class ItemKernel {
       const Index at = v * lanes_;
       switch (width) {
         case 1:
-          score_block<kScoreRows, 1>(q, kt + at, kKeyTile, dim_, out + at, kKeyTile);
+          score_block<kScoreRows, 1>(q, kt + at, stride, dim_, out + at, kKeyTile);
           break;
         case 2:
-          score_block<kScoreRows, 2>(q, kt + at, kKeyTile, dim_, out + at, kKeyTile);
+          score_block<kScoreRows, 2>(q, kt + at, stride, dim_, out + at, kKeyTile);
           break;
         default:
-          score_block<kScoreRows, Traits::kScoreVectors>(q, kt + at, kKeyTile, dim_, out + at,
+          score_block<kScoreRows, Traits::kScoreVectors>(q, kt + at, stride, dim_, out + at,
                                                          kKeyTile);
           break;
       }
@@ -528,11 +550,21 @@ class ItemKernel {
     }
   }
 
-  // weights[key] = exp(s - shift) * factor for the tile's keys; 0 for hidden keys.
+  // weights[key] = exp(s - shift) * factor for the tile's keys; 0 for hidden keys. Whole
+  // vectors go straight into an f32 output; the rest through a tile buffer.
   void row_emit(Index r, Index tile, Index tile_end) {
     const Row& row = row_[r];
     const Index keys = tile_end - tile;
-    float* weights = s_.out_row.get();
+    float* buffer = s_.out_row.get();
+    float* direct = nullptr;
+    if (r_.weights.dtype == DType::f32) {
+      with_output_row(r, [&](auto* out) {
+        if constexpr (std::is_same_v<std::remove_pointer_t<decltype(out)>, float>) {
+          direct = out + seg_->k_begin + tile;
+        }
+      });
+    }
+    float* weights = direct != nullptr ? direct : buffer;
     const Index first = std::max(row.first, tile), end = std::min(row.end, tile_end);
     if (first >= end) {
       std::fill(weights, weights + keys, 0.0f);
@@ -545,12 +577,22 @@ class ItemKernel {
       std::fill(weights, weights + v_first * lanes_, 0.0f);
       for (Index v = v_first; v < v_end; ++v) {
         const VF x = hn::Load(df, s + v * lanes_);
-        const VF alpha = hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor);
-        hn::Store(hn::IfThenZeroElse(hn::Eq(x, hidden), alpha), df, weights + v * lanes_);
+        const VF alpha = hn::IfThenZeroElse(hn::Eq(x, hidden),
+                                            hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor));
+        // The buffer holds whole vectors; an f32 output row may end inside this one.
+        if ((v + 1) * lanes_ <= keys || direct == nullptr) {
+          hn::StoreU(alpha, df, weights + v * lanes_);
+        } else {
+          hn::Store(alpha, df, buffer + kKeyTile - lanes_);
+          std::copy(buffer + kKeyTile - lanes_, buffer + kKeyTile - lanes_ + keys - v * lanes_,
+                    weights + v * lanes_);
+        }
       }
       if (v_end * lanes_ < keys) std::fill(weights + v_end * lanes_, weights + keys, 0.0f);
     }
-    with_output_row(r, [&](auto* out) { from_floats(weights, keys, out + seg_->k_begin + tile); });
+    if (direct == nullptr) {
+      with_output_row(r, [&](auto* out) { from_floats(buffer, keys, out + seg_->k_begin + tile); });
+    }
   }
 
   // The heap, best first, as weights and key indices; padding past the keys the row saw.
@@ -583,12 +625,14 @@ class ItemKernel {
   const Problem& p_;
   const WeightRequest& r_;
   const std::vector<WeightRow>& list_;
+  const KeysTransposed& keys_;
   const Index heap_capacity_;
   Scratch& s_;
   const bool top_k_ = r_.top_k.has_value();
   const Index lanes_ = static_cast<Index>(hn::Lanes(DF()));
   const Index dim_ = p_.dim_qk;
   const Segment* seg_ = nullptr;
+  const float* tile_keys_ = nullptr;  // K^T at the current tile's first key
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0;
   Row row_[kItemRows];
 };
@@ -613,6 +657,7 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   if (items.empty()) return;
   // Rows never see more than total_k keys, so a larger k needs no larger heap.
   const Index heap_capacity = request.top_k ? std::min(*request.top_k, p.total_k) : 0;
+  const KeysTransposed keys(p, threads);
   threads = static_cast<int>(std::min<Index>(threads, static_cast<Index>(items.size())));
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
@@ -620,7 +665,7 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   const auto count = static_cast<std::int64_t>(items.size());
 #pragma omp parallel num_threads(threads)
   {
-    ItemKernel kernel(p, request, rows, heap_capacity,
+    ItemKernel kernel(p, request, rows, keys, heap_capacity,
                       scratch[static_cast<std::size_t>(omp_get_thread_num())]);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t i = 0; i < count; ++i) kernel.run(items[static_cast<std::size_t>(i)]);

@@ -277,8 +277,11 @@ class ItemKernel {
     Index first = 0, end = 0;  // keys (relative to the segment) causal and the window leave
     Index out_head = 0, out_row = 0;
     float slope = 0.0f;
-    float row_max = kMinusInfinity, row_sum = 0.0f;  // the online-softmax state
-    float shift = 0.0f, factor = 0.0f;               // alpha = exp(s - shift) * factor
+    // The online-softmax state; l in double, so that rows sum to 1 within a few float
+    // ulps however many tiles were merged.
+    float row_max = kMinusInfinity;
+    double row_sum = 0.0;
+    float shift = 0.0f, factor = 0.0f;  // alpha = exp(s - shift) * factor
     Index heap_size = 0;
   };
 
@@ -309,7 +312,7 @@ class ItemKernel {
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
       if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
         row.row_max = p_.sinks[row.head];
-        row.row_sum = 1.0f;
+        row.row_sum = 1.0;
       }
       float* q = s_.queries.get() + r * dim_;
       with_float_type(p_.q.dtype, [&](auto tag) {
@@ -497,7 +500,7 @@ class ItemKernel {
     if (v < v_end)
       sum0 = hn::Add(sum0, VectorExp(df, hn::Sub(hn::Load(df, s + v * lanes_), shift_v)));
     const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
-    row.row_sum = row.row_sum * std::exp(row.row_max - shift) + tile_sum;
+    row.row_sum = row.row_sum * std::exp(static_cast<double>(row.row_max) - shift) + tile_sum;
     row.row_max = new_max;
     if (top_k_) offer(r, tile, v_first, v_end);
   }
@@ -545,7 +548,7 @@ class ItemKernel {
       } else {
         const bool empty = row.row_max == kMinusInfinity;
         row.shift = empty ? 0.0f : row.row_max;
-        row.factor = empty ? 0.0f : 1.0f / row.row_sum;
+        row.factor = empty ? 0.0f : static_cast<float>(1.0 / row.row_sum);
       }
     }
   }

@@ -154,6 +154,7 @@ int run_speed_cases(const CommandLine& command_line) {
     return 2;
   }
   benchmark::Shutdown();
+  reporter.report_ratios();
   if (json) {
     nlohmann::json document = nlohmann::json::array();
     for (const CaseResult& result : reporter.results()) document.push_back(to_json(result));

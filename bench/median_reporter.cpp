@@ -62,20 +62,24 @@ void MedianReporter::report_case(const std::string& name, const std::vector<doub
   result.gflops = result.bench_case.flops() / result.seconds * 1e-9;
   result.peak_gflops = peaks_.at(result.bench_case.threads).gflops;
   result.peak_fraction = result.gflops / result.peak_gflops;
-  std::printf("%-46s %9.3f %9.2f %9.2f %6.1f%%", name.c_str(), result.seconds * 1e3, result.gflops,
-              result.peak_gflops, 100.0 * result.peak_fraction);
-  // Weights cases against the forward case of their shape, timed just before them.
-  if (result.bench_case.work != Work::forward) {
-    for (const CaseResult& earlier : results_) {
-      if (earlier.bench_case.name() == result.bench_case.forward_name()) {
-        result.vs_forward = result.seconds / earlier.seconds;
-        std::printf(" %6.2fx forward", result.vs_forward);
-      }
-    }
-  }
-  std::printf("\n");
+  std::printf("%-46s %9.3f %9.2f %9.2f %6.1f%%\n", name.c_str(), result.seconds * 1e3,
+              result.gflops, result.peak_gflops, 100.0 * result.peak_fraction);
   std::fflush(stdout);
   results_.push_back(result);
+}
+
+void MedianReporter::report_ratios() {
+  bool header = false;
+  for (CaseResult& result : results_) {
+    if (result.bench_case.work == Work::forward) continue;
+    for (const CaseResult& forward : results_) {
+      if (forward.bench_case.name() != result.bench_case.forward_name()) continue;
+      result.vs_forward = result.seconds / forward.seconds;
+      if (!header) std::printf("%-46s %9s\n", "weights case", "/ forward");
+      header = true;
+      std::printf("%-46s %8.2fx\n", result.bench_case.name().c_str(), result.vs_forward);
+    }
+  }
 }
 
 }  // namespace attn::bench

@@ -38,6 +38,10 @@ class MedianReporter : public benchmark::BenchmarkReporter {
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
 
+  // Each weights case's median time over its forward case's, once every case has run
+  // (fills vs_forward and prints a table).
+  void report_ratios();
+
   const std::vector<CaseResult>& results() const { return results_; }
   // Names of cases whose runs reported an error.
   const std::vector<std::string>& failures() const { return failures_; }

@@ -354,53 +354,57 @@ class ItemKernel {
 
   void sweep_tile(Index tile, Index tile_end, Pass pass) {
     tile_keys_ = keys_.at(seg_->batch, kv_head_, p_.heads_kv, dim_) + seg_->k_begin + tile;
+    // Key vectors [first, end) of the tile that some row of each block sees.
+    Index first[kItemRows / kScoreRows], end[kItemRows / kScoreRows];
     for (Index block = 0; block < rows_padded_; block += kScoreRows) {
-      Index first = tile_end, end = tile;
+      Index a_min = tile_end, b_max = tile;
       for (Index r = block; r < std::min(block + kScoreRows, rows_); ++r) {
         const Index a = std::max(row_[r].first, tile), b = std::min(row_[r].end, tile_end);
         if (a >= b) continue;
-        first = std::min(first, a);
-        end = std::max(end, b);
+        a_min = std::min(a_min, a);
+        b_max = std::max(b_max, b);
       }
-      if (first < end) {
-        compute_scores(block, (first - tile) / lanes_, (end - tile + lanes_ - 1) / lanes_);
+      first[block / kScoreRows] = a_min < b_max ? (a_min - tile) / lanes_ : 0;
+      end[block / kScoreRows] = a_min < b_max ? (b_max - tile + lanes_ - 1) / lanes_ : 0;
+    }
+    // Key groups outside, row blocks inside, so that a group's K^T (12 KB at D = 64) stays
+    // in L1 for every block of the item, where the whole tile's would not (32 KB).
+    constexpr Index kGroup = Traits::kScoreVectors;
+    const Index vectors = (tile_end - tile + lanes_ - 1) / lanes_;
+    for (Index v = 0; v < vectors; v += kGroup) {
+      for (Index block = 0; block < rows_padded_; block += kScoreRows) {
+        const Index a = std::max(v, first[block / kScoreRows]);
+        const Index b = std::min(v + kGroup, end[block / kScoreRows]);
+        if (a < b) compute_scores(block, a, b);
       }
-      for (Index r = block; r < std::min(block + kScoreRows, rows_); ++r) {
-        if (pass == Pass::statistics) {
-          row_statistics(r, tile, tile_end);
-        } else {
-          row_emit(r, tile, tile_end);
-        }
+    }
+    for (Index r = 0; r < rows_; ++r) {
+      if (pass == Pass::statistics) {
+        row_statistics(r, tile, tile_end);
+      } else {
+        row_emit(r, tile, tile_end);
       }
     }
   }
 
-  // Scores of the kScoreRows rows from `block` for key vectors [first, end) of the tile.
+  // Scores of the kScoreRows rows from `block` for key vectors [first, end) of the tile,
+  // at most kScoreVectors of them.
   void compute_scores(Index block, Index first, Index end) {
     const float* q = s_.queries.get() + block * dim_;
-    float* out = s_.scores.get() + block * kKeyTile;
-    const float* kt = tile_keys_;
+    const Index at = first * lanes_;
+    float* out = s_.scores.get() + block * kKeyTile + at;
+    const float* kt = tile_keys_ + at;
     const Index stride = keys_.stride;
-    constexpr Index kWidest = Traits::kScoreVectors;
-    for (Index v = first; v < end;) {
-      // The widest blocks, but a remainder of 1 after them becomes 2 + 2: a 1-vector block
-      // has too few accumulators to hide the FMA latency.
-      const Index left = end - v;
-      const Index width = left == kWidest + 1 && kWidest > 2 ? 2 : std::min(left, kWidest);
-      const Index at = v * lanes_;
-      switch (width) {
-        case 1:
-          score_block<kScoreRows, 1>(q, kt + at, stride, dim_, out + at, kKeyTile);
-          break;
-        case 2:
-          score_block<kScoreRows, 2>(q, kt + at, stride, dim_, out + at, kKeyTile);
-          break;
-        default:
-          score_block<kScoreRows, Traits::kScoreVectors>(q, kt + at, stride, dim_, out + at,
-                                                         kKeyTile);
-          break;
-      }
-      v += width;
+    switch (end - first) {
+      case 1:
+        score_block<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
+        return;
+      case 2:
+        score_block<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
+        return;
+      default:
+        score_block<kScoreRows, Traits::kScoreVectors>(q, kt, stride, dim_, out, kKeyTile);
+        return;
     }
   }
 
@@ -420,7 +424,10 @@ class ItemKernel {
     const auto end_key = hn::Set(di, static_cast<std::int32_t>(end));
     const auto position = hn::Set(di, static_cast<std::int32_t>(row.position));
     const VF slope = hn::Set(df, row.slope);
+    // Without softcap and ALiBi only the two edge vectors may hold keys to hide.
+    const bool edges_only = !softcap && !alibi;
     for (Index v = v_first; v < v_end; ++v) {
+      if (edges_only && v != v_first && v + 1 != v_end) v = v_end - 1;
       float* at = s + v * lanes_;
       VF x = hn::Load(df, at);
       if (softcap) x = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inverse_cap)));

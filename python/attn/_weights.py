@@ -13,10 +13,10 @@ def _chosen(values, name, count, what):
     if values is None:
         return []
     array = np.asarray(values.detach().cpu().numpy() if _arrays.is_torch(values) else values)
-    if array.dtype == object or array.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected a sequence of ints, given dtype {array.dtype}")
     if array.ndim != 1 or array.size == 0:
         raise ValueError(f"{name}: expected a non-empty 1-D sequence of {what}, given shape {array.shape}")
+    if array.dtype == object or array.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected a sequence of ints, given dtype {array.dtype}")
     bad = (array < 0) | (array >= count)
     if bad.any():
         at = int(np.argmax(bad))

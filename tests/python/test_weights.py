@@ -53,6 +53,9 @@ def test_heads_and_rows_are_slices_of_the_full_matrix(layout):
 
 def _expected_top_k(want, k):
     """The reference's keys per row by descending weight, ties by lower index, padded."""
+    if want.shape[-1] < k:
+        padding = np.zeros(want.shape[:-1] + (k - want.shape[-1],))
+        want = np.concatenate([want, padding], axis=-1)
     order = np.argsort(-want, axis=-1, kind="stable")[..., :k]
     weights = np.take_along_axis(want, order, axis=-1)
     order = np.where(weights > 0, order, -1)
@@ -98,14 +101,6 @@ def test_top_k_ties_go_to_the_lower_key_index():
         for row in range(5):
             order = sorted(range(120), key=lambda j: (-full[h, row, j % 4], j))
             assert indices[h, row].tolist() == order[:60]
-
-
-def test_returns_torch_for_torch():
-    torch = pytest.importorskip("torch")
-    q = torch.randn(2, 6, 8)
-    weights, indices = attn.weights(q, q, top_k=3)
-    assert isinstance(weights, torch.Tensor) and indices.dtype == torch.int64
-    np.testing.assert_array_equal(attn.weights(q.numpy(), q.numpy()), attn.weights(q, q).numpy())
 
 
 @pytest.mark.parametrize("kwargs, error, text", [

@@ -104,13 +104,18 @@ class WeightsCases : public ::testing::TestWithParam<Case> {};
 TEST_P(WeightsCases, MatchReferenceOnEveryTarget) {
   const testing::Inputs in = testing::make_inputs(GetParam());
   const ReferenceResult want = run_reference(in);
+  const DType stats = in.q.dtype == DType::f64 ? DType::f64 : DType::f32;
   for_each_target([&] {
-    const WeightsResult got = weights(in.q, in.k, in.options);
-    EXPECT_EQ(got.weights.dtype(), in.q.dtype == DType::f64 ? DType::f64 : DType::f32);
-    EXPECT_TRUE(got.indices.empty());
-    expect_close(got.weights.view(), want.weights.view(), "weights");
-    expect_rows_sum_to_one(got.weights.view(), want, in.options);
+    GuardedTensor got(stats, weights_shape(in));
+    weights_into(in.q, in.k, in.options, {}, got.view());
+    EXPECT_TRUE(got.guards_intact()) << "weights written out of bounds";
+    expect_close(got.const_view(), want.weights.view(), "weights");
+    expect_rows_sum_to_one(got.const_view(), want, in.options);
   });
+  const WeightsResult owned = weights(in.q, in.k, in.options);
+  EXPECT_EQ(owned.weights.dtype(), stats);
+  EXPECT_TRUE(owned.indices.empty());
+  expect_close(owned.weights.view(), want.weights.view(), "weights()");
 }
 
 // forward's weights output: the fast kernel's context (bit for bit what forward gives
@@ -432,6 +437,28 @@ TEST(WeightsErrors, BadSelectionsNameTheArgument) {
   expect_error(in, top, "selection.top_k: expected a count of at least 1");
   top.top_k = -2;
   expect_error(in, top, "selection.top_k: expected a count of at least 1");
+  // weights_into checks the caller's storage.
+  auto into_error = [&](const WeightSelection& selection, const MutableTensorView& out,
+                        std::int64_t* indices, const std::string& starts_with) {
+    try {
+      weights_into(in.q, in.k, in.options, selection, out, indices);
+      ADD_FAILURE() << "expected attn::Error starting with " << starts_with;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(starts_with, 0), 0u) << e.what();
+    }
+  };
+  Tensor wrong(DType::f32, {1, 4, 5, 7});
+  into_error({}, wrong.mutable_view(), nullptr,
+             "weights: expected shape [1, 4, 5, 6], given [1, 4, 5, 7]");
+  Tensor three(DType::f32, {1, 4, 5, 3});
+  WeightSelection top3;
+  top3.top_k = 3;
+  into_error(top3, three.mutable_view(), nullptr, "indices: expected storage for [1, 4, 5, 3]");
+  std::vector<std::int64_t> indices(60);
+  Tensor all(DType::f32, {1, 4, 5, 6});
+  into_error({}, all.mutable_view(), indices.data(), "indices: expected a null pointer (no top_k)");
+  Tensor flags(DType::boolean, {1, 4, 5, 6});
+  into_error({}, flags.mutable_view(), nullptr, "weights: expected a floating-point dtype");
   // Problems are checked as for forward, naming the argument.
   Case narrow = c;
   narrow.dim = 4;

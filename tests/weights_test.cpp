@@ -57,9 +57,11 @@ ReferenceResult run_reference(const testing::Inputs& in) {
 }
 
 // Bounds against float64: the scores are the forward kernel's fp32 scores, alpha = exp in
-// fp32 (2 ulp). Worst seen over the quick and full lists: see the commit that set them.
-constexpr double kWeightsNmse = 1e-11;
-constexpr double kWeightsMaxAbs = 2e-6;
+// fp32 (2 ulp). Worst seen over the full sweep: NMSE 3.2e-12; max abs 3.6e-6, where ALiBi
+// at distances near 1000 (Lq = 1025, Lk = 17) puts scores near -500, a float's ulp there
+// being 3e-5 (quick list: 2.5e-13 and 3.2e-7); row sums 4.7e-7 off.
+constexpr double kWeightsNmse = 2e-11;
+constexpr double kWeightsMaxAbs = 1e-5;
 constexpr double kRowSumError = 1e-6;
 
 double element(const TensorView& t, Index b, Index h, Index s, Index j) {

@@ -1,9 +1,10 @@
 // The fast weights pass. A work item is up to kItemRows output rows that share a segment
 // and a KV head, so each K tile is read once for the rows of a GQA group. Per item, over
 // key tiles:
-//   S = Q K^T     query rows broadcast against K^T (packed once per tile), row-major so
-//                 that every output row is written contiguously; each score is the same
-//                 FMA chain over d as in the forward kernel, so the scores are its scores
+//   S = Q K^T     query rows broadcast against K^T (one transposed f32 copy of K, made
+//                 before the items), row-major so that every output row is written
+//                 contiguously; each score is the same FMA chain over d as in the
+//                 forward kernel, so the scores are its scores
 //   shaping       softcap, ALiBi, then hiding (causal / window range, mask) to -inf, in
 //                 the forward kernel's order
 //   statistics    online max m and sum l per row (DESIGN.md's state merge, a tile at a

@@ -4,8 +4,25 @@
 
 namespace attn::bench {
 
+const char* work_name(Work work) {
+  switch (work) {
+    case Work::forward:
+      return "forward";
+    case Work::weights:
+      return "weights";
+    case Work::top8:
+      return "top8";
+  }
+  return "forward";
+}
+
 std::string BenchCase::name() const {
-  return shape.name() + "/threads:" + std::to_string(threads);
+  const std::string suffix = work == Work::forward ? "" : std::string("_") + work_name(work);
+  return shape.name() + suffix + "/threads:" + std::to_string(threads);
+}
+
+std::string BenchCase::forward_name() const {
+  return BenchCase{shape, threads, Work::forward}.name();
 }
 
 double visible_pairs(const testing::Case& shape) {
@@ -20,7 +37,8 @@ double visible_pairs(const testing::Case& shape) {
 }
 
 double BenchCase::flops() const {
-  const double per_pair = 2.0 * static_cast<double>(shape.dim + shape.dim_v);
+  const double per_pair =
+      2.0 * static_cast<double>(work == Work::forward ? shape.dim + shape.dim_v : shape.dim);
   return per_pair * visible_pairs(shape) * static_cast<double>(shape.batch * shape.heads_q);
 }
 
@@ -37,6 +55,7 @@ nlohmann::json describe(const BenchCase& bench_case) {
       {"causal", shape.causal},
       {"dtype", dtype_name(shape.dtype)},
       {"threads", bench_case.threads},
+      {"work", work_name(bench_case.work)},
   };
 }
 
@@ -65,8 +84,13 @@ std::vector<BenchCase> bench_cases(bool quick) {
   for (const Index len : lengths)
     for (const Index dim : dims)
       for (const bool causal : {false, true})
-        for (const int threads : thread_counts)
+        for (const int threads : thread_counts) {
           out.push_back({fp32_case(len, len, dim, causal), threads});
+          if (len == 2048 && dim == 64 && !causal) {
+            out.push_back({fp32_case(len, len, dim, causal), threads, Work::weights});
+            out.push_back({fp32_case(len, len, dim, causal), threads, Work::top8});
+          }
+        }
   // Decode: one new query against the whole cache, non-causal: bottom-right causal would hide
   // nothing, and top-left would hide every key but the first.
   for (const Index len : lengths)

@@ -1,6 +1,7 @@
 // The benchmark cases: shapes from the table, each run at a fixed thread count.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -9,15 +10,27 @@
 
 namespace attn::bench {
 
+// What a case times: attn::forward (context only), or attn::weights, every weight or the
+// top 8 per query row.
+enum class Work : std::uint8_t { forward, weights, top8 };
+
+const char* work_name(Work work);
+
 struct BenchCase {
   testing::Case shape;  // fp32, [B, H, Lq, D] against [B, H, Lk, D]
   int threads = 1;
+  Work work = Work::forward;
 
-  // "B1_H8x8_Lq2048_Lk2048_D64_causalTL/threads:2"
+  // "B1_H8x8_Lq2048_Lk2048_D64_causalTL/threads:2"; weights cases add "_weights" or "_top8"
+  // to the shape: "B1_H8x8_Lq2048_Lk2048_D64_top8/threads:1".
   std::string name() const;
-  // 2 * D * (visible query-key pairs) for Q K^T plus 2 * Dv * (same) for P V, over all heads
-  // and batch entries; keys hidden by causal masking are not counted.
+  // forward: 2 * D * (visible query-key pairs) for Q K^T plus 2 * Dv * (same) for P V,
+  // over all heads and batch entries; keys hidden by causal masking are not counted.
+  // weights and top8: 2 * D * (visible pairs), the scores once.
   double flops() const;
+  // The forward case of the same shape and threads, whose time the weights cases are
+  // reported against.
+  std::string forward_name() const;
 };
 
 // name, flops, threads and the shape's fields, for --list and --json.
@@ -28,6 +41,8 @@ double visible_pairs(const testing::Case& shape);
 
 // Prefill: B = 1, H = 8, L in {512, 2048, 8192} (quick: {512, 2048}), D in {64, 128},
 // non-causal and causal; decode: Lq = 1 against the same Lk; each at 1 and 2 threads.
+// Weights: every weight and the top 8, at B = 1, H = 8, L = 2048, D = 64, non-causal, at 1
+// and 2 threads, each listed right after its forward case.
 std::vector<BenchCase> bench_cases(bool quick);
 
 }  // namespace attn::bench

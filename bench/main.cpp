@@ -32,6 +32,8 @@ class InputCache {
   struct Entry {
     testing::Inputs inputs;
     Tensor output;
+    Tensor weights;                     // made by the first weights case of the shape
+    std::vector<std::int64_t> indices;  // of the top-k cases
   };
 
   Entry& get(const testing::Case& shape) {
@@ -58,6 +60,26 @@ class InputCache {
   std::set<std::string> warmed_up_;
 };
 
+// attn::weights_into the entry's storage, made once per shape and work (so the timing
+// leaves out allocating and first touching the L^2 output, as it does for forward).
+void run_weights(const BenchCase& bench_case, InputCache::Entry& entry, const Options& options) {
+  const testing::Case& shape = bench_case.shape;
+  WeightSelection selection;
+  Index columns = shape.len_k;
+  if (bench_case.work == Work::top8) {
+    selection.top_k = 8;
+    columns = 8;
+  }
+  const Dims dims{shape.batch, shape.heads_q, shape.len_q, columns};
+  if (entry.weights.shape() != dims) {
+    entry.weights = Tensor();
+    entry.weights = Tensor(DType::f32, dims);
+    entry.indices.assign(selection.top_k ? static_cast<std::size_t>(entry.weights.numel()) : 0, 0);
+  }
+  weights_into(entry.inputs.q, entry.inputs.k, options, selection, entry.weights.mutable_view(),
+               selection.top_k ? entry.indices.data() : nullptr);
+}
+
 void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache) {
   InputCache::Entry& entry = cache.get(bench_case.shape);
   const Outputs outputs{entry.output.mutable_view(), std::nullopt, std::nullopt};
@@ -65,8 +87,15 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& 
   options.causal = bench_case.shape.causal;
   options.threads = bench_case.threads;
   const testing::Inputs& in = entry.inputs;
-  if (cache.needs_warm_up(bench_case.name())) forward_into(in.q, in.k, in.v, options, outputs);
-  for (auto _ : state) forward_into(in.q, in.k, in.v, options, outputs);
+  auto once = [&] {
+    if (bench_case.work == Work::forward) {
+      forward_into(in.q, in.k, in.v, options, outputs);
+    } else {
+      run_weights(bench_case, entry, options);
+    }
+  };
+  if (cache.needs_warm_up(bench_case.name())) once();
+  for (auto _ : state) once();
 }
 
 struct CommandLine {
@@ -125,6 +154,7 @@ int run_speed_cases(const CommandLine& command_line) {
     return 2;
   }
   benchmark::Shutdown();
+  reporter.report_ratios();
   if (json) {
     nlohmann::json document = nlohmann::json::array();
     for (const CaseResult& result : reporter.results()) document.push_back(to_json(result));

@@ -23,6 +23,7 @@ nlohmann::json to_json(const CaseResult& result) {
   object["peak_fraction"] = result.peak_fraction;
   object["seconds"] = result.seconds;
   object["repetitions"] = result.repetitions;
+  if (result.vs_forward > 0.0) object["vs_forward"] = result.vs_forward;
   return object;
 }
 
@@ -65,6 +66,20 @@ void MedianReporter::report_case(const std::string& name, const std::vector<doub
               result.gflops, result.peak_gflops, 100.0 * result.peak_fraction);
   std::fflush(stdout);
   results_.push_back(result);
+}
+
+void MedianReporter::report_ratios() {
+  bool header = false;
+  for (CaseResult& result : results_) {
+    if (result.bench_case.work == Work::forward) continue;
+    for (const CaseResult& forward : results_) {
+      if (forward.bench_case.name() != result.bench_case.forward_name()) continue;
+      result.vs_forward = result.seconds / forward.seconds;
+      if (!header) std::printf("%-46s %9s\n", "weights case", "/ forward");
+      header = true;
+      std::printf("%-46s %8.2fx\n", result.bench_case.name().c_str(), result.vs_forward);
+    }
+  }
 }
 
 }  // namespace attn::bench

@@ -21,6 +21,9 @@ struct CaseResult {
   double gflops = 0.0;
   double peak_gflops = 0.0;
   double peak_fraction = 0.0;
+  // Weights cases: seconds / seconds of the forward case of the same shape and threads in
+  // this run (0 when that case did not run).
+  double vs_forward = 0.0;
 };
 
 // The --json object of one case: name, gflops, peak_gflops, peak_fraction, seconds, and the
@@ -34,6 +37,10 @@ class MedianReporter : public benchmark::BenchmarkReporter {
 
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
+
+  // Each weights case's median time over its forward case's, once every case has run
+  // (fills vs_forward and prints a table).
+  void report_ratios();
 
   const std::vector<CaseResult>& results() const { return results_; }
   // Names of cases whose runs reported an error.

@@ -263,7 +263,9 @@ def list_cases(attn_bench, quick, pattern):
     listing = subprocess.run(command, capture_output=True, text=True)
     if listing.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({listing.returncode}): {listing.stderr}")
-    return [case for case in json.loads(listing.stdout) if re.search(pattern, case["name"])]
+    # The peers compute attention, not weights: only attn::forward's cases are theirs.
+    return [case for case in json.loads(listing.stdout)
+            if case.get("work", "forward") == "forward" and re.search(pattern, case["name"])]
 
 
 def parse_arguments():

@@ -245,37 +245,37 @@ TEST(FastForwardOutputs, WritesEveryOutputDtype) {
 
 TEST(FastForwardDispatch, FastBackendNamesWhatItDoesNotSupport) {
   Case c;
-  c.len_q = 4, c.len_k = 5, c.dim = 8, c.dim_v = 8;
-  const testing::Inputs in = testing::make_inputs(c);
-  Options options = in.options;
+  c.len_q = 4, c.len_k = 5, c.dim = 8, c.dim_v = 8, c.dtype = DType::f64;
+  const testing::Inputs wide = testing::make_inputs(c);
+  Options options = wide.options;
   options.backend = Backend::fast;
   try {
-    forward(in.q, in.k, in.v, options, {.weights = true});
+    forward(wide.q, wide.k, wide.v, options);
     FAIL() << "expected attn::Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("backend: ", 0), 0u) << e.what();
-    EXPECT_NE(std::string(e.what()).find("weights"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
   }
-  c.dtype = DType::f64;
-  const testing::Inputs wide = testing::make_inputs(c);
-  EXPECT_THROW(forward(wide.q, wide.k, wide.v, options), Error);
-  // automatic falls back to the reference for both.
-  options.backend = Backend::automatic;
+  // Weights come from the fast weights pass (tests/weights_test.cpp).
+  c.dtype = DType::f32;
+  const testing::Inputs in = testing::make_inputs(c);
   EXPECT_NO_THROW(forward(in.q, in.k, in.v, options, {.weights = true}));
+  // automatic falls back to the reference.
+  options.backend = Backend::automatic;
   EXPECT_NO_THROW(forward(wide.q, wide.k, wide.v, options));
 }
 
 TEST(FastForwardDispatch, EnvironmentForcesReference) {
   Case c;
-  c.len_q = 4, c.len_k = 5, c.dim = 8, c.dim_v = 8;
+  c.len_q = 4, c.len_k = 5, c.dim = 8, c.dim_v = 8, c.dtype = DType::f64;
   const testing::Inputs in = testing::make_inputs(c);
   Options options = in.options;
   options.backend = Backend::fast;
   ASSERT_EQ(setenv("ATTN_BACKEND", "reference", 1), 0);
-  // The reference serves weights, so the unsupported request goes through.
-  EXPECT_NO_THROW(forward(in.q, in.k, in.v, options, {.weights = true}));
+  // The reference serves float64, so the unsupported request goes through.
+  EXPECT_NO_THROW(forward(in.q, in.k, in.v, options));
   unsetenv("ATTN_BACKEND");
-  EXPECT_THROW(forward(in.q, in.k, in.v, options, {.weights = true}), Error);
+  EXPECT_THROW(forward(in.q, in.k, in.v, options), Error);
 }
 
 TEST(FastForwardDispatch, RejectsBadThreadEnvironment) {

@@ -8,3 +8,4 @@
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
 #include "attn/version.hpp"
+#include "attn/weights.hpp"

@@ -5,6 +5,8 @@
     out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
     s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
     attn.viz.heatmap(w, "weights.svg", tokens=words); attn.viz.html(w, "weights.html")
+    w = attn.weights(q, k, causal=True)                           # attention's weights
+    w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
@@ -13,6 +15,7 @@ float32 or float64; NumPy arrays come out, or torch tensors when torch tensors w
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
 from ._lesson import context, scores, softmax
+from ._weights import weights
 from . import viz
 
 __all__ = [
@@ -23,4 +26,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "scores",
     "softmax",
+    "weights",
 ]

@@ -66,6 +66,29 @@ def attention(
     return_weights: bool = False, threads: Optional[int] = None,
 ) -> Union[Array, Tuple[Array, Array], Tuple[Array, Array, Array]]: ...
 
+@overload
+def weights(
+    q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,
+    rows: Optional[Sequence[int]] = None, top_k: None = None, mask: Optional[Array] = None,
+    causal: bool = False, causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+) -> Array:
+    """weights [B, heads, rows, Lk] (without the leading dims q lacks), as attention uses them."""
+@overload
+def weights(
+    q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,
+    rows: Optional[Sequence[int]] = None, top_k: int, mask: Optional[Array] = None,
+    causal: bool = False, causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+) -> Tuple[Array, Array]:
+    """(weights, indices int64), both [B, heads, rows, top_k]: the k largest per row."""
+
 def scaled_dot_product_attention(
     query: Array, key: Array, value: Array, attn_mask: Optional[Array] = None,
     dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,

@@ -154,9 +154,41 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
 
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
+    q, (k, v), options, layout_view = prepare(
+        q, (("k", k), ("v", v)), mask=mask, causal=causal, causal_align=causal_align,
+        scale=scale, window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, layout=layout, threads=threads)
+    return_lse = _arrays.flag(return_lse, "return_lse")
+    return_weights = _arrays.flag(return_weights, "return_weights")
+    rank = q.ndim
+    q4, k4, v4 = (layout_view(x) for x in (q, k, v))
+    batch, heads, len_q, _ = _arrays.shape(q4)
+    len_k, dim_v = _arrays.shape(v4)[2], _arrays.shape(v4)[3]
+    mask4 = mask_view(mask, (batch, heads), len_q, len_k)
+
+    out = _arrays.empty(q, _user_shape((batch, heads, len_q, dim_v), rank, layout), _arrays.dtype_name(q))
+    results = [out]
+    lse4 = weights4 = None
+    if return_lse:
+        lse = _arrays.empty(q, (batch, heads, len_q)[4 - rank :], _arrays.stats_dtype(q))
+        lse4 = _arrays.reshape(lse, (batch, heads, len_q, 1))
+        results.append(lse)
+    if return_weights:
+        weights = _arrays.empty(q, (batch, heads, len_q, len_k)[4 - rank :], _arrays.stats_dtype(q))
+        weights4 = _arrays.reshape(weights, (batch, heads, len_q, len_k))
+        results.append(weights)
+
+    _run(q4, k4, v4, _to_bhsd(out, layout), lse=lse4, weights=weights4, mask=mask4, **options)
+    return out if len(results) == 1 else tuple(results)
+
+
+def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, alibi_slopes,
+            sinks, cu_seqlens_q, cu_seqlens_k, layout, threads):
+    """The checks attn.attention and attn.weights share. others: (name, array) pairs of
+    the same rank as q. Returns (q, [others as arrays], the extension's option keywords,
+    a function taking an input to its [B, H, L, D] view)."""
     q = _arrays.as_array(q, "q")
-    k = _arrays.as_array(k, "k")
-    v = _arrays.as_array(v, "v")
+    others = [(name, _arrays.as_array(x, name)) for name, x in others]
     if layout not in _LAYOUTS:
         raise ValueError(f"layout: expected 'bhsd' or 'bshd', given {layout!r}")
     if causal_align not in _ALIGNMENTS:
@@ -164,15 +196,13 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
     rank = q.ndim
     if rank not in (2, 3, 4):
         raise _rank_error("q", q, layout)
-    for name, x in (("k", k), ("v", v)):
+    for name, x in others:
         if x.ndim != rank:
             raise ValueError(
                 f"{name}: expected {rank} dims (as q), given {x.ndim} dims with shape "
                 f"{_arrays.shape(x)}"
             )
     causal = _arrays.flag(causal, "causal")
-    return_lse = _arrays.flag(return_lse, "return_lse")
-    return_weights = _arrays.flag(return_weights, "return_weights")
     packed = cu_seqlens_q is not None or cu_seqlens_k is not None
     options = dict(
         scale=_arrays.number(scale, "scale", allow_none=True),
@@ -189,34 +219,22 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
     if packed and (cu_seqlens_q is None or cu_seqlens_k is None):
         missing = "cu_seqlens_k" if cu_seqlens_k is None else "cu_seqlens_q"
         raise ValueError(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
+    return q, [x for _, x in others], options, lambda x: _input(x, layout)
 
-    q4, k4, v4 = (_input(x, layout) for x in (q, k, v))
-    batch, heads, len_q, _ = _arrays.shape(q4)
-    len_k, dim_v = _arrays.shape(v4)[2], _arrays.shape(v4)[3]
 
-    out = _arrays.empty(q, _user_shape((batch, heads, len_q, dim_v), rank, layout), _arrays.dtype_name(q))
-    results = [out]
-    lse4 = weights4 = mask4 = None
-    if return_lse:
-        lse = _arrays.empty(q, (batch, heads, len_q)[4 - rank :], _arrays.stats_dtype(q))
-        lse4 = _arrays.reshape(lse, (batch, heads, len_q, 1))
-        results.append(lse)
-    if return_weights:
-        weights = _arrays.empty(q, (batch, heads, len_q, len_k)[4 - rank :], _arrays.stats_dtype(q))
-        weights4 = _arrays.reshape(weights, (batch, heads, len_q, len_k))
-        results.append(weights)
-    if mask is not None:
-        m = _arrays.as_array(mask, "mask", allow_bool=True)
-        if not 2 <= m.ndim <= 4:
-            raise ValueError(
-                f"mask: expected 2 to 4 dims ([..., Lq, Lk]), given {m.ndim} dims with shape "
-                f"{_arrays.shape(m)}"
-            )
-        m4 = _arrays.reshape(m, (1,) * (4 - m.ndim) + _arrays.shape(m))
-        mask4 = _mask_view(m4, (batch, heads), len_q, len_k, "mask")
-
-    _run(q4, k4, v4, _to_bhsd(out, layout), lse=lse4, weights=weights4, mask=mask4, **options)
-    return out if len(results) == 1 else tuple(results)
+def mask_view(mask, heads_shape, len_q, len_k):
+    """attn.attention's mask (None, or 2 to 4 dims broadcastable to [B, H, Lq, Lk]) as the
+    [B or 1, H or 1, Lq, Lk] view the extension reads, or None."""
+    if mask is None:
+        return None
+    m = _arrays.as_array(mask, "mask", allow_bool=True)
+    if not 2 <= m.ndim <= 4:
+        raise ValueError(
+            f"mask: expected 2 to 4 dims ([..., Lq, Lk]), given {m.ndim} dims with shape "
+            f"{_arrays.shape(m)}"
+        )
+    m4 = _arrays.reshape(m, (1,) * (4 - m.ndim) + _arrays.shape(m))
+    return _mask_view(m4, heads_shape, len_q, len_k, "mask")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,

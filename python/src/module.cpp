@@ -24,15 +24,12 @@ using namespace nb::literals;
 namespace attn::python {
 namespace {
 
-// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
-// out: [B, Hq, Lq, Dv]  lse: [B, Hq, Lq, 1]  weights: [B, Hq, Lq, Lk]
-void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& out,
-             const std::optional<OutputArray>& lse, const std::optional<OutputArray>& weights,
-             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
-             bool bottom_right, Index window_left, Index window_right, double softcap,
-             std::vector<float> alibi_slopes, std::vector<float> sinks,
-             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-             int threads) {
+// The options attn.attention and attn.weights share; mask: [B or 1, Hq or 1, Lq, Lk].
+Options make_options(const std::optional<InputArray>& mask, std::optional<double> scale,
+                     bool causal, bool bottom_right, Index window_left, Index window_right,
+                     double softcap, std::vector<float> alibi_slopes, std::vector<float> sinks,
+                     std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
+                     int threads) {
   Options options;
   options.scale = scale;
   options.causal = causal;
@@ -45,7 +42,21 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
   options.cu_seqlens_k = std::move(cu_seqlens_k);
   options.threads = threads;
   if (mask) options.mask = input_view(*mask, "mask", true);
+  return options;
+}
 
+// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
+// out: [B, Hq, Lq, Dv]  lse: [B, Hq, Lq, 1]  weights: [B, Hq, Lq, Lk]
+void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& out,
+             const std::optional<OutputArray>& lse, const std::optional<OutputArray>& weights,
+             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
+             bool bottom_right, Index window_left, Index window_right, double softcap,
+             std::vector<float> alibi_slopes, std::vector<float> sinks,
+             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
+             int threads) {
+  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
+                                       softcap, std::move(alibi_slopes), std::move(sinks),
+                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
   Outputs outputs{output_view(out, "out"), std::nullopt, std::nullopt};
   if (lse) outputs.lse = output_view(*lse, "lse");
   if (weights) outputs.weights = output_view(*weights, "weights");
@@ -54,6 +65,37 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
 
   nb::gil_scoped_release unlocked;
   forward_into(q_view, k_view, v_view, options, outputs);
+}
+
+using IndexArray = nb::ndarray<std::int64_t, nb::c_contig, nb::device::cpu>;
+
+// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  out: [B, heads, rows, Lk], or [B, heads, rows, k]
+// with top_k, and then indices: int64 of the same shape
+void weights(const InputArray& q, const InputArray& k, const OutputArray& out,
+             const std::optional<IndexArray>& indices, std::vector<Index> heads,
+             std::vector<Index> rows, std::optional<Index> top_k,
+             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
+             bool bottom_right, Index window_left, Index window_right, double softcap,
+             std::vector<float> alibi_slopes, std::vector<float> sinks,
+             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
+             int threads) {
+  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
+                                       softcap, std::move(alibi_slopes), std::move(sinks),
+                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
+  WeightSelection selection{std::move(heads), std::move(rows), top_k};
+  const MutableTensorView out_view = output_view(out, "weights");
+  std::int64_t* index_data = nullptr;
+  if (indices) {
+    const bool same_shape = indices->ndim() == 4 && indices->shape(0) == out.shape(0) &&
+                            indices->shape(1) == out.shape(1) &&
+                            indices->shape(2) == out.shape(2) && indices->shape(3) == out.shape(3);
+    if (!same_shape) throw Error("indices: expected the shape of weights, given another");
+    index_data = indices->data();
+  }
+  const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
+
+  nb::gil_scoped_release unlocked;
+  weights_into(q_view, k_view, options, selection, out_view, index_data);
 }
 
 ScoreKind score_kind(const std::string& kind) {
@@ -165,6 +207,11 @@ NB_MODULE(_attn, m) {
         "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
         "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
         "Attention of 4-D [B, H, S, D] views, written into out (and lse, weights).");
+  m.def("weights", &weights, "q"_a, "k"_a, nb::kw_only(), "out"_a, "indices"_a.none(), "heads"_a,
+        "rows"_a, "top_k"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "Softmax weights of 4-D [B, H, S, D] views, written into out (and indices for top_k).");
   m.def("scores", &scores, "q"_a, "k"_a, nb::kw_only(), "kind"_a, "scale"_a.none(),
         "weight"_a.none(), "query_projection"_a.none(), "key_projection"_a.none(),
         "energy"_a.none(), "Scores [B, Hq, Lq, Lk] of 4-D q and k.");

@@ -1,36 +1,60 @@
-// attn::forward: validate once, then hand the Problem to the fast kernel or the reference.
-#include <cstdlib>
-#include <cstring>
+// attn::forward: validate once, then hand the Problem to the fast kernel (and the weights
+// pass, when weights are asked for) or the reference.
 #include <string>
 
 #include "attn/attention.hpp"
+#include "core/backend.hpp"
 #include "core/problem.hpp"
+#include "core/rows.hpp"
+#include "core/weight_request.hpp"
 #include "cpu/forward.hpp"
+#include "cpu/weights.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
 namespace {
 
-Backend backend_from_environment(Backend requested) {
-  const char* forced = std::getenv("ATTN_BACKEND");
-  if (forced != nullptr && std::strcmp(forced, "reference") == 0) return Backend::reference;
-  return requested;
+// The forward kernel writes context and an f64 lse; the weights pass then normalises with
+// that lse, so the weights are the ones the context was made with.
+void fast_forward_with_weights(const core::Problem& problem, const core::Problem& kernel_problem) {
+  Tensor lse(DType::f64, {problem.batch, problem.heads_q, problem.total_q, 1});
+  core::Problem with_lse = kernel_problem;
+  with_lse.outputs.lse = lse.mutable_view();
+  cpu::forward(with_lse);
+  if (problem.outputs.lse) {
+    double value = 0.0;
+    for (Index b = 0; b < problem.batch; ++b)
+      for (Index h = 0; h < problem.heads_q; ++h)
+        for (Index s = 0; s < problem.total_q; ++s) {
+          core::load_row(lse.view(), b, h, s, &value);
+          core::store_row(*problem.outputs.lse, b, h, s, &value);
+        }
+  }
+  core::WeightRequest request = core::whole_request(problem, *problem.outputs.weights);
+  request.lse = lse.view();
+  cpu::weights(kernel_problem, request);
 }
 
 void run(const core::Problem& problem, Backend requested) {
-  const Backend backend = backend_from_environment(requested);
+  const Backend backend = core::resolve_backend(requested);
   if (backend == Backend::reference) {
     reference::forward(problem);
     return;
   }
-  const std::string missing = cpu::unsupported(problem);
-  if (missing.empty()) {
-    cpu::forward(problem);
-  } else if (backend == Backend::fast) {
-    throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
-                "; use backend automatic or reference");
-  } else {
+  // The forward kernel computes context and lse; weights come from the weights pass.
+  core::Problem kernel_problem = problem;
+  kernel_problem.outputs.weights.reset();
+  const std::string missing = cpu::unsupported(kernel_problem);
+  if (!missing.empty()) {
+    if (backend == Backend::fast) {
+      throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
+                  "; use backend automatic or reference");
+    }
     reference::forward(problem);
+  } else if (problem.outputs.weights) {
+    fast_forward_with_weights(problem, kernel_problem);
+  } else {
+    cpu::forward(problem);
   }
 }
 

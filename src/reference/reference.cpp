@@ -57,52 +57,24 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
   return s;
 }
 
-void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
-                std::vector<double>& scores, std::vector<char>& shown, std::vector<double>& q_row,
-                std::vector<double>& k_row, std::vector<double>& v_row,
-                std::vector<double>& out_row) {
+void attend_row(const Problem& p, const Segment& seg, Index head, Index i, RowScratch& scratch,
+                std::vector<double>& v_row, std::vector<double>& out_row) {
   const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
-  core::load_row(p.q, b, head, row, q_row.data());
-
-  const double sink = p.sinks.empty() ? kMinusInfinity : static_cast<double>(p.sinks[head]);
-  double m = sink;  // max is subtracted only for numerical stability
-  for (Index j = 0; j < seg.len_k; ++j) {
-    shown[j] = visible(p, seg, head, i, j);
-    if (!shown[j]) continue;
-    scores[j] = score(p, seg, head, i, j, q_row, k_row);
-    if (scores[j] == kMinusInfinity) shown[j] = false;  // takes no weight
-    // A NaN score makes m NaN, so the row's outputs are NaN: a NaN the query sees must not
-    // pass for a fully masked row (zeros, lse = -inf).
-    if (shown[j] && (scores[j] > m || std::isnan(scores[j]))) m = scores[j];
-  }
-
+  const double lse = row_weights(p, seg, head, i, scratch);
   std::fill(out_row.begin(), out_row.end(), 0.0);
-  double l = 0.0;
-  if (m != kMinusInfinity) {
-    if (sink != kMinusInfinity) l += std::exp(sink - m);
-    for (Index j = 0; j < seg.len_k; ++j) {
-      if (!shown[j]) continue;
-      scores[j] = std::exp(scores[j] - m);
-      l += scores[j];
-    }
-    for (Index j = 0; j < seg.len_k; ++j) {
-      if (!shown[j]) continue;
-      scores[j] /= l;
-      core::load_row(p.v, b, kv_head, seg.k_begin + j, v_row.data());
-      for (Index d = 0; d < p.dim_v; ++d) out_row[d] += scores[j] * v_row[d];
-    }
+  for (Index j = 0; j < seg.len_k; ++j) {
+    if (!scratch.shown[j]) continue;
+    core::load_row(p.v, b, kv_head, seg.k_begin + j, v_row.data());
+    for (Index d = 0; d < p.dim_v; ++d) out_row[d] += scratch.weights[j] * v_row[d];
   }
   core::store_row(p.outputs.context, b, head, row, out_row.data());
 
-  if (p.outputs.lse) {
-    const double lse = m == kMinusInfinity ? kMinusInfinity : m + std::log(l);
-    core::store_row(*p.outputs.lse, b, head, row, &lse);
-  }
+  if (p.outputs.lse) core::store_row(*p.outputs.lse, b, head, row, &lse);
   if (p.outputs.weights) {
     // Packed sequences: the row covers all packed keys, zero outside this sequence.
     std::vector<double> weights(static_cast<std::size_t>(p.total_k), 0.0);
     for (Index j = 0; j < seg.len_k; ++j) {
-      if (shown[j]) weights[seg.k_begin + j] = scores[j];
+      if (scratch.shown[j]) weights[seg.k_begin + j] = scratch.weights[j];
     }
     core::store_row(*p.outputs.weights, b, head, row, weights.data());
   }
@@ -110,17 +82,47 @@ void attend_row(const Problem& p, const Segment& seg, Index head, Index i,
 
 }  // namespace
 
+double row_weights(const Problem& p, const Segment& seg, Index head, Index i, RowScratch& scratch) {
+  scratch.q_row.resize(static_cast<std::size_t>(p.dim_qk));
+  scratch.k_row.resize(static_cast<std::size_t>(p.dim_qk));
+  scratch.weights.assign(static_cast<std::size_t>(seg.len_k), 0.0);
+  scratch.shown.assign(static_cast<std::size_t>(seg.len_k), 0);
+  std::vector<double>& scores = scratch.weights;
+  std::vector<char>& shown = scratch.shown;
+  core::load_row(p.q, seg.batch, head, seg.q_begin + i, scratch.q_row.data());
+
+  const double sink = p.sinks.empty() ? kMinusInfinity : static_cast<double>(p.sinks[head]);
+  double m = sink;  // max is subtracted only for numerical stability
+  for (Index j = 0; j < seg.len_k; ++j) {
+    shown[j] = visible(p, seg, head, i, j);
+    if (!shown[j]) continue;
+    scores[j] = score(p, seg, head, i, j, scratch.q_row, scratch.k_row);
+    if (scores[j] == kMinusInfinity) shown[j] = false;  // takes no weight
+    // A NaN score makes m NaN, so the row's outputs are NaN: a NaN the query sees must not
+    // pass for a fully masked row (zeros, lse = -inf).
+    if (shown[j] && (scores[j] > m || std::isnan(scores[j]))) m = scores[j];
+  }
+  if (m == kMinusInfinity) {
+    std::fill(scores.begin(), scores.end(), 0.0);
+    return kMinusInfinity;
+  }
+  double l = sink != kMinusInfinity ? std::exp(sink - m) : 0.0;
+  for (Index j = 0; j < seg.len_k; ++j) {
+    scores[j] = shown[j] ? std::exp(scores[j] - m) : 0.0;
+    l += scores[j];
+  }
+  for (Index j = 0; j < seg.len_k; ++j) {
+    if (shown[j]) scores[j] /= l;
+  }
+  return m + std::log(l);
+}
+
 void forward(const Problem& p) {
-  std::vector<double> q_row(p.dim_qk), k_row(p.dim_qk), v_row(p.dim_v), out_row(p.dim_v);
-  std::vector<double> scores;
-  std::vector<char> shown;
+  std::vector<double> v_row(p.dim_v), out_row(p.dim_v);
+  RowScratch scratch;
   for (const Segment& seg : p.segments) {
-    scores.assign(static_cast<std::size_t>(seg.len_k), 0.0);
-    shown.assign(static_cast<std::size_t>(seg.len_k), 0);
     for (Index head = 0; head < p.heads_q; ++head) {
-      for (Index i = 0; i < seg.len_q; ++i) {
-        attend_row(p, seg, head, i, scores, shown, q_row, k_row, v_row, out_row);
-      }
+      for (Index i = 0; i < seg.len_q; ++i) attend_row(p, seg, head, i, scratch, v_row, out_row);
     }
   }
 }

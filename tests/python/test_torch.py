@@ -136,3 +136,10 @@ def test_per_head_options_and_offsets_may_be_tensors():
     want = attn.attention(q, q, q, alibi_slopes=[0.5, 0.25], sinks=[0.0, -1.0],
                           cu_seqlens_q=[0, 2, 6], cu_seqlens_k=[0, 2, 6])
     assert torch.equal(got, want)
+
+
+def test_weights_return_torch_for_torch():
+    q = torch.randn(2, 6, 8)
+    weights, indices = attn.weights(q, q, top_k=3)
+    assert isinstance(weights, torch.Tensor) and indices.dtype == torch.int64
+    np.testing.assert_array_equal(attn.weights(q.numpy(), q.numpy()), attn.weights(q, q).numpy())

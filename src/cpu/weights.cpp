@@ -1,0 +1,699 @@
+// The fast weights pass. A work item is up to kItemRows output rows that share a segment
+// and a KV head, so each K tile is read once for the rows of a GQA group. Per item, over
+// key tiles:
+//   S = Q K^T     query rows broadcast against K^T (one transposed f32 copy of K, made
+//                 before the items), row-major so that every output row is written
+//                 contiguously; each score is the same FMA chain over d as in the
+//                 forward kernel, so the scores are its scores
+//   shaping       softcap, ALiBi, then hiding (causal / window range, mask) to -inf, in
+//                 the forward kernel's order
+//   statistics    online max m and sum l per row (DESIGN.md's state merge, a tile at a
+//                 time); top-k keeps a k-sized heap of (score, key) per row in this pass,
+//                 since exp(s - lse) ranks keys as s does
+//   emit          alpha = exp(s - m) / l, streamed into the output row by row
+// attn::forward hands over its kernel's lse, and then the statistics pass is skipped.
+// Hidden keys get exactly 0, and a NaN in a hidden key never reaches a weight. Extra memory
+// per thread: O(kItemRows x (D + kKeyTile + k)) floats, and one f32 copy of K (transposed);
+// never Lq x Lk.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/weights.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "core/problem.hpp"
+#include "core/weight_request.hpp"
+#include "cpu/threads.hpp"
+#include "cpu/weights.hpp"
+#include "cpu/weights_traits.hpp"
+
+#include <hwy/contrib/math/math-inl.h>
+#include "cpu/vector_exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+using core::MaskKind;
+using core::Problem;
+using core::Segment;
+using core::WeightRequest;
+using core::WeightRow;
+using Traits = WeightsTraits;
+
+constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+constexpr Index kKeyTile = Traits::kKeyTile;
+constexpr Index kItemRows = Traits::kItemRows;
+constexpr Index kScoreRows = Traits::kScoreRows;
+
+Index round_up(Index value, Index multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Output rows [first, first + count) of the row list; they share a segment and a KV head.
+struct WorkItem {
+  Index first = 0, count = 0;
+};
+
+// One entry of a row's top-k heap; key is relative to the segment.
+struct Candidate {
+  float score = 0.0f;
+  Index key = 0;
+};
+
+// a ranks before b: the larger score, then the lower key index.
+bool ranks_before(const Candidate& a, const Candidate& b) {
+  return a.score > b.score || (a.score == b.score && a.key < b.key);
+}
+
+// out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
+template <class T>
+void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(in, in + n, out);
+  } else {
+    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
+    const DF df;
+    const hn::Rebind<Hwy, DF> dh;
+    const Index lanes = static_cast<Index>(hn::Lanes(df));
+    const Hwy* from = reinterpret_cast<const Hwy*>(in);
+    const Index whole = n - n % lanes;
+    for (Index i = 0; i < whole; i += lanes) {
+      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
+    }
+    for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
+  }
+}
+
+// out[0 .. n) = in[0 .. n) in the output's dtype.
+template <class T>
+void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(in, in + n, out);
+  } else {
+    for (Index i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, float16>) {
+        out[i] = to_float16(in[i]);
+      } else if constexpr (std::is_same_v<T, bfloat16>) {
+        out[i] = to_bfloat16(in[i]);
+      } else {
+        out[i] = static_cast<T>(in[i]);
+      }
+    }
+  }
+}
+
+// Calls fn with a value of the element type of `dtype` (never bool here).
+template <class Fn>
+void with_float_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f16:
+      fn(float16{});
+      return;
+    case DType::bf16:
+      fn(bfloat16{});
+      return;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::f64:
+      fn(double{});
+      return;
+    case DType::boolean:
+      return;
+  }
+}
+
+template <class T>
+const T* row_of(const TensorView& t, Index b, Index h, Index s) {
+  return static_cast<const T*>(t.data) + b * t.strides[0] + h * t.strides[1] + s * t.strides[2];
+}
+
+// S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys.
+// q: [kRows][dim] (stride dim)  kt: K^T at the block's first key, stride kt_stride (any
+// alignment: packed sequences start anywhere)  out: S at (first row, first key), stride
+// out_stride
+template <int kRows, int C>
+HWY_INLINE void score_block(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt,
+                            Index kt_stride, Index dim, float* HWY_RESTRICT out, Index out_stride) {
+  const DF df;
+  const Index lanes = static_cast<Index>(hn::Lanes(df));
+  VF acc[kRows][C];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
+  for (Index d = 0; d < dim; ++d) {
+    VF key[C];
+    for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * lanes);
+    for (int r = 0; r < kRows; ++r) {
+      const VF query = hn::Set(df, q[r * dim + d]);
+      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, out + r * out_stride + c * lanes);
+}
+
+// K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
+// plus a tile of padding, so that a tile's last vector may read past the last key. Packing
+// each tile per work item instead cost 20% of the top-k pass (scalar transposes).
+struct KeysTransposed {
+  KeysTransposed(const Problem& p, int threads)
+      : stride(round_up(p.total_k, 16) + kKeyTile),
+        data(hwy::AllocateAligned<float>(
+            static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
+    const Index dim = p.dim_qk, blocks = (p.total_k + kKeyTile - 1) / kKeyTile;
+    const auto count = static_cast<std::int64_t>(p.batch * p.heads_kv * blocks);
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> row(static_cast<std::size_t>(dim));
+#pragma omp for schedule(static)
+      for (std::int64_t item = 0; item < count; ++item) {
+        const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;
+        const Index first = item % blocks * kKeyTile, end = std::min(first + kKeyTile, p.total_k);
+        float* out = at(b, kv, p.heads_kv, dim);
+        with_float_type(p.k.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, double>) {
+            for (Index j = first; j < end; ++j) {
+              to_floats(row_of<T>(p.k, b, kv, j), dim, row.data());
+              for (Index d = 0; d < dim; ++d)
+                out[d * stride + j] = row[static_cast<std::size_t>(d)];
+            }
+          }
+        });
+      }
+    }
+    for (Index plane = 0; plane < p.batch * p.heads_kv * dim; ++plane) {
+      std::fill(data.get() + plane * stride + p.total_k, data.get() + (plane + 1) * stride, 0.0f);
+    }
+  }
+
+  float* at(Index b, Index kv, Index heads_kv, Index dim) const {
+    return data.get() + (b * heads_kv + kv) * dim * stride;
+  }
+
+  Index stride;
+  hwy::AlignedFreeUniquePtr<float[]> data;
+};
+
+// Per-thread scratch, allocated before the parallel loop; 64-byte aligned buffers padded
+// to whole cache lines so that threads never share a line.
+struct Scratch {
+  template <class T>
+  static hwy::AlignedFreeUniquePtr<T[]> buffer(Index count) {
+    constexpr Index kLine = 64 / sizeof(T);
+    return hwy::AllocateAligned<T>(
+        static_cast<std::size_t>(round_up(std::max<Index>(count, 1), kLine)));
+  }
+
+  Scratch(Index dim, Index heap_capacity)
+      : queries(buffer<float>(kItemRows * dim)),
+        scores(buffer<float>(kItemRows * kKeyTile)),
+        out_row(buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
+        heap(static_cast<std::size_t>(kItemRows * heap_capacity)) {}
+
+  hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
+  hwy::AlignedFreeUniquePtr<float[]> scores;   // [kItemRows][kKeyTile]: S of the tile
+  hwy::AlignedFreeUniquePtr<float[]> out_row;  // one tile of weights, or one top-k row
+  std::vector<Candidate> heap;                 // [kItemRows][heap_capacity]
+};
+
+class ItemKernel {
+ public:
+  ItemKernel(const Problem& problem, const WeightRequest& request,
+             const std::vector<WeightRow>& rows, const KeysTransposed& keys, Index heap_capacity,
+             Scratch& scratch)
+      : p_(problem),
+        r_(request),
+        list_(rows),
+        keys_(keys),
+        heap_capacity_(heap_capacity),
+        s_(scratch) {}
+
+  void run(const WorkItem& item) {
+    set_up_rows(item);
+    Index lo = std::numeric_limits<Index>::max(), hi = 0;
+    for (Index r = 0; r < rows_; ++r) {
+      if (row_[r].first >= row_[r].end) continue;
+      lo = std::min(lo, row_[r].first);
+      hi = std::max(hi, row_[r].end);
+    }
+    // Tiles at multiples of kKeyTile, so that a row's bits do not depend on its item.
+    const Index tile_lo = lo < hi ? lo / kKeyTile * kKeyTile : 0;
+    if (!top_k_) zero_outside(tile_lo, std::max(hi, tile_lo));
+    if (!r_.lse || top_k_) {
+      for (Index tile = tile_lo; tile < hi; tile += kKeyTile) {
+        sweep_tile(tile, std::min(tile + kKeyTile, hi), Pass::statistics);
+      }
+    }
+    normalise();
+    if (top_k_) {
+      for (Index r = 0; r < rows_; ++r) write_top_k(r);
+      return;
+    }
+    for (Index tile = tile_lo; tile < hi; tile += kKeyTile) {
+      sweep_tile(tile, std::min(tile + kKeyTile, hi), Pass::emit);
+    }
+  }
+
+ private:
+  enum class Pass : std::uint8_t { statistics, emit };
+
+  struct Row {
+    Index head = 0, query_row = 0, position = 0;
+    Index first = 0, end = 0;  // keys (relative to the segment) causal and the window leave
+    Index out_head = 0, out_row = 0;
+    float slope = 0.0f;
+    // The online-softmax state; l in double, so that rows sum to 1 within a few float
+    // ulps however many tiles were merged.
+    float row_max = kMinusInfinity;
+    double row_sum = 0.0;
+    float shift = 0.0f, factor = 0.0f;  // alpha = exp(s - shift) * factor
+    Index heap_size = 0;
+  };
+
+  // Per row: its head, query, visible key range and starting state (the sink, or empty);
+  // Q rows scaled into scratch, padding rows zero.
+  void set_up_rows(const WorkItem& item) {
+    const WeightRow& lead = list_[static_cast<std::size_t>(item.first)];
+    seg_ = &p_.segments[static_cast<std::size_t>(lead.segment)];
+    kv_head_ = lead.head / p_.group_size();
+    rows_ = item.count;
+    rows_padded_ = round_up(rows_, kScoreRows);
+    const auto scale = static_cast<float>(p_.scale);
+    for (Index r = 0; r < rows_; ++r) {
+      const WeightRow& w = list_[static_cast<std::size_t>(item.first + r)];
+      Row& row = row_[r];
+      row = Row{};
+      row.head = w.head;
+      row.query_row = seg_->q_begin + w.i;
+      row.position = p_.query_position(*seg_, w.i);
+      row.out_head = w.out_head;
+      row.out_row = w.out_row;
+      Index first = 0, end = seg_->len_k;
+      if (p_.causal) end = std::min(end, row.position + 1);
+      if (p_.window.left >= 0) first = std::max(first, row.position - p_.window.left);
+      if (p_.window.right >= 0) end = std::min(end, row.position + p_.window.right + 1);
+      row.first = std::min(first, seg_->len_k);
+      row.end = std::clamp(end, row.first, seg_->len_k);
+      row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
+      if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
+        row.row_max = p_.sinks[row.head];
+        row.row_sum = 1.0;
+      }
+      float* q = s_.queries.get() + r * dim_;
+      with_float_type(p_.q.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          to_floats(row_of<T>(p_.q, seg_->batch, row.head, row.query_row), dim_, q);
+        }
+      });
+      for (Index d = 0; d < dim_; ++d) q[d] *= scale;
+    }
+    for (Index r = rows_; r < rows_padded_; ++r) {
+      row_[r] = Row{};
+      std::fill(s_.queries.get() + r * dim_, s_.queries.get() + (r + 1) * dim_, 0.0f);
+    }
+  }
+
+  template <class Fn>
+  void with_output_row(Index r, Fn&& fn) const {
+    const MutableTensorView& out = r_.weights;
+    with_float_type(out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      fn(static_cast<T*>(out.data) + seg_->batch * out.strides[0] +
+         row_[r].out_head * out.strides[1] + row_[r].out_row * out.strides[2]);
+    });
+  }
+
+  // Dense output: zeros for the keys outside the tiles [tile_lo, hi) and outside the
+  // row's sequence, which the tiles never write.
+  void zero_outside(Index tile_lo, Index hi) const {
+    const Index total = r_.weights.shape[3];
+    for (Index r = 0; r < rows_; ++r) {
+      with_output_row(r, [&](auto* out) {
+        using T = std::remove_pointer_t<decltype(out)>;
+        std::fill(out, out + seg_->k_begin + tile_lo, T{});
+        std::fill(out + seg_->k_begin + hi, out + total, T{});
+      });
+    }
+  }
+
+  void sweep_tile(Index tile, Index tile_end, Pass pass) {
+    tile_keys_ = keys_.at(seg_->batch, kv_head_, p_.heads_kv, dim_) + seg_->k_begin + tile;
+    // Key vectors [first, end) of the tile that some row of each block sees.
+    Index first[kItemRows / kScoreRows], end[kItemRows / kScoreRows];
+    for (Index block = 0; block < rows_padded_; block += kScoreRows) {
+      Index a_min = tile_end, b_max = tile;
+      for (Index r = block; r < std::min(block + kScoreRows, rows_); ++r) {
+        const Index a = std::max(row_[r].first, tile), b = std::min(row_[r].end, tile_end);
+        if (a >= b) continue;
+        a_min = std::min(a_min, a);
+        b_max = std::max(b_max, b);
+      }
+      first[block / kScoreRows] = a_min < b_max ? (a_min - tile) / lanes_ : 0;
+      end[block / kScoreRows] = a_min < b_max ? (b_max - tile + lanes_ - 1) / lanes_ : 0;
+    }
+    // Key groups outside, row blocks inside, so that a group's K^T (12 KB at D = 64) stays
+    // in L1 for every block of the item, where the whole tile's would not (32 KB).
+    constexpr Index kGroup = Traits::kScoreVectors;
+    const Index vectors = (tile_end - tile + lanes_ - 1) / lanes_;
+    for (Index v = 0; v < vectors; v += kGroup) {
+      for (Index block = 0; block < rows_padded_; block += kScoreRows) {
+        const Index a = std::max(v, first[block / kScoreRows]);
+        const Index b = std::min(v + kGroup, end[block / kScoreRows]);
+        if (a < b) compute_scores(block, a, b);
+      }
+    }
+    for (Index r = 0; r < rows_; ++r) {
+      if (pass == Pass::statistics) {
+        row_statistics(r, tile, tile_end);
+      } else {
+        row_emit(r, tile, tile_end);
+      }
+    }
+  }
+
+  // Scores of the kScoreRows rows from `block` for key vectors [first, end) of the tile,
+  // at most kScoreVectors of them.
+  void compute_scores(Index block, Index first, Index end) {
+    const float* q = s_.queries.get() + block * dim_;
+    const Index at = first * lanes_;
+    float* out = s_.scores.get() + block * kKeyTile + at;
+    const float* kt = tile_keys_ + at;
+    const Index stride = keys_.stride;
+    switch (end - first) {
+      case 1:
+        score_block<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
+        return;
+      case 2:
+        score_block<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
+        return;
+      default:
+        score_block<kScoreRows, Traits::kScoreVectors>(q, kt, stride, dim_, out, kKeyTile);
+        return;
+    }
+  }
+
+  // softcap, ALiBi, then hiding: keys outside [first, end) (the row's range within the
+  // tile), then the mask. Returns the vectors [first, end) of the tile that cover them.
+  std::pair<Index, Index> shape_scores(Index r, Index tile, Index first, Index end) {
+    const DF df;
+    const DI di;
+    const Row& row = row_[r];
+    float* s = s_.scores.get() + r * kKeyTile;
+    const Index v_first = (first - tile) / lanes_, v_end = (end - tile + lanes_ - 1) / lanes_;
+    const bool softcap = p_.softcap > 0.0, alibi = !p_.alibi_slopes.empty();
+    const VF cap = hn::Set(df, static_cast<float>(p_.softcap));
+    const VF inverse_cap = hn::Set(df, softcap ? static_cast<float>(1.0 / p_.softcap) : 0.0f);
+    const VF hidden = hn::Set(df, kMinusInfinity);
+    const auto first_key = hn::Set(di, static_cast<std::int32_t>(first));
+    const auto end_key = hn::Set(di, static_cast<std::int32_t>(end));
+    const auto position = hn::Set(di, static_cast<std::int32_t>(row.position));
+    const VF slope = hn::Set(df, row.slope);
+    // Without softcap and ALiBi only the two edge vectors may hold keys to hide.
+    const bool edges_only = !softcap && !alibi;
+    for (Index v = v_first; v < v_end; ++v) {
+      if (edges_only && v != v_first && v + 1 != v_end) v = v_end - 1;
+      float* at = s + v * lanes_;
+      VF x = hn::Load(df, at);
+      if (softcap) x = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inverse_cap)));
+      const auto key =
+          hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<std::int32_t>(tile + v * lanes_)));
+      if (alibi) {
+        const VF distance = hn::Abs(hn::ConvertTo(df, hn::Sub(position, key)));
+        x = hn::NegMulAdd(slope, distance, x);
+      }
+      const auto shown = hn::AndNot(hn::Lt(key, first_key), hn::Lt(key, end_key));
+      hn::Store(hn::IfThenElse(hn::RebindMask(df, shown), x, hidden), df, at);
+    }
+    if (p_.mask_kind != MaskKind::none) apply_mask(r, tile, first, end);
+    return {v_first, v_end};
+  }
+
+  template <class Fn>
+  void for_mask_type(Fn&& fn) const {
+    if (p_.mask_kind == MaskKind::boolean) {
+      fn(bool{});
+    } else {
+      with_float_type(p_.mask.dtype, fn);
+    }
+  }
+
+  template <class M>
+  static bool mask_hides(M value) {
+    if constexpr (std::is_same_v<M, bool>) {
+      return !value;
+    } else if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
+      return to_float(value) == kMinusInfinity;
+    } else {
+      return value == -std::numeric_limits<M>::infinity();
+    }
+  }
+
+  void apply_mask(Index r, Index tile, Index first, Index end) {
+    float* s = s_.scores.get() + r * kKeyTile - tile;
+    for_mask_type([&](auto tag) {
+      using M = decltype(tag);
+      const M* mask =
+          row_of<M>(p_.mask, seg_->batch, row_[r].head, row_[r].query_row) + seg_->k_begin;
+      for (Index j = first; j < end; ++j) {
+        if (mask_hides(mask[j])) {
+          s[j] = kMinusInfinity;
+        } else if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
+          s[j] += to_float(mask[j]);
+        } else if constexpr (!std::is_same_v<M, bool>) {
+          s[j] += static_cast<float>(mask[j]);
+        }
+      }
+    });
+  }
+
+  // The state merge with the row's scores of this tile; top-k offers them to the heap.
+  void row_statistics(Index r, Index tile, Index tile_end) {
+    Row& row = row_[r];
+    const Index first = std::max(row.first, tile), end = std::min(row.end, tile_end);
+    if (first >= end) return;
+    const auto [v_first, v_end] = shape_scores(r, tile, first, end);
+    const DF df;
+    const float* s = s_.scores.get() + r * kKeyTile;
+    // Like the forward kernel, the max ignores a NaN score (x86 max returns its second
+    // operand when either is NaN); the NaN still reaches l through exp.
+    VF max = hn::Set(df, kMinusInfinity);
+    for (Index v = v_first; v < v_end; ++v) max = hn::Max(hn::Load(df, s + v * lanes_), max);
+    const float new_max = std::max(row.row_max, hn::GetLane(hn::MaxOfLanes(df, max)));
+    // With nothing visible yet, subtract 0 so that exp(-inf - 0) = 0, not NaN.
+    const float shift = new_max == kMinusInfinity ? 0.0f : new_max;
+    const VF shift_v = hn::Set(df, shift);
+    VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+    Index v = v_first;
+    for (; v + 2 <= v_end; v += 2) {
+      sum0 = hn::Add(sum0, VectorExp(df, hn::Sub(hn::Load(df, s + v * lanes_), shift_v)));
+      sum1 = hn::Add(sum1, VectorExp(df, hn::Sub(hn::Load(df, s + (v + 1) * lanes_), shift_v)));
+    }
+    if (v < v_end)
+      sum0 = hn::Add(sum0, VectorExp(df, hn::Sub(hn::Load(df, s + v * lanes_), shift_v)));
+    const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+    row.row_sum = row.row_sum * std::exp(static_cast<double>(row.row_max) - shift) + tile_sum;
+    row.row_max = new_max;
+    if (top_k_) offer(r, tile, v_first, v_end);
+  }
+
+  // Keys are offered in increasing order, so a key that ties the heap's worst entry has
+  // the higher index and loses: ties go to the lower index.
+  void offer(Index r, Index tile, Index v_first, Index v_end) {
+    const DF df;
+    Row& row = row_[r];
+    Candidate* heap = s_.heap.data() + r * heap_capacity_;
+    const float* s = s_.scores.get() + r * kKeyTile;
+    for (Index v = v_first; v < v_end; ++v) {
+      float threshold = row.heap_size < heap_capacity_ ? kMinusInfinity : heap[0].score;
+      if (hn::AllFalse(df, hn::Gt(hn::Load(df, s + v * lanes_), hn::Set(df, threshold)))) {
+        continue;
+      }
+      for (Index lane = 0; lane < lanes_; ++lane) {
+        const float score = s[v * lanes_ + lane];
+        if (!(score > threshold)) continue;
+        const Candidate candidate{score, tile + v * lanes_ + lane};
+        if (row.heap_size < heap_capacity_) {
+          heap[row.heap_size++] = candidate;
+          std::push_heap(heap, heap + row.heap_size, ranks_before);
+        } else {
+          std::pop_heap(heap, heap + row.heap_size, ranks_before);
+          heap[row.heap_size - 1] = candidate;
+          std::push_heap(heap, heap + row.heap_size, ranks_before);
+        }
+        threshold = row.heap_size < heap_capacity_ ? kMinusInfinity : heap[0].score;
+      }
+    }
+  }
+
+  // shift and factor of each row, from its own statistics or from the forward kernel's
+  // lse (alpha = exp(s - lse) = exp(s - shift) * exp(shift - lse), shift = lse in f32).
+  void normalise() {
+    for (Index r = 0; r < rows_; ++r) {
+      Row& row = row_[r];
+      if (r_.lse && !top_k_) {
+        const double lse = row_of<double>(*r_.lse, seg_->batch, row.head, row.query_row)[0];
+        const bool empty = lse == -std::numeric_limits<double>::infinity();
+        row.shift = empty ? 0.0f : static_cast<float>(lse);
+        row.factor =
+            empty ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row.shift) - lse));
+      } else {
+        const bool empty = row.row_max == kMinusInfinity;
+        row.shift = empty ? 0.0f : row.row_max;
+        row.factor = empty ? 0.0f : static_cast<float>(1.0 / row.row_sum);
+      }
+    }
+  }
+
+  // weights[key] = exp(s - shift) * factor for the tile's keys; 0 for hidden keys. Whole
+  // vectors go straight into an f32 output; the rest through a tile buffer.
+  void row_emit(Index r, Index tile, Index tile_end) {
+    const Row& row = row_[r];
+    const Index keys = tile_end - tile;
+    float* buffer = s_.out_row.get();
+    float* direct = nullptr;
+    if (r_.weights.dtype == DType::f32) {
+      with_output_row(r, [&](auto* out) {
+        if constexpr (std::is_same_v<std::remove_pointer_t<decltype(out)>, float>) {
+          direct = out + seg_->k_begin + tile;
+        }
+      });
+    }
+    float* weights = direct != nullptr ? direct : buffer;
+    const Index first = std::max(row.first, tile), end = std::min(row.end, tile_end);
+    if (first >= end) {
+      std::fill(weights, weights + keys, 0.0f);
+    } else {
+      const auto [v_first, v_end] = shape_scores(r, tile, first, end);
+      const DF df;
+      const float* s = s_.scores.get() + r * kKeyTile;
+      const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
+      const VF hidden = hn::Set(df, kMinusInfinity);
+      std::fill(weights, weights + v_first * lanes_, 0.0f);
+      for (Index v = v_first; v < v_end; ++v) {
+        const VF x = hn::Load(df, s + v * lanes_);
+        const VF alpha = hn::IfThenZeroElse(hn::Eq(x, hidden),
+                                            hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor));
+        // The buffer holds whole vectors; an f32 output row may end inside this one.
+        if ((v + 1) * lanes_ <= keys || direct == nullptr) {
+          hn::StoreU(alpha, df, weights + v * lanes_);
+        } else {
+          hn::Store(alpha, df, buffer + kKeyTile - lanes_);
+          std::copy(buffer + kKeyTile - lanes_, buffer + kKeyTile - lanes_ + keys - v * lanes_,
+                    weights + v * lanes_);
+        }
+      }
+      if (v_end * lanes_ < keys) std::fill(weights + v_end * lanes_, weights + keys, 0.0f);
+    }
+    if (direct == nullptr) {
+      with_output_row(r, [&](auto* out) { from_floats(buffer, keys, out + seg_->k_begin + tile); });
+    }
+  }
+
+  // The heap, best first, as weights and key indices; padding past the keys the row saw.
+  void write_top_k(Index r) {
+    const DF df;
+    Row& row = row_[r];
+    Candidate* heap = s_.heap.data() + r * heap_capacity_;
+    std::sort(heap, heap + row.heap_size, ranks_before);
+    float* weights = s_.out_row.get();
+    const Index count = row.heap_size, padded = round_up(count, lanes_);
+    for (Index t = 0; t < count; ++t) weights[t] = heap[t].score;
+    std::fill(weights + count, weights + padded, 0.0f);
+    const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
+    for (Index t = 0; t < padded; t += lanes_) {
+      const VF x = hn::Load(df, weights + t);
+      hn::Store(hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor), df, weights + t);
+    }
+    const Index k = r_.weights.shape[3];
+    with_output_row(r, [&](auto* out) {
+      using T = std::remove_pointer_t<decltype(out)>;
+      from_floats(weights, count, out);
+      std::fill(out + count, out + k, T{});
+    });
+    const Index at =
+        ((seg_->batch * r_.weights.shape[1] + row.out_head) * r_.weights.shape[2] + row.out_row) *
+        k;
+    for (Index t = 0; t < k; ++t) r_.indices[at + t] = t < count ? seg_->k_begin + heap[t].key : -1;
+  }
+
+  const Problem& p_;
+  const WeightRequest& r_;
+  const std::vector<WeightRow>& list_;
+  const KeysTransposed& keys_;
+  const Index heap_capacity_;
+  Scratch& s_;
+  const bool top_k_ = r_.top_k.has_value();
+  const Index lanes_ = static_cast<Index>(hn::Lanes(DF()));
+  const Index dim_ = p_.dim_qk;
+  const Segment* seg_ = nullptr;
+  const float* tile_keys_ = nullptr;  // K^T at the current tile's first key
+  Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0;
+  Row row_[kItemRows];
+};
+
+}  // namespace
+
+void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) {
+  const std::vector<WeightRow> rows = core::weight_rows(p, request);
+  const Index group = p.group_size();
+  std::vector<WorkItem> items;
+  for (Index i = 0; i < static_cast<Index>(rows.size());) {
+    const WeightRow& lead = rows[static_cast<std::size_t>(i)];
+    Index j = i + 1;
+    while (j < static_cast<Index>(rows.size()) && j - i < kItemRows &&
+           rows[static_cast<std::size_t>(j)].segment == lead.segment &&
+           rows[static_cast<std::size_t>(j)].head / group == lead.head / group) {
+      ++j;
+    }
+    items.push_back({i, j - i});
+    i = j;
+  }
+  if (items.empty()) return;
+  // Rows never see more than total_k keys, so a larger k needs no larger heap.
+  const Index heap_capacity = request.top_k ? std::min(*request.top_k, p.total_k) : 0;
+  const KeysTransposed keys(p, threads);
+  threads = static_cast<int>(std::min<Index>(threads, static_cast<Index>(items.size())));
+  std::vector<Scratch> scratch;
+  scratch.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p.dim_qk, heap_capacity);
+  const auto count = static_cast<std::int64_t>(items.size());
+#pragma omp parallel num_threads(threads)
+  {
+    ItemKernel kernel(p, request, rows, keys, heap_capacity,
+                      scratch[static_cast<std::size_t>(omp_get_thread_num())]);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < count; ++i) kernel.run(items[static_cast<std::size_t>(i)]);
+  }
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu {
+
+HWY_EXPORT(WeightsTarget);
+
+void weights(const core::Problem& problem, const core::WeightRequest& request) {
+  HWY_DYNAMIC_DISPATCH(WeightsTarget)(problem, request, resolve_threads(problem.threads));
+}
+
+}  // namespace attn::cpu
+#endif

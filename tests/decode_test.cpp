@@ -6,7 +6,10 @@
 #include <cstring>
 #include <random>
 
+#include <hwy/targets.h>
+
 #include "attn/decode.hpp"
+#include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
 
@@ -88,8 +91,7 @@ class DecodeSteps : public ::testing::TestWithParam<DecodeCase> {};
 // Sequence b has its first 11 b tokens appended in one call, then one token per step; at
 // each step every sequence past its prompt decodes its newest token, so one call holds
 // sequences of different lengths.
-TEST_P(DecodeSteps, MatchOneForwardOverTheWholeSequence) {
-  const DecodeCase& c = GetParam();
+void check_steps(const DecodeCase& c) {
   const Case& s = c.shape;
   const Inputs in = make_inputs(s, 7);
   const Tensor want = reference_context(in, in.options);
@@ -126,6 +128,10 @@ TEST_P(DecodeSteps, MatchOneForwardOverTheWholeSequence) {
   const Comparison result = compare(got.view(), want.view());
   ASSERT_TRUE(result.hard_failure.empty()) << result.hard_failure;
   EXPECT_LE(result.nmse, nmse_bound(c.storage)) << describe(result);
+}
+
+TEST_P(DecodeSteps, MatchOneForwardOverTheWholeSequence) {
+  check_steps(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeSteps, ::testing::ValuesIn(step_cases()),
@@ -188,7 +194,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // 21460 key rows over 2 KV heads: enough work for every thread count tried to be used.
-TEST(Decode, SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree) {
+void check_speculative_steps() {
   std::mt19937_64 rng(17);
   Filled f = filled_cache({9000, 700, 5, 1025}, 2, 59, 16, rng);
   Case shape;
@@ -210,6 +216,42 @@ TEST(Decode, SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree) {
       }
     }
   }
+}
+
+// Runs the body once per compiled target this CPU supports, forcing that target.
+template <class Body>
+void for_each_target(Body&& body) {
+  const std::vector<std::int64_t> targets = cpu::compiled_targets();
+  ASSERT_FALSE(targets.empty());
+  for (const std::int64_t target : targets) {
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    body();
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+TEST(Decode, EveryTargetDecodesEveryStorageDtype) {
+  for_each_target([] {
+    for (const CacheDType storage :
+         {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+      DecodeCase c;
+      c.storage = storage;
+      c.page = 3;
+      Case& s = c.shape;
+      s.batch = 2, s.heads_kv = 1, s.heads_q = 4, s.len_q = s.len_k = 70, s.dim = 59;
+      s.dim_v = 33, s.causal = true, s.window = {50, -1}, s.alibi = true;
+      s.dtype = storage == CacheDType::f16    ? DType::f16
+                : storage == CacheDType::bf16 ? DType::bf16
+                                              : DType::f32;
+      SCOPED_TRACE(c.name());
+      check_steps(c);
+    }
+  });
+}
+
+TEST(Decode, SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree) {
+  for_each_target([] { check_speculative_steps(); });
 }
 
 TEST(Decode, SharedPrefixesMatchTheReferenceAndEachSequenceAlone) {

@@ -256,6 +256,18 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
       if (config_.dtype != CacheDType::int8) {
         const DType dtype = storage_dtype(config_.dtype);
         const MutableTensorView rows(base, dtype, {1, 1, config_.page_size, dim});
+        if (in.dtype == dtype) {
+          // Same dtype: the bits go in unchanged.
+          const std::size_t row_bytes = static_cast<std::size_t>(dim) * dtype_size(dtype);
+          for (Index i = 0; i < count; ++i) {
+            const auto* from =
+                static_cast<const std::byte*>(in.data) +
+                static_cast<std::size_t>(h * in.strides[1] + (first + i) * in.strides[2]) *
+                    dtype_size(dtype);
+            std::memcpy(base + static_cast<std::size_t>(slot + i) * row_bytes, from, row_bytes);
+          }
+          continue;
+        }
         for (Index i = 0; i < count; ++i) {
           core::load_row(in, 0, h, first + i, row.data());
           core::store_row(rows, 0, 0, slot + i, row.data());

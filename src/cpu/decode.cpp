@@ -15,6 +15,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -134,6 +135,38 @@ HWY_INLINE float load_one(const T* row, Index d) {
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector.
+template <class D>
+HWY_INLINE void store_block_sums(D d, hn::Vec<D> v, float* out4) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    store_block_sums(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out4);
+  } else {
+    hn::StoreU(v, d, out4);
+  }
+}
+#endif
+
+// out4 = the lane sums of a, b, c and e. Four reductions share one shuffle tree
+// (interleave pairs, then 64-bit halves, then 128-bit blocks): about a quarter of the
+// instructions of four separate SumOfLanes.
+HWY_INLINE void sums_of_lanes4(DF df, VF a, VF b, VF c, VF e, float* out4) {
+#if HWY_TARGET == HWY_SCALAR
+  out4[0] = hn::GetLane(a), out4[1] = hn::GetLane(b), out4[2] = hn::GetLane(c);
+  out4[3] = hn::GetLane(e);
+  (void)df;
+#else
+  const VF ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const VF ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const hn::Repartition<std::uint64_t, DF> du;
+  const auto ab64 = hn::BitCast(du, ab), ce64 = hn::BitCast(du, ce);
+  const VF low = hn::BitCast(df, hn::InterleaveLower(du, ab64, ce64));
+  const VF high = hn::BitCast(df, hn::InterleaveUpper(du, ab64, ce64));
+  store_block_sums(df, hn::Add(low, high), out4);
+#endif
+}
+
 // scores[r][k] = q[r] . key[k] for NR rows and KK keys (dot products over dim).
 // q: NR rows of [dim] float  keys: KK rows of [dim] T
 template <class T, int NR, int KK>
@@ -153,12 +186,17 @@ HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index d
       for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
     }
   }
-  for (int r = 0; r < NR; ++r)
-    for (int k = 0; k < KK; ++k) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r][k]));
-      for (Index d = whole; d < dim; ++d) sum += q[r][d] * load_one(keys[k], d);
-      scores[r][k] = sum;
+  for (int k = 0; k < KK; ++k) {
+    if constexpr (NR == 4) {
+      float sums[4];
+      sums_of_lanes4(df, acc[0][k], acc[1][k], acc[2][k], acc[3][k], sums);
+      for (int r = 0; r < NR; ++r) scores[r][k] = sums[r];
+    } else {
+      for (int r = 0; r < NR; ++r) scores[r][k] = hn::GetLane(hn::SumOfLanes(df, acc[r][k]));
     }
+    for (int r = 0; r < NR; ++r)
+      for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_one(keys[k], d);
+  }
 }
 
 // acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows, two vectors of the value
@@ -245,8 +283,13 @@ class TaskKernel {
       union_end = std::max(union_end, s_.end_key[r]);
     }
     const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
+    Index prefetched = union_first;
     for (Index t0 = union_first; t0 < union_end; t0 += Traits::kKeyTile) {
-      tile(table, kv_head, rows, t0, std::min(union_end, t0 + Traits::kKeyTile));
+      const Index t1 = std::min(union_end, t0 + Traits::kKeyTile);
+      const Index ahead = std::min(union_end, t1 + Traits::kPrefetchKeys);
+      prefetch(table, kv_head, std::max(prefetched, t1), ahead);
+      prefetched = std::max(prefetched, ahead);
+      tile(table, kv_head, rows, t0, t1);
     }
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)] + kv_head * rows;
     std::copy_n(s_.row_max.begin(), rows, partial_.m.data_as<float>() + offset);
@@ -298,6 +341,29 @@ class TaskKernel {
         return;
       case DType::boolean:
         return;
+    }
+  }
+
+  // Asks for the K and V rows of keys [t0, t1) ahead of use. Each head's rows of a block
+  // are one contiguous run (4 KiB for 16 tokens of d = 128 in fp16), and hardware
+  // prefetchers stop at such page-sized boundaries, so without this every block starts
+  // with a stall on memory latency.
+  void prefetch(const std::vector<std::int32_t>& table, Index kv_head, Index t0, Index t1) const {
+    const KVCache& cache = *p_.cache;
+    const Index page = cache.config().page_size;
+    constexpr Index kLine = 64;
+    for (Index t = t0; t < t1;) {
+      const std::int32_t block = table[static_cast<std::size_t>(t / page)];
+      const Index slot = t % page, count = std::min(page - slot, t1 - t);
+      const auto run = [&](const std::byte* base, Index dim) {
+        const Index row = dim * static_cast<Index>(sizeof(T));
+        for (Index b = slot * row; b < (slot + count) * row; b += kLine) {
+          hwy::Prefetch(base + b);
+        }
+      };
+      run(cache.key_block(block, kv_head), p_.dim);
+      run(cache.value_block(block, kv_head), p_.dim_v);
+      t += count;
     }
   }
 
@@ -372,51 +438,82 @@ class TaskKernel {
     float* s = s_.scores.get() + r * Traits::kKeyTile;
     const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
     if (first >= end) return;
-    const bool int8 = std::is_same_v<T, std::int8_t>;
-    float tile_max = kMinusInfinity;
-    for (Index t = t0; t < t1; ++t) {
-      float& x = s[t - t0];
-      if (t < first || t >= end) {
-        x = kMinusInfinity;
-        continue;
-      }
-      if (int8) x *= key_scale[t - t0];
-      if (p_.softcap > 0.0) {
-        x = static_cast<float>(p_.softcap * std::tanh(static_cast<double>(x) / p_.softcap));
-      }
-      if (!p_.alibi_slopes.empty()) {
-        x -= s_.slope[r] * static_cast<float>(std::abs(s_.position[r] - t));
-      }
-      // A NaN the query sees makes the row NaN, as in the reference.
-      if (x > tile_max || std::isnan(x)) tile_max = x;
+    constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+    const DF df;
+    const Index lanes = static_cast<Index>(hn::Lanes(df)), count = t1 - t0;
+    const Index whole = count - count % lanes;
+    const bool plain = !kInt8 && p_.softcap == 0.0 && p_.alibi_slopes.empty();
+    if (!plain || first > t0 || end < t1) shape_scores(r, s, t0, t1, first, end, key_scale);
+    // A NaN the query sees makes the row NaN, as in the reference; hn::Max may drop it.
+    VF max_v = hn::Set(df, kMinusInfinity);
+    auto nan_seen = hn::FirstN(df, 0);
+    for (Index t = 0; t < whole; t += lanes) {
+      const VF x = hn::LoadU(df, s + t);
+      max_v = hn::Max(max_v, x);
+      nan_seen = hn::Or(nan_seen, hn::IsNaN(x));
     }
+    float tile_max = hn::GetLane(hn::MaxOfLanes(df, max_v));
+    bool has_nan = !hn::AllFalse(df, nan_seen);
+    for (Index t = whole; t < count; ++t) {
+      tile_max = std::max(tile_max, s[t]);
+      has_nan = has_nan || std::isnan(s[t]);
+    }
+    if (has_nan) tile_max = std::numeric_limits<float>::quiet_NaN();
     if (tile_max == kMinusInfinity) {
       // Every visible key scored -inf: no weight, no value read.
       s_.first_key[r] = std::max(s_.first_key[r], t1);
       return;
     }
     float& m = s_.row_max[r];
-    const float new_max = std::isnan(tile_max) ? tile_max : std::max(m, tile_max);
+    const float new_max = has_nan ? tile_max : std::max(m, tile_max);
     const float rescale = m == kMinusInfinity ? 0.0f : std::exp(m - new_max);
     m = new_max;
-    const DF df;
-    const Index lanes = static_cast<Index>(hn::Lanes(df));
-    const Index count = t1 - t0;
-    Index t = 0;
-    for (; t + lanes <= count; t += lanes) {
-      const VF x = hn::LoadU(df, s + t);
-      hn::StoreU(VectorExp(df, hn::Sub(x, hn::Set(df, new_max))), df, s + t);
+    VF sum_v = hn::Zero(df);
+    const VF shift = hn::Set(df, new_max);
+    for (Index t = 0; t < whole; t += lanes) {
+      const VF weight = VectorExp(df, hn::Sub(hn::LoadU(df, s + t), shift));
+      sum_v = hn::Add(sum_v, weight);
+      hn::StoreU(weight, df, s + t);
     }
-    for (; t < count; ++t) s[t] = std::exp(s[t] - new_max);
-    float sum = 0.0f;
-    for (t = 0; t < count; ++t) sum += s[t];
+    float sum = hn::GetLane(hn::SumOfLanes(df, sum_v));
+    for (Index t = whole; t < count; ++t) {
+      s[t] = std::exp(s[t] - new_max);
+      sum += s[t];
+    }
     s_.row_sum[r] = s_.row_sum[r] * rescale + sum;
     if (rescale != 1.0f) {
       float* acc = s_.acc.get() + r * p_.dim_v;
-      for (Index d = 0; d < p_.dim_v; ++d) acc[d] *= rescale;
+      const Index whole_v = p_.dim_v - p_.dim_v % lanes;
+      const VF factor = hn::Set(df, rescale);
+      for (Index d = 0; d < whole_v; d += lanes) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, acc + d), factor), df, acc + d);
+      }
+      for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= rescale;
     }
-    if (int8) {
-      for (t = 0; t < count; ++t) s[t] *= value_scale[t];
+    if constexpr (kInt8) {
+      for (Index t = 0; t < count; ++t) s[t] *= value_scale[t];
+    } else {
+      (void)value_scale;
+    }
+  }
+
+  // Scores of row r that need more than the dot product: -inf outside the row's visible
+  // keys [first, end), the int8 key scale, softcap and ALiBi inside.
+  void shape_scores(Index r, float* s, Index t0, Index t1, Index first, Index end,
+                    const float* key_scale) const {
+    for (Index t = t0; t < t1; ++t) {
+      float& x = s[t - t0];
+      if (t < first || t >= end) {
+        x = kMinusInfinity;
+        continue;
+      }
+      if constexpr (std::is_same_v<T, std::int8_t>) x *= key_scale[t - t0];
+      if (p_.softcap > 0.0) {
+        x = static_cast<float>(p_.softcap * std::tanh(static_cast<double>(x) / p_.softcap));
+      }
+      if (!p_.alibi_slopes.empty()) {
+        x -= s_.slope[r] * static_cast<float>(std::abs(s_.position[r] - t));
+      }
     }
   }
 

@@ -13,6 +13,8 @@ struct DecodeTraits {
   static constexpr int kKeyTile = 32;
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
+  // How far ahead of the tile in use K and V rows are prefetched, in keys.
+  static constexpr int kPrefetchKeys = 64;
   // Key rows (summed over KV heads) per thread below which fewer threads are started: a
   // small step costs less than waking a thread on a busy machine (41 steps of a 3-sequence
   // test took 1 s with 2 threads on the shared 2-core box, 20 ms with 1).

@@ -4,6 +4,7 @@
     out = attn.attention(q, k, v, causal=True)                    # FlashAttention-style
     out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
     s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
+    cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
@@ -11,13 +12,21 @@ float32 or float64; NumPy arrays come out, or torch tensors when torch tensors w
 
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
+from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 
 __all__ = [
+    "KVCache",
+    "State",
     "__version__",
     "attention",
+    "attention_state",
     "context",
+    "decode",
+    "decode_state",
     "describe_input",
+    "finalize",
+    "merge",
     "scaled_dot_product_attention",
     "scores",
     "softmax",

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "generation.hpp"
 #include "views.hpp"
 
 namespace nb = nanobind;
@@ -155,4 +156,5 @@ NB_MODULE(_attn, m) {
         "Context [B, Hq, Lq, Dv] = weights @ v of 4-D arrays.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
+  bind_generation(m);
 }

@@ -15,6 +15,8 @@ struct DecodeTraits {
   static constexpr int kRowBlock = 4;
   // How far ahead of the tile in use K and V rows are prefetched, in keys.
   static constexpr int kPrefetchKeys = 64;
+  // 0 (off), 64 and 256 measured within noise of each other on the shared 2-core dev VM
+  // (Lk = 32768, 1 thread); kept for machines whose prefetchers stop at each block's run.
   // Key rows (summed over KV heads) per thread below which fewer threads are started: a
   // small step costs less than waking a thread on a busy machine (41 steps of a 3-sequence
   // test took 1 s with 2 threads on the shared 2-core box, 20 ms with 1).

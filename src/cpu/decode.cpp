@@ -15,7 +15,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/aligned_allocator.h>
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -283,13 +282,8 @@ class TaskKernel {
       union_end = std::max(union_end, s_.end_key[r]);
     }
     const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
-    Index prefetched = union_first;
     for (Index t0 = union_first; t0 < union_end; t0 += Traits::kKeyTile) {
-      const Index t1 = std::min(union_end, t0 + Traits::kKeyTile);
-      const Index ahead = std::min(union_end, t1 + Traits::kPrefetchKeys);
-      prefetch(table, kv_head, std::max(prefetched, t1), ahead);
-      prefetched = std::max(prefetched, ahead);
-      tile(table, kv_head, rows, t0, t1);
+      tile(table, kv_head, rows, t0, std::min(union_end, t0 + Traits::kKeyTile));
     }
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)] + kv_head * rows;
     std::copy_n(s_.row_max.begin(), rows, partial_.m.data_as<float>() + offset);
@@ -341,29 +335,6 @@ class TaskKernel {
         return;
       case DType::boolean:
         return;
-    }
-  }
-
-  // Asks for the K and V rows of keys [t0, t1) ahead of use. Each head's rows of a block
-  // are one contiguous run (4 KiB for 16 tokens of d = 128 in fp16), and hardware
-  // prefetchers stop at such page-sized boundaries, so without this every block starts
-  // with a stall on memory latency.
-  void prefetch(const std::vector<std::int32_t>& table, Index kv_head, Index t0, Index t1) const {
-    const KVCache& cache = *p_.cache;
-    const Index page = cache.config().page_size;
-    constexpr Index kLine = 64;
-    for (Index t = t0; t < t1;) {
-      const std::int32_t block = table[static_cast<std::size_t>(t / page)];
-      const Index slot = t % page, count = std::min(page - slot, t1 - t);
-      const auto run = [&](const std::byte* base, Index dim) {
-        const Index row = dim * static_cast<Index>(sizeof(T));
-        for (Index b = slot * row; b < (slot + count) * row; b += kLine) {
-          hwy::Prefetch(base + b);
-        }
-      };
-      run(cache.key_block(block, kv_head), p_.dim);
-      run(cache.value_block(block, kv_head), p_.dim_v);
-      t += count;
     }
   }
 

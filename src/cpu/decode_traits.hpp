@@ -10,13 +10,12 @@ struct DecodeTraits {
   static constexpr int kSplitKeys = 512;
   // Keys per tile: scores of a tile are computed, exponentiated and used against V while
   // the tile's pointers and scores stay in L1.
-  static constexpr int kKeyTile = 32;
+  static constexpr int kKeyTile = 64;
+  // 32: 5% slower with K/V in L2 (Lk = 512), equal from memory (Lk = 32768). Software
+  // prefetch of the next tiles (64 or 256 keys ahead) measured within noise of none at
+  // Lk = 32768 and was dropped.
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
-  // How far ahead of the tile in use K and V rows are prefetched, in keys.
-  static constexpr int kPrefetchKeys = 64;
-  // 0 (off), 64 and 256 measured within noise of each other on the shared 2-core dev VM
-  // (Lk = 32768, 1 thread); kept for machines whose prefetchers stop at each block's run.
   // Key rows (summed over KV heads) per thread below which fewer threads are started: a
   // small step costs less than waking a thread on a busy machine (41 steps of a 3-sequence
   // test took 1 s with 2 threads on the shared 2-core box, 20 ms with 1).

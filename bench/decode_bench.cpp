@@ -107,11 +107,12 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\ndecode: Hq=%lld Hkv=%lld d=%lld, fp16 cache, page %lld, one query per "
-      "sequence; fraction = K/V GB/s / the best probe figure at the same threads\n",
+      "sequence.\nGB/s: K/V bytes per step / the fastest repetition's time per step (best of N, "
+      "as the probe); fraction: GB/s / the best probe figure at the same threads\n",
       static_cast<long long>(kHeadsQ), static_cast<long long>(kHeadsKv),
       static_cast<long long>(kDim), static_cast<long long>(kPage));
-  std::printf("%-12s %7s %10s %10s %10s %9s\n", "case", "threads", "median ms", "K/V MB", "GB/s",
-              "fraction");
+  std::printf("%-12s %7s %10s %10s %10s %10s %9s\n", "case", "threads", "median ms", "best ms",
+              "K/V MB", "GB/s", "fraction");
   for (const DecodeCase& c : cases) {
     std::vector<KVCache::SequenceId> ids;
     const KVCache cache = filled_cache(c.lengths, ids);

@@ -14,6 +14,7 @@
 #include "attn/attn.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
+#include "generation_trace.hpp"
 #include "io/npy.hpp"
 #include "table.hpp"
 #include "viz/draw.hpp"
@@ -160,6 +161,7 @@ void run_demo(const DemoArgs& args) {
               << args.heatmap << '\n';
   }
   show_realistic(std::cout, args);
+  show_generation(std::cout, kTokens, kEmbeddings, static_cast<Index>(kFeatures.size()));
   if (!args.weights_out.empty()) {
     const auto n = static_cast<Index>(kTokens.size());
     io::write_npy(args.weights_out, alpha.view(), {n, n});
@@ -172,12 +174,14 @@ void run_demo(const DemoArgs& args) {
 
 Command add_demo_command(CLI::App& parent) {
   auto args = std::make_shared<DemoArgs>();
-  CLI::App* app = parent.add_subcommand("demo", "Attention step by step, then at a realistic size");
+  CLI::App* app = parent.add_subcommand(
+      "demo", "Attention step by step, at a realistic size, then generation token by token");
   app->footer(
       "Part 1 shows the scores, the weights (each row sums to 1) and the context vectors of "
       "self-attention over a six-word sentence. Part 2 runs causal self-attention on random "
-      "inputs of the given size and prints the time and a checksum. Writes nothing unless "
-      "--weights-out or --heatmap is given.");
+      "inputs of the given size and prints the time and a checksum. Part 3 decodes the sentence "
+      "one token at a time from a paged KV cache and prints which earlier token each step "
+      "attends to most. Writes nothing unless --weights-out or --heatmap is given.");
   app->option_defaults()->always_capture_default();
   app->add_option("--heads", args->heads, "Part 2: attention heads")->check(CLI::Range(1, 1024));
   app->add_option("--tokens", args->tokens, "Part 2: sequence length")

@@ -2,10 +2,13 @@
 #pragma once
 
 #include "attn/attention.hpp"
+#include "attn/decode.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/lesson.hpp"
 #include "attn/options.hpp"
+#include "attn/state.hpp"
 #include "attn/tensor.hpp"
 #include "attn/version.hpp"
 #include "attn/weights.hpp"

@@ -7,6 +7,7 @@
     attn.viz.heatmap(w, "weights.svg", tokens=words); attn.viz.html(w, "weights.html")
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
+    cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
@@ -14,15 +15,23 @@ float32 or float64; NumPy arrays come out, or torch tensors when torch tensors w
 
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
+from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 from ._weights import weights
 from . import viz
 
 __all__ = [
+    "KVCache",
+    "State",
     "__version__",
     "attention",
+    "attention_state",
     "context",
+    "decode",
+    "decode_state",
     "describe_input",
+    "finalize",
+    "merge",
     "scaled_dot_product_attention",
     "scores",
     "softmax",

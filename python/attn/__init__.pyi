@@ -112,3 +112,73 @@ def context(weights: Array, v: Array, check: bool = True, tolerance: float = 1e-
 
 def describe_input(x: Array, layout: Literal["bhsd", "bshd"] = "bhsd") -> Dict[str, Any]:
     """The address, dtype, [B, H, L, D] shape and element strides the kernels read for x."""
+
+class State:
+    """Attention state per query row: m, l [B, H, Lq] and acc [B, H, Lq, Dv] (NumPy)."""
+    m: Any
+    l: Any
+    acc: Any
+    def __init__(self, m: Array, l: Array, acc: Array) -> None: ...
+    @classmethod
+    def empty(
+        cls, batch: int, heads: int, rows: int, dim_v: int,
+        dtype: Literal["float32", "float64"] = "float32",
+    ) -> "State": ...
+
+def merge(a: State, b: State) -> State:
+    """The state over the union of a's and b's (disjoint) keys."""
+
+def finalize(state: State, sinks: Optional[Numbers] = None) -> Tuple[Array, Array]:
+    """(out [B, H, Lq, Dv], lse [B, H, Lq]) of a state, sinks counted once."""
+
+def attention_state(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, threads: Optional[int] = None,
+) -> State:
+    """attention of 4-D [B, H, L, D] q, k, v as a State (no sinks)."""
+
+class KVCache:
+    """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
+    def __init__(
+        self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
+        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float16",
+        max_blocks: int = 0,
+    ) -> None: ...
+    def add_sequence(self) -> int: ...
+    def fork(self, parent: int) -> int: ...
+    def append(self, seq: int, k: Array, v: Array) -> None: ...
+    def drop(self, seq: int) -> None: ...
+    def length(self, seq: int) -> int: ...
+    def __contains__(self, seq: object) -> bool: ...
+    @property
+    def sequence_ids(self) -> list[int]: ...
+    def block_table(self, seq: int) -> list[int]: ...
+    def ref_count(self, block: int) -> int: ...
+    def keys(self, seq: int) -> Any: ...
+    def values(self, seq: int) -> Any: ...
+    blocks_allocated: int
+    blocks_free: int
+    blocks_in_use: int
+    heads_kv: int
+    dim: int
+    dim_v: int
+    page_size: int
+    dtype: str
+    max_blocks: int
+
+def decode(
+    q: Array, cache: KVCache, seq_ids: Sequence[int], *, causal: bool = False,
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    return_lse: bool = False, threads: Optional[int] = None,
+) -> Union[Array, Tuple[Array, Array]]:
+    """q [S, Hq, D] or [S, Hq, n_q, D] against the cache -> out [S, Hq, (n_q,) Dv] float32."""
+
+def decode_state(
+    q: Array, cache: KVCache, seq_ids: Sequence[int], *, causal: bool = False,
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, threads: Optional[int] = None,
+) -> State:
+    """decode as a float32 State over [S, Hq, n_q] rows (no sinks)."""

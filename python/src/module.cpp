@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "generation.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
 
@@ -223,4 +224,5 @@ NB_MODULE(_attn, m) {
         "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
+  bind_generation(m);
 }

@@ -30,10 +30,18 @@ def _stub_signatures():
     return out
 
 
+def _stub_classes():
+    tree = ast.parse((PACKAGE / "__init__.pyi").read_text())
+    return [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+
+
 def test_stubs_are_shipped_and_match_the_functions():
     assert (PACKAGE / "py.typed").exists()
     stubs = _stub_signatures()
-    public = [name for name in attn.__all__ if name != "__version__"]
+    names = [name for name in attn.__all__ if name != "__version__"]
+    classes = [name for name in names if inspect.isclass(getattr(attn, name))]
+    assert sorted(_stub_classes()) == sorted(classes)
+    public = [name for name in names if name not in classes]
     assert sorted(stubs) == sorted(public)
     for name in public:
         params = inspect.signature(getattr(attn, name)).parameters.values()

@@ -1,0 +1,214 @@
+// Bindings of the attention state (State, merge, finalize, forward_state), the paged
+// KVCache and decode. States cross as three arrays m, l [B, H, Lq, 1] and acc
+// [B, H, Lq, Dv]; the Python layer (attn/_generation.py) wraps them in attn.State.
+#include "generation.hpp"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "views.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace attn::python {
+namespace {
+
+using StateArrays = std::tuple<NumpyArray, NumpyArray, NumpyArray>;
+
+// view: [B, H, S, D], any strides with a contiguous last dim -> an owning contiguous copy.
+Tensor copy_of(const TensorView& view) {
+  Tensor copy(view.dtype, view.shape);
+  const std::size_t row_bytes = static_cast<std::size_t>(view.shape[3]) * dtype_size(view.dtype);
+  auto* to = static_cast<std::byte*>(copy.data());
+  for (Index b = 0; b < view.shape[0]; ++b)
+    for (Index h = 0; h < view.shape[1]; ++h)
+      for (Index s = 0; s < view.shape[2]; ++s) {
+        const auto* from = static_cast<const std::byte*>(view.data) +
+                           (b * view.strides[0] + h * view.strides[1] + s * view.strides[2]) *
+                               static_cast<Index>(dtype_size(view.dtype));
+        std::memcpy(to, from, row_bytes);
+        to += row_bytes;
+      }
+  return copy;
+}
+
+State state_of(const InputArray& m, const InputArray& l, const InputArray& acc, const char* name) {
+  const std::string base(name);
+  return State{copy_of(input_view(m, (base + ".m").c_str())),
+               copy_of(input_view(l, (base + ".l").c_str())),
+               copy_of(input_view(acc, (base + ".acc").c_str()))};
+}
+
+StateArrays arrays_of(State&& s) {
+  return {to_numpy(std::move(s.m)), to_numpy(std::move(s.l)), to_numpy(std::move(s.acc))};
+}
+
+StateArrays merge_states(const InputArray& m_a, const InputArray& l_a, const InputArray& acc_a,
+                         const InputArray& m_b, const InputArray& l_b, const InputArray& acc_b) {
+  const State a = state_of(m_a, l_a, acc_a, "a"), b = state_of(m_b, l_b, acc_b, "b");
+  State merged;
+  {
+    nb::gil_scoped_release unlocked;
+    merged = merge(a, b);
+  }
+  return arrays_of(std::move(merged));
+}
+
+std::tuple<NumpyArray, NumpyArray> finalize_state(const InputArray& m, const InputArray& l,
+                                                  const InputArray& acc, std::vector<float> sinks) {
+  const State s = state_of(m, l, acc, "state");
+  Finalized result = finalize(s, sinks);
+  return {to_numpy(std::move(result.context)), to_numpy(std::move(result.lse))};
+}
+
+StateArrays empty_state(const std::string& dtype, Index batch, Index heads, Index rows,
+                        Index dim_v) {
+  if (dtype != "float32" && dtype != "float64") {
+    throw Error("dtype: expected 'float32' or 'float64', given '" + dtype + "'");
+  }
+  return arrays_of(
+      State::empty(dtype == "float32" ? DType::f32 : DType::f64, batch, heads, rows, dim_v));
+}
+
+// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
+StateArrays forward_state_arrays(const InputArray& q, const InputArray& k, const InputArray& v,
+                                 const std::optional<InputArray>& mask, std::optional<double> scale,
+                                 bool causal, bool bottom_right, Index window_left,
+                                 Index window_right, double softcap,
+                                 std::vector<float> alibi_slopes, int threads) {
+  Options options;
+  options.scale = scale;
+  options.causal = causal;
+  options.causal_align = bottom_right ? CausalAlign::bottom_right : CausalAlign::top_left;
+  options.window = {window_left, window_right};
+  options.softcap = softcap;
+  options.alibi_slopes = std::move(alibi_slopes);
+  options.threads = threads;
+  if (mask) options.mask = input_view(*mask, "mask", true);
+  const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
+  const TensorView v_view = input_view(v, "v");
+  State s;
+  {
+    nb::gil_scoped_release unlocked;
+    s = forward_state(q_view, k_view, v_view, options);
+  }
+  return arrays_of(std::move(s));
+}
+
+CacheDType cache_dtype(const std::string& name) {
+  if (name == "float32") return CacheDType::f32;
+  if (name == "float16") return CacheDType::f16;
+  if (name == "bfloat16") return CacheDType::bf16;
+  if (name == "int8") return CacheDType::int8;
+  throw Error("dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', given '" + name + "'");
+}
+
+// q: [S, Hq, n_q, D] -> (context [S, Hq, n_q, Dv], lse [S, Hq, n_q, 1]), or the state's
+// (m, l, acc) when as_state.
+nb::tuple decode_arrays(const InputArray& q, const KVCache& cache,
+                        const std::vector<KVCache::SequenceId>& seq_ids,
+                        std::optional<double> scale, bool causal, Index window_left,
+                        Index window_right, double softcap, std::vector<float> alibi_slopes,
+                        std::vector<float> sinks, int threads, bool as_state) {
+  Options options;
+  options.scale = scale;
+  options.causal = causal;
+  options.window = {window_left, window_right};
+  options.softcap = softcap;
+  options.alibi_slopes = std::move(alibi_slopes);
+  options.sinks = std::move(sinks);
+  options.threads = threads;
+  const TensorView q_view = input_view(q, "q");
+  if (as_state) {
+    State s;
+    {
+      nb::gil_scoped_release unlocked;
+      s = decode_state(q_view, cache, seq_ids, options);
+    }
+    auto [m, l, acc] = arrays_of(std::move(s));
+    return nb::make_tuple(m, l, acc);
+  }
+  Decoded result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = decode(q_view, cache, seq_ids, options);
+  }
+  return nb::make_tuple(to_numpy(std::move(result.context)), to_numpy(std::move(result.lse)));
+}
+
+}  // namespace
+
+void bind_generation(nb::module_& m) {
+  m.def("merge_states", &merge_states, "m_a"_a, "l_a"_a, "acc_a"_a, "m_b"_a, "l_b"_a, "acc_b"_a,
+        "The merged state (m, l, acc) of two states over disjoint keys.");
+  m.def("finalize_state", &finalize_state, "m"_a, "l"_a, "acc"_a, "sinks"_a,
+        "(context, lse) of a state, with the sinks counted once.");
+  m.def("empty_state", &empty_state, "dtype"_a, "batch"_a, "heads"_a, "rows"_a, "dim_v"_a,
+        "The state (m, l, acc) of no keys.");
+  m.def("forward_state", &forward_state_arrays, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(),
+        "scale"_a.none(), "causal"_a, "bottom_right"_a, "window_left"_a, "window_right"_a,
+        "softcap"_a, "alibi_slopes"_a, "threads"_a,
+        "Attention of 4-D views as a state (m, l, acc).");
+  m.def("decode", &decode_arrays, "q"_a, "cache"_a, "seq_ids"_a, nb::kw_only(), "scale"_a.none(),
+        "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
+        "threads"_a, "as_state"_a, "One decode step of 4-D q against the cache.");
+
+  nb::class_<KVCache>(m, "KVCache")
+      .def(
+          "__init__",
+          [](KVCache* self, Index heads_kv, Index dim, Index dim_v, Index page_size,
+             const std::string& dtype, Index max_blocks) {
+            new (self) KVCache({.heads_kv = heads_kv,
+                                .dim = dim,
+                                .dim_v = dim_v,
+                                .page_size = page_size,
+                                .dtype = cache_dtype(dtype),
+                                .max_blocks = max_blocks});
+          },
+          "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "max_blocks"_a)
+      .def("add_sequence", &KVCache::add_sequence)
+      .def("fork", &KVCache::fork, "parent"_a)
+      .def(
+          "append",
+          [](KVCache& cache, KVCache::SequenceId seq, const InputArray& k, const InputArray& v) {
+            const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
+            nb::gil_scoped_release unlocked;
+            cache.append(seq, k_view, v_view);
+          },
+          "seq"_a, "k"_a, "v"_a)
+      .def("drop", &KVCache::drop, "seq"_a)
+      .def("contains", &KVCache::contains, "seq"_a)
+      .def("length", &KVCache::length, "seq"_a)
+      .def("sequence_ids", &KVCache::sequence_ids)
+      .def("block_table", &KVCache::block_table, "seq"_a)
+      .def("ref_count", &KVCache::ref_count, "block"_a)
+      .def_prop_ro("blocks_allocated", &KVCache::blocks_allocated)
+      .def_prop_ro("blocks_free", &KVCache::blocks_free)
+      .def_prop_ro("blocks_in_use", &KVCache::blocks_in_use)
+      .def(
+          "keys",
+          [](const KVCache& cache, KVCache::SequenceId seq) { return to_numpy(cache.keys(seq)); },
+          "seq"_a)
+      .def(
+          "values",
+          [](const KVCache& cache, KVCache::SequenceId seq) { return to_numpy(cache.values(seq)); },
+          "seq"_a)
+      .def_prop_ro("heads_kv", [](const KVCache& c) { return c.config().heads_kv; })
+      .def_prop_ro("dim", [](const KVCache& c) { return c.config().dim; })
+      .def_prop_ro("dim_v", [](const KVCache& c) { return c.config().dim_v; })
+      .def_prop_ro("page_size", [](const KVCache& c) { return c.config().page_size; })
+      .def_prop_ro("max_blocks", [](const KVCache& c) { return c.config().max_blocks; })
+      .def_prop_ro("dtype", [](const KVCache& c) { return cache_dtype_name(c.config().dtype); });
+}
+
+}  // namespace attn::python

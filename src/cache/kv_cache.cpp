@@ -1,0 +1,367 @@
+// attn::KVCache bookkeeping (block pool, free list, reference counts, copy-on-write) and
+// the conversion of appended rows to the cache dtype.
+#include "attn/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "core/rows.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace attn {
+namespace {
+
+[[noreturn]] void fail(const std::string& argument, const std::string& expected,
+                       const std::string& given) {
+  throw Error(argument + ": expected " + expected + ", given " + given);
+}
+
+DType storage_dtype(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f16:
+      return DType::f16;
+    case CacheDType::bf16:
+      return DType::bf16;
+    case CacheDType::f32:
+    case CacheDType::int8:
+      return DType::f32;
+  }
+  return DType::f32;
+}
+
+void check_rows(const char* name, const TensorView& t, Index heads, Index dim, Index tokens) {
+  const std::string expected = "shape [1, " + std::to_string(heads) + ", n, " +
+                               std::to_string(dim) + "]" +
+                               (tokens >= 0 ? " with n = " + std::to_string(tokens) : "");
+  if (t.shape[0] != 1 || t.shape[1] != heads || t.shape[2] < 0 || t.shape[3] != dim ||
+      (tokens >= 0 && t.shape[2] != tokens)) {
+    fail(name, expected, format_dims(t.shape));
+  }
+  if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  if (dim > 1 && t.strides[3] != 1) {
+    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
+  }
+  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+}
+
+}  // namespace
+
+namespace detail {
+
+void* allocate_huge_pages(std::size_t bytes) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  const std::size_t rounded =
+      (std::max<std::size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+  void* memory = std::aligned_alloc(kHugePage, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+#if defined(__linux__)
+  // Advice only: where transparent huge pages are off, this fails and small pages serve.
+  madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
+  return memory;
+}
+
+void free_huge_pages(void* p) {
+  std::free(p);
+}
+
+}  // namespace detail
+
+const char* cache_dtype_name(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f32:
+      return "float32";
+    case CacheDType::f16:
+      return "float16";
+    case CacheDType::bf16:
+      return "bfloat16";
+    case CacheDType::int8:
+      return "int8";
+  }
+  return "unknown";
+}
+
+KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
+  const auto positive = [](const char* name, Index value) {
+    if (value < 1) fail(name, "a positive count", std::to_string(value));
+  };
+  positive("heads_kv", config.heads_kv);
+  positive("dim", config.dim);
+  positive("dim_v", config.dim_v);
+  positive("page_size", config.page_size);
+  if (config.max_blocks < 0 || config.max_blocks > std::numeric_limits<std::int32_t>::max()) {
+    fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
+         std::to_string(config.max_blocks));
+  }
+  const auto rows = static_cast<std::size_t>(config.heads_kv * config.page_size);
+  key_block_bytes_ = rows * static_cast<std::size_t>(config.dim) * element_size();
+  value_block_bytes_ = rows * static_cast<std::size_t>(config.dim_v) * element_size();
+}
+
+std::size_t KVCache::element_size() const {
+  return config_.dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(config_.dtype));
+}
+
+const KVCache::Sequence& KVCache::sequence(SequenceId seq, const char* argument) const {
+  const auto found = sequences_.find(seq);
+  if (found == sequences_.end()) {
+    fail(argument, "the id of a sequence in the cache", std::to_string(seq));
+  }
+  return found->second;
+}
+
+KVCache::SequenceId KVCache::add_sequence() {
+  sequences_.emplace(next_id_, Sequence{});
+  return next_id_++;
+}
+
+KVCache::SequenceId KVCache::fork(SequenceId parent) {
+  Sequence child = sequence(parent, "parent");
+  for (const std::int32_t block : child.blocks) ++ref_counts_[static_cast<std::size_t>(block)];
+  sequences_.emplace(next_id_, std::move(child));
+  return next_id_++;
+}
+
+void KVCache::drop(SequenceId seq) {
+  const Sequence& s = sequence(seq, "seq");
+  for (const std::int32_t block : s.blocks) release_block(block);
+  sequences_.erase(seq);
+}
+
+Index KVCache::length(SequenceId seq) const {
+  return sequence(seq, "seq").length;
+}
+
+std::vector<KVCache::SequenceId> KVCache::sequence_ids() const {
+  std::vector<SequenceId> ids;
+  for (const auto& entry : sequences_) ids.push_back(entry.first);
+  return ids;
+}
+
+const std::vector<std::int32_t>& KVCache::block_table(SequenceId seq) const {
+  return sequence(seq, "seq").blocks;
+}
+
+std::int32_t KVCache::ref_count(std::int32_t block) const {
+  if (block < 0 || block >= blocks_allocated()) {
+    fail("block", "an index below " + std::to_string(blocks_allocated()), std::to_string(block));
+  }
+  return ref_counts_[static_cast<std::size_t>(block)];
+}
+
+std::int32_t KVCache::take_block() {
+  if (!free_blocks_.empty()) {
+    const std::int32_t block = free_blocks_.back();
+    free_blocks_.pop_back();
+    ref_counts_[static_cast<std::size_t>(block)] = 1;
+    return block;
+  }
+  const auto block = static_cast<std::int32_t>(ref_counts_.size());
+  ref_counts_.push_back(1);
+  key_pool_.resize(key_pool_.size() + key_block_bytes_);
+  value_pool_.resize(value_pool_.size() + value_block_bytes_);
+  if (config_.dtype == CacheDType::int8) {
+    key_scales_.resize(key_scales_.size() + static_cast<std::size_t>(config_.heads_kv));
+    value_scales_.resize(value_scales_.size() + static_cast<std::size_t>(config_.heads_kv));
+  }
+  return block;
+}
+
+void KVCache::release_block(std::int32_t block) {
+  if (--ref_counts_[static_cast<std::size_t>(block)] == 0) free_blocks_.push_back(block);
+}
+
+void KVCache::copy_block(std::int32_t from, std::int32_t to) {
+  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to);
+  std::memcpy(key_pool_.data() + t * key_block_bytes_, key_pool_.data() + f * key_block_bytes_,
+              key_block_bytes_);
+  std::memcpy(value_pool_.data() + t * value_block_bytes_,
+              value_pool_.data() + f * value_block_bytes_, value_block_bytes_);
+  if (config_.dtype == CacheDType::int8) {
+    const auto heads = static_cast<std::size_t>(config_.heads_kv);
+    std::copy_n(key_scales_.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
+                key_scales_.begin() + static_cast<std::ptrdiff_t>(t * heads));
+    std::copy_n(value_scales_.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
+                value_scales_.begin() + static_cast<std::ptrdiff_t>(t * heads));
+  }
+}
+
+std::size_t KVCache::block_offset(std::int32_t block, Index head, bool values) const {
+  const Index dim = values ? config_.dim_v : config_.dim;
+  return static_cast<std::size_t>(block) * (values ? value_block_bytes_ : key_block_bytes_) +
+         static_cast<std::size_t>(head * config_.page_size * dim) * element_size();
+}
+
+const std::byte* KVCache::key_block(std::int32_t block, Index head) const {
+  return key_pool_.data() + block_offset(block, head, false);
+}
+
+const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
+  return value_pool_.data() + block_offset(block, head, true);
+}
+
+float KVCache::key_scale(std::int32_t block, Index head) const {
+  if (config_.dtype != CacheDType::int8) return 1.0f;
+  return key_scales_[static_cast<std::size_t>(block * config_.heads_kv + head)];
+}
+
+float KVCache::value_scale(std::int32_t block, Index head) const {
+  if (config_.dtype != CacheDType::int8) return 1.0f;
+  return value_scales_[static_cast<std::size_t>(block * config_.heads_kv + head)];
+}
+
+void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
+  const Sequence& current = sequence(seq, "seq");
+  check_rows("k", k, config_.heads_kv, config_.dim, -1);
+  check_rows("v", v, config_.heads_kv, config_.dim_v, k.shape[2]);
+  const Index count = k.shape[2], page = config_.page_size;
+  if (count == 0) return;
+  if (config_.dtype == CacheDType::int8) {
+    // A non-finite value has no int8 scale; refuse it before anything is written.
+    for (const TensorView* t : {&k, &v}) {
+      std::vector<double> row(static_cast<std::size_t>(t->shape[3]));
+      for (Index h = 0; h < config_.heads_kv; ++h)
+        for (Index i = 0; i < count; ++i) {
+          core::load_row(*t, 0, h, i, row.data());
+          for (const double x : row) {
+            if (!std::isfinite(x)) {
+              fail(t == &k ? "k" : "v", "finite values for an int8 cache",
+                   std::to_string(x) + " at head " + std::to_string(h) + ", token " +
+                       std::to_string(i));
+            }
+          }
+        }
+    }
+  }
+  const Index slot = current.length % page;
+  const bool shared_tail = slot != 0 && ref_count(current.blocks.back()) > 1;
+  const Index new_blocks = (current.length + count + page - 1) / page -
+                           static_cast<Index>(current.blocks.size()) + (shared_tail ? 1 : 0);
+  if (config_.max_blocks > 0 && blocks_in_use() + new_blocks > config_.max_blocks) {
+    fail("k",
+         "at most " + std::to_string(config_.max_blocks - blocks_in_use()) + " more blocks of " +
+             std::to_string(page) + " tokens (max_blocks)",
+         std::to_string(count) + " tokens needing " + std::to_string(new_blocks));
+  }
+  Sequence& s = sequences_.at(seq);
+  if (shared_tail) {
+    // Copy-on-write: other sequences keep reading the shared block as it was.
+    const std::int32_t copy = take_block();
+    copy_block(s.blocks.back(), copy);
+    release_block(s.blocks.back());
+    s.blocks.back() = copy;
+  }
+  Index done = 0;
+  while (done < count) {
+    const Index at = (s.length + done) % page;
+    if (at == 0) s.blocks.push_back(take_block());
+    const Index rows = std::min(count - done, page - at);
+    write_rows(s.blocks.back(), at, k, v, done, rows);
+    done += rows;
+  }
+  s.length += count;
+}
+
+// Writes tokens [first, first + count) of k and v into slots [slot, slot + count) of block.
+void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
+                         Index first, Index count) {
+  for (const bool is_value : {false, true}) {
+    const TensorView& in = is_value ? v : k;
+    const Index dim = in.shape[3];
+    std::vector<double> row(static_cast<std::size_t>(dim));
+    for (Index h = 0; h < config_.heads_kv; ++h) {
+      std::byte* base =
+          (is_value ? value_pool_.data() : key_pool_.data()) + block_offset(block, h, is_value);
+      if (config_.dtype != CacheDType::int8) {
+        const DType dtype = storage_dtype(config_.dtype);
+        const MutableTensorView rows(base, dtype, {1, 1, config_.page_size, dim});
+        if (in.dtype == dtype) {
+          // Same dtype: the bits go in unchanged.
+          const std::size_t row_bytes = static_cast<std::size_t>(dim) * dtype_size(dtype);
+          for (Index i = 0; i < count; ++i) {
+            const auto* from =
+                static_cast<const std::byte*>(in.data) +
+                static_cast<std::size_t>(h * in.strides[1] + (first + i) * in.strides[2]) *
+                    dtype_size(dtype);
+            std::memcpy(base + static_cast<std::size_t>(slot + i) * row_bytes, from, row_bytes);
+          }
+          continue;
+        }
+        for (Index i = 0; i < count; ++i) {
+          core::load_row(in, 0, h, first + i, row.data());
+          core::store_row(rows, 0, 0, slot + i, row.data());
+        }
+        continue;
+      }
+      auto* q = reinterpret_cast<std::int8_t*>(base);
+      float& scale =
+          (is_value ? value_scales_
+                    : key_scales_)[static_cast<std::size_t>(block * config_.heads_kv + h)];
+      if (slot == 0) scale = 0.0f;
+      double largest = 0.0;
+      for (Index i = 0; i < count; ++i) {
+        core::load_row(in, 0, h, first + i, row.data());
+        for (const double x : row) largest = std::max(largest, std::abs(x));
+      }
+      const auto needed = static_cast<float>(largest / 127.0);
+      if (needed > scale) {
+        // Requantise the block's earlier tokens of this head to the larger scale.
+        const double ratio = scale / static_cast<double>(needed);
+        for (Index e = 0; e < slot * dim; ++e) {
+          q[e] = static_cast<std::int8_t>(std::lround(q[e] * ratio));
+        }
+        scale = needed;
+      }
+      for (Index i = 0; i < count; ++i) {
+        core::load_row(in, 0, h, first + i, row.data());
+        std::int8_t* out = q + (slot + i) * dim;
+        for (Index d = 0; d < dim; ++d) {
+          const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
+          out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
+        }
+      }
+    }
+  }
+}
+
+Tensor KVCache::dequantise(SequenceId seq, bool values) const {
+  const Sequence& s = sequence(seq, "seq");
+  const Index dim = values ? config_.dim_v : config_.dim, page = config_.page_size;
+  Tensor out(DType::f32, {1, config_.heads_kv, s.length, dim});
+  float* to = out.data_as<float>();
+  std::vector<double> row(static_cast<std::size_t>(dim));
+  for (Index h = 0; h < config_.heads_kv; ++h)
+    for (Index t = 0; t < s.length; ++t) {
+      const std::int32_t block = s.blocks[static_cast<std::size_t>(t / page)];
+      const std::byte* base = values ? value_block(block, h) : key_block(block, h);
+      float* dst = to + (h * s.length + t) * dim;
+      if (config_.dtype == CacheDType::int8) {
+        const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
+        const float scale = values ? value_scale(block, h) : key_scale(block, h);
+        for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
+        continue;
+      }
+      const TensorView rows(base, storage_dtype(config_.dtype), {1, 1, page, dim});
+      core::load_row(rows, 0, 0, t % page, row.data());
+      for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(row[static_cast<std::size_t>(d)]);
+    }
+  return out;
+}
+
+Tensor KVCache::keys(SequenceId seq) const {
+  return dequantise(seq, false);
+}
+
+Tensor KVCache::values(SequenceId seq) const {
+  return dequantise(seq, true);
+}
+
+}  // namespace attn

@@ -1,0 +1,138 @@
+// attn::decode and attn::decode_state: argument checks (each naming its argument), then
+// the decode kernel, then finalize with the sinks.
+#include "attn/decode.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "cpu/decode.hpp"
+
+namespace attn {
+namespace {
+
+[[noreturn]] void fail(const std::string& argument, const std::string& expected,
+                       const std::string& given) {
+  throw Error(argument + ": expected " + expected + ", given " + given);
+}
+
+void check_per_head(const char* name, const std::vector<float>& values, Index heads,
+                    bool allow_minus_infinity) {
+  if (values.empty()) return;
+  if (static_cast<Index>(values.size()) != heads) {
+    fail(name, std::to_string(heads) + " values (one per query head)",
+         std::to_string(values.size()));
+  }
+  for (std::size_t h = 0; h < values.size(); ++h) {
+    const float x = values[h];
+    if (!(std::isfinite(x) || (allow_minus_infinity && x == -INFINITY))) {
+      fail(name, allow_minus_infinity ? "finite values or -inf" : "finite values",
+           std::to_string(x) + " at head " + std::to_string(h));
+    }
+  }
+}
+
+cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
+                                const std::vector<KVCache::SequenceId>& seq_ids,
+                                const Options& options) {
+  const KVCacheConfig& config = cache.config();
+  const auto sequences = static_cast<Index>(seq_ids.size());
+  if (q.dtype == DType::boolean) fail("q", "a floating-point dtype", dtype_name(q.dtype));
+  const std::string expected_q = "shape [" + std::to_string(sequences) +
+                                 " (one per seq_id), Hq, n_q >= 1, " + std::to_string(config.dim) +
+                                 " (the cache's dim)]";
+  if (q.shape[0] != sequences || q.shape[1] < 1 || q.shape[2] < 1 || q.shape[3] != config.dim) {
+    fail("q", expected_q, format_dims(q.shape));
+  }
+  if (q.shape[1] % config.heads_kv != 0) {
+    fail("q",
+         "a head count that is a multiple of the cache's " + std::to_string(config.heads_kv) +
+             " KV heads (GQA)",
+         std::to_string(q.shape[1]) + " heads");
+  }
+  if (q.shape[3] > 1 && q.strides[3] != 1) {
+    fail("q", "a contiguous last dim (stride 1)", "stride " + std::to_string(q.strides[3]));
+  }
+  if (q.data == nullptr) fail("q", "data", "a null pointer");
+  if (options.mask)
+    fail("mask", "none (decode reads which keys a sequence has from the cache)", "a mask");
+  if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
+    fail("cu_seqlens", "none (decode takes sequences from the cache)", "offsets");
+  }
+  if (options.backend == Backend::reference) {
+    fail("backend", "automatic or fast (decode has one kernel)", "reference");
+  }
+  if (options.scale && !std::isfinite(*options.scale)) {
+    fail("scale", "a finite number", std::to_string(*options.scale));
+  }
+  if (options.window.left < -1) {
+    fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
+  }
+  if (options.window.right < -1) {
+    fail("window.right", "-1 (unbounded) or a count >= 0", std::to_string(options.window.right));
+  }
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
+    fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
+  }
+  check_per_head("alibi_slopes", options.alibi_slopes, q.shape[1], false);
+  check_per_head("sinks", options.sinks, q.shape[1], true);
+  if (options.threads < 0) {
+    fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
+  }
+
+  cpu::DecodeProblem p;
+  p.q = q;
+  p.cache = &cache;
+  for (std::size_t s = 0; s < seq_ids.size(); ++s) {
+    if (!cache.contains(seq_ids[s])) {
+      fail("seq_ids", "ids of sequences in the cache",
+           std::to_string(seq_ids[s]) + " at index " + std::to_string(s));
+    }
+    const Index length = cache.length(seq_ids[s]);
+    if (length < q.shape[2]) {
+      fail("seq_ids",
+           "sequences holding at least n_q = " + std::to_string(q.shape[2]) +
+               " tokens (append the new keys and values before decoding)",
+           "sequence " + std::to_string(seq_ids[s]) + " of " + std::to_string(length));
+    }
+    p.tables.push_back(&cache.block_table(seq_ids[s]));
+    p.lengths.push_back(length);
+  }
+  p.heads_q = q.shape[1];
+  p.heads_kv = config.heads_kv;
+  p.dim = config.dim;
+  p.dim_v = config.dim_v;
+  p.queries = q.shape[2];
+  p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(config.dim));
+  p.causal = options.causal;
+  p.window = options.window;
+  p.softcap = options.softcap;
+  p.alibi_slopes = options.alibi_slopes;
+  p.threads = options.threads;
+  return p;
+}
+
+State run(const cpu::DecodeProblem& p) {
+  State state = State::empty(DType::f32, p.sequences(), p.heads_q, p.queries, p.dim_v);
+  if (p.sequences() > 0) cpu::decode(p, state);
+  return state;
+}
+
+}  // namespace
+
+Decoded decode(const TensorView& q, const KVCache& cache,
+               const std::vector<KVCache::SequenceId>& seq_ids, const Options& options) {
+  const State state = run(make_problem(q, cache, seq_ids, options));
+  Finalized result = finalize(state, options.sinks);
+  return {std::move(result.context), std::move(result.lse)};
+}
+
+State decode_state(const TensorView& q, const KVCache& cache,
+                   const std::vector<KVCache::SequenceId>& seq_ids, const Options& options) {
+  if (!options.sinks.empty()) {
+    fail("sinks", "none in decode_state (a state excludes sinks; pass them to finalize)",
+         std::to_string(options.sinks.size()) + " values");
+  }
+  return run(make_problem(q, cache, seq_ids, options));
+}
+
+}  // namespace attn

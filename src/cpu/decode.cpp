@@ -1,0 +1,607 @@
+// The decode kernel (flash-decoding over a paged cache). The keys of each sequence are
+// cut into parts: a shared prompt prefix (blocks that every sequence of a fork group
+// holds, read once for all their queries), then the sequence's own keys, each cut at
+// multiples of DecodeTraits::kSplitKeys. A task is (part, KV head); its rows are every
+// query head of the GQA group for each new query of each member sequence, so each K/V
+// row is loaded once per task. Within a task, keys go by tiles: scores for blocks of rows
+// (K converted to float32 in registers), the online softmax per row (DESIGN.md's merge,
+// one tile at a time), then P V into the row's accumulator. Each task leaves one state per
+// row; the states of a sequence's parts are merged in key order afterwards, so threads only
+// change who computes a part, never what is merged in which order.
+// Keys outside a row's causal/window range are not read for that row (scores set to
+// -inf, value rows skipped), so NaN in them never reaches the output.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/decode.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/decode.hpp"
+#include "cpu/decode_traits.hpp"
+#include "cpu/threads.hpp"
+
+#include "cpu/vector_exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using Traits = DecodeTraits;
+
+constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+
+// A run of keys [key_begin, key_end) read for the queries of `members` (indices into the
+// problem's sequences), whose block tables agree on these keys.
+struct Part {
+  std::vector<Index> members;
+  Index key_begin = 0, key_end = 0;
+};
+
+struct Plan {
+  std::vector<Part> parts;
+  std::vector<Index> state_offset;           // [parts]: first partial-state row of (part, head 0)
+  std::vector<std::vector<Index>> parts_of;  // [S]: the parts holding a sequence's keys, in order
+  std::vector<std::vector<Index>> member_index;  // [S]: its position among each part's members
+  Index total_rows = 0;                          // partial states over all (part, head)
+  Index max_rows = 0;                            // rows of the largest task
+};
+
+void add_parts(Plan& plan, const std::vector<Index>& members, Index begin, Index end) {
+  while (begin < end) {
+    const Index split_end = std::min(end, (begin / Traits::kSplitKeys + 1) * Traits::kSplitKeys);
+    plan.parts.push_back({members, begin, split_end});
+    begin = split_end;
+  }
+}
+
+// Groups sequences by their first block; a group of two or more shares the leading full
+// blocks that all of its tables hold.
+Plan make_plan(const DecodeProblem& p) {
+  const Index page = p.cache->config().page_size;
+  std::map<std::int32_t, std::vector<Index>> by_first_block;
+  for (Index s = 0; s < p.sequences(); ++s) {
+    if (p.lengths[s] >= page) by_first_block[(*p.tables[s])[0]].push_back(s);
+  }
+  Plan plan;
+  std::vector<Index> prefix(static_cast<std::size_t>(p.sequences()), 0);
+  for (const auto& [first, members] : by_first_block) {
+    if (members.size() < 2) continue;
+    Index blocks = std::numeric_limits<Index>::max();
+    for (const Index s : members) blocks = std::min(blocks, p.lengths[s] / page);
+    const auto& lead = *p.tables[members[0]];
+    for (const Index s : members) {
+      const auto& table = *p.tables[s];
+      Index agree = 0;
+      while (agree < blocks && table[agree] == lead[agree]) ++agree;
+      blocks = agree;
+    }
+    add_parts(plan, members, 0, blocks * page);
+    for (const Index s : members) prefix[s] = blocks * page;
+  }
+  for (Index s = 0; s < p.sequences(); ++s) add_parts(plan, {s}, prefix[s], p.lengths[s]);
+
+  plan.parts_of.resize(static_cast<std::size_t>(p.sequences()));
+  plan.member_index.resize(static_cast<std::size_t>(p.sequences()));
+  const Index rows_per_member = p.group_size() * p.queries;
+  for (std::size_t i = 0; i < plan.parts.size(); ++i) {
+    const Part& part = plan.parts[i];
+    for (std::size_t m = 0; m < part.members.size(); ++m) {
+      plan.parts_of[part.members[m]].push_back(static_cast<Index>(i));
+      plan.member_index[part.members[m]].push_back(static_cast<Index>(m));
+    }
+    const Index rows = static_cast<Index>(part.members.size()) * rows_per_member;
+    plan.state_offset.push_back(plan.total_rows);
+    plan.total_rows += rows * p.heads_kv;
+    plan.max_rows = std::max(plan.max_rows, rows);
+  }
+  return plan;
+}
+
+// One vector of lanes elements of a stored row, as float32.
+template <class T>
+HWY_INLINE VF load_row(DF df, const T* HWY_RESTRICT row) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, row);
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+    const hn::Rebind<std::int32_t, DF> di;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), row)));
+  } else {
+    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
+    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<Hwy, DF>(), reinterpret_cast<const Hwy*>(row)));
+  }
+}
+
+template <class T>
+HWY_INLINE float load_one(const T* row, Index d) {
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+    return to_float(row[d]);
+  } else {
+    return static_cast<float>(row[d]);
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector.
+template <class D>
+HWY_INLINE void store_block_sums(D d, hn::Vec<D> v, float* out4) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    store_block_sums(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out4);
+  } else {
+    hn::StoreU(v, d, out4);
+  }
+}
+#endif
+
+// out4 = the lane sums of a, b, c and e. Four reductions share one shuffle tree
+// (interleave pairs, then 64-bit halves, then 128-bit blocks): about a quarter of the
+// instructions of four separate SumOfLanes.
+HWY_INLINE void sums_of_lanes4(DF df, VF a, VF b, VF c, VF e, float* out4) {
+#if HWY_TARGET == HWY_SCALAR
+  out4[0] = hn::GetLane(a), out4[1] = hn::GetLane(b), out4[2] = hn::GetLane(c);
+  out4[3] = hn::GetLane(e);
+  (void)df;
+#else
+  const VF ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const VF ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const hn::Repartition<std::uint64_t, DF> du;
+  const auto ab64 = hn::BitCast(du, ab), ce64 = hn::BitCast(du, ce);
+  const VF low = hn::BitCast(df, hn::InterleaveLower(du, ab64, ce64));
+  const VF high = hn::BitCast(df, hn::InterleaveUpper(du, ab64, ce64));
+  store_block_sums(df, hn::Add(low, high), out4);
+#endif
+}
+
+// scores[r][k] = q[r] . key[k] for NR rows and KK keys (dot products over dim).
+// q: NR rows of [dim] float  keys: KK rows of [dim] T
+template <class T, int NR, int KK>
+HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index dim,
+                            float (*scores)[KK]) {
+  const DF df;
+  const Index lanes = static_cast<Index>(hn::Lanes(df));
+  VF acc[NR][KK];
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < KK; ++k) acc[r][k] = hn::Zero(df);
+  const Index whole = dim - dim % lanes;
+  for (Index d = 0; d < whole; d += lanes) {
+    VF key[KK];
+    for (int k = 0; k < KK; ++k) key[k] = load_row(df, keys[k] + d);
+    for (int r = 0; r < NR; ++r) {
+      const VF qv = hn::LoadU(df, q[r] + d);
+      for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
+    }
+  }
+  for (int k = 0; k < KK; ++k) {
+    if constexpr (NR == 4) {
+      float sums[4];
+      sums_of_lanes4(df, acc[0][k], acc[1][k], acc[2][k], acc[3][k], sums);
+      for (int r = 0; r < NR; ++r) scores[r][k] = sums[r];
+    } else {
+      for (int r = 0; r < NR; ++r) scores[r][k] = hn::GetLane(hn::SumOfLanes(df, acc[r][k]));
+    }
+    for (int r = 0; r < NR; ++r)
+      for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_one(keys[k], d);
+  }
+}
+
+// acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows, two vectors of the value
+// dim at a time (2 NR independent FMA chains).
+template <class T, int NR>
+HWY_INLINE void accumulate_rows(float* const* acc, const float* const* p, const T* const* values,
+                                Index first, Index end, Index dim_v) {
+  const DF df;
+  const Index lanes = static_cast<Index>(hn::Lanes(df));
+  const Index whole = dim_v - dim_v % lanes;
+  Index c = 0;
+  for (; c + 2 * lanes <= whole; c += 2 * lanes) {
+    VF a0[NR], a1[NR];
+    for (int r = 0; r < NR; ++r) {
+      a0[r] = hn::LoadU(df, acc[r] + c);
+      a1[r] = hn::LoadU(df, acc[r] + c + lanes);
+    }
+    for (Index t = first; t < end; ++t) {
+      const VF v0 = load_row(df, values[t] + c), v1 = load_row(df, values[t] + c + lanes);
+      for (int r = 0; r < NR; ++r) {
+        const VF weight = hn::Set(df, p[r][t]);
+        a0[r] = hn::MulAdd(weight, v0, a0[r]);
+        a1[r] = hn::MulAdd(weight, v1, a1[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      hn::StoreU(a0[r], df, acc[r] + c);
+      hn::StoreU(a1[r], df, acc[r] + c + lanes);
+    }
+  }
+  for (; c < whole; c += lanes) {
+    VF a[NR];
+    for (int r = 0; r < NR; ++r) a[r] = hn::LoadU(df, acc[r] + c);
+    for (Index t = first; t < end; ++t) {
+      const VF v = load_row(df, values[t] + c);
+      for (int r = 0; r < NR; ++r) a[r] = hn::MulAdd(hn::Set(df, p[r][t]), v, a[r]);
+    }
+    for (int r = 0; r < NR; ++r) hn::StoreU(a[r], df, acc[r] + c);
+  }
+  for (Index d = whole; d < dim_v; ++d)
+    for (Index t = first; t < end; ++t)
+      for (int r = 0; r < NR; ++r) acc[r][d] += p[r][t] * load_one(values[t], d);
+}
+
+// Per-thread scratch, sized for the largest task; 64-byte aligned.
+struct Scratch {
+  static hwy::AlignedFreeUniquePtr<float[]> floats(Index count) {
+    return hwy::AllocateAligned<float>(static_cast<std::size_t>(std::max<Index>(count, 1)));
+  }
+  Scratch(Index rows, Index dim, Index dim_v)
+      : queries(floats(rows * dim)),
+        scores(floats(rows * Traits::kKeyTile)),
+        acc(floats(rows * dim_v)),
+        row_max(static_cast<std::size_t>(rows)),
+        row_sum(static_cast<std::size_t>(rows)),
+        slope(static_cast<std::size_t>(rows)),
+        first_key(static_cast<std::size_t>(rows)),
+        end_key(static_cast<std::size_t>(rows)),
+        position(static_cast<std::size_t>(rows)) {}
+
+  hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
+  hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
+  hwy::AlignedFreeUniquePtr<float[]> acc;      // [rows][dim_v]: unnormalised context
+  std::vector<float> row_max, row_sum, slope;
+  std::vector<Index> first_key, end_key, position;  // each row's visible keys and position
+};
+
+template <class T>
+class TaskKernel {
+ public:
+  TaskKernel(const DecodeProblem& p, const Plan& plan, Scratch& s, State& partial)
+      : p_(p), plan_(plan), s_(s), partial_(partial) {}
+
+  void run(Index part_index, Index kv_head) {
+    const Part& part = plan_.parts[static_cast<std::size_t>(part_index)];
+    const Index group = p_.group_size(), n_q = p_.queries;
+    const Index rows = static_cast<Index>(part.members.size()) * group * n_q;
+    Index union_first = part.key_end, union_end = part.key_begin;
+    for (Index r = 0; r < rows; ++r) {
+      const Index seq = part.members[static_cast<std::size_t>(r / (group * n_q))];
+      const Index head = kv_head * group + r / n_q % group, i = r % n_q;
+      prepare_row(r, seq, head, i, part);
+      union_first = std::min(union_first, s_.first_key[r]);
+      union_end = std::max(union_end, s_.end_key[r]);
+    }
+    const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
+    for (Index t0 = union_first; t0 < union_end; t0 += Traits::kKeyTile) {
+      tile(table, kv_head, rows, t0, std::min(union_end, t0 + Traits::kKeyTile));
+    }
+    const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)] + kv_head * rows;
+    std::copy_n(s_.row_max.begin(), rows, partial_.m.data_as<float>() + offset);
+    std::copy_n(s_.row_sum.begin(), rows, partial_.l.data_as<float>() + offset);
+    std::copy_n(s_.acc.get(), rows * p_.dim_v, partial_.acc.data_as<float>() + offset * p_.dim_v);
+  }
+
+ private:
+  void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
+    const Index length = p_.lengths[static_cast<std::size_t>(seq)];
+    const Index position = length - p_.queries + i;
+    Index first = 0, end = length;
+    if (p_.causal) end = std::min(end, position + 1);
+    if (p_.window.left >= 0) first = std::max(first, position - p_.window.left);
+    if (p_.window.right >= 0) end = std::min(end, position + p_.window.right + 1);
+    s_.first_key[r] = std::max(first, part.key_begin);
+    s_.end_key[r] = std::min(end, part.key_end);
+    s_.position[r] = position;
+    s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[static_cast<std::size_t>(head)];
+    s_.row_max[r] = kMinusInfinity;
+    s_.row_sum[r] = 0.0f;
+    std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
+    const TensorView& q = p_.q;
+    float* out = s_.queries.get() + r * p_.dim;
+    with_float_type(q.dtype, [&](auto tag) {
+      using Q = decltype(tag);
+      const Q* row = static_cast<const Q*>(q.data) + seq * q.strides[0] + head * q.strides[1] +
+                     i * q.strides[2];
+      for (Index d = 0; d < p_.dim; ++d) {
+        out[d] = static_cast<float>(static_cast<double>(load_one(row, d)) * p_.scale);
+      }
+    });
+  }
+
+  template <class Fn>
+  static void with_float_type(DType dtype, Fn&& fn) {
+    switch (dtype) {
+      case DType::f16:
+        fn(float16{});
+        return;
+      case DType::bf16:
+        fn(bfloat16{});
+        return;
+      case DType::f32:
+        fn(float{});
+        return;
+      case DType::f64:
+        fn(double{});
+        return;
+      case DType::boolean:
+        return;
+    }
+  }
+
+  // Keys [t0, t1) against every row.
+  void tile(const std::vector<std::int32_t>& table, Index kv_head, Index rows, Index t0, Index t1) {
+    const KVCache& cache = *p_.cache;
+    const Index page = cache.config().page_size, count = t1 - t0;
+    const T* keys[Traits::kKeyTile];
+    const T* values[Traits::kKeyTile];
+    float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
+    for (Index t = t0; t < t1;) {
+      const std::int32_t block = table[static_cast<std::size_t>(t / page)];
+      const T* k = reinterpret_cast<const T*>(cache.key_block(block, kv_head));
+      const T* v = reinterpret_cast<const T*>(cache.value_block(block, kv_head));
+      const float ks = cache.key_scale(block, kv_head), vs = cache.value_scale(block, kv_head);
+      for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
+        keys[t - t0] = k + slot * p_.dim;
+        values[t - t0] = v + slot * p_.dim_v;
+        key_scale[t - t0] = ks;
+        value_scale[t - t0] = vs;
+      }
+    }
+    for (Index r = 0; r < rows; r += Traits::kRowBlock) {
+      const Index block_rows = std::min<Index>(Traits::kRowBlock, rows - r);
+      score_rows(r, block_rows, keys, count);
+    }
+    for (Index r = 0; r < rows; ++r) softmax_row(r, t0, t1, key_scale, value_scale);
+    for (Index r = 0; r < rows; r += Traits::kRowBlock) {
+      const Index block_rows = std::min<Index>(Traits::kRowBlock, rows - r);
+      accumulate(r, block_rows, values, t0, t1);
+    }
+  }
+
+  void score_rows(Index r0, Index block_rows, const T* const* keys, Index count) {
+    switch (block_rows) {
+      case 4:
+        return score_rows_n<4, 2>(r0, keys, count);
+      case 3:
+        return score_rows_n<3, 2>(r0, keys, count);
+      case 2:
+        return score_rows_n<2, 2>(r0, keys, count);
+      default:
+        return score_rows_n<1, 4>(r0, keys, count);
+    }
+  }
+
+  template <int NR, int KK>
+  void score_rows_n(Index r0, const T* const* keys, Index count) {
+    const float* q[NR];
+    float* out[NR];
+    for (int r = 0; r < NR; ++r) {
+      q[r] = s_.queries.get() + (r0 + r) * p_.dim;
+      out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
+    }
+    float block[NR][KK];
+    Index k = 0;
+    for (; k + KK <= count; k += KK) {
+      score_block<T, NR, KK>(q, keys + k, p_.dim, block);
+      for (int r = 0; r < NR; ++r)
+        for (int j = 0; j < KK; ++j) out[r][k + j] = block[r][j];
+    }
+    for (; k < count; ++k) {
+      float one[NR][1];
+      score_block<T, NR, 1>(q, keys + k, p_.dim, one);
+      for (int r = 0; r < NR; ++r) out[r][k] = one[r][0];
+    }
+  }
+
+  // Shapes row r's scores of keys [t0, t1) (int8 scale, softcap, ALiBi, hiding), then folds
+  // them into the row's running state and leaves the weights in place of the scores.
+  void softmax_row(Index r, Index t0, Index t1, const float* key_scale, const float* value_scale) {
+    float* s = s_.scores.get() + r * Traits::kKeyTile;
+    const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
+    if (first >= end) return;
+    constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+    const DF df;
+    const Index lanes = static_cast<Index>(hn::Lanes(df)), count = t1 - t0;
+    const Index whole = count - count % lanes;
+    const bool plain = !kInt8 && p_.softcap == 0.0 && p_.alibi_slopes.empty();
+    if (!plain || first > t0 || end < t1) shape_scores(r, s, t0, t1, first, end, key_scale);
+    // A NaN the query sees makes the row NaN, as in the reference; hn::Max may drop it.
+    VF max_v = hn::Set(df, kMinusInfinity);
+    auto nan_seen = hn::FirstN(df, 0);
+    for (Index t = 0; t < whole; t += lanes) {
+      const VF x = hn::LoadU(df, s + t);
+      max_v = hn::Max(max_v, x);
+      nan_seen = hn::Or(nan_seen, hn::IsNaN(x));
+    }
+    float tile_max = hn::GetLane(hn::MaxOfLanes(df, max_v));
+    bool has_nan = !hn::AllFalse(df, nan_seen);
+    for (Index t = whole; t < count; ++t) {
+      tile_max = std::max(tile_max, s[t]);
+      has_nan = has_nan || std::isnan(s[t]);
+    }
+    if (has_nan) tile_max = std::numeric_limits<float>::quiet_NaN();
+    if (tile_max == kMinusInfinity) {
+      // Every visible key scored -inf: no weight, no value read.
+      s_.first_key[r] = std::max(s_.first_key[r], t1);
+      return;
+    }
+    float& m = s_.row_max[r];
+    const float new_max = has_nan ? tile_max : std::max(m, tile_max);
+    const float rescale = m == kMinusInfinity ? 0.0f : std::exp(m - new_max);
+    m = new_max;
+    VF sum_v = hn::Zero(df);
+    const VF shift = hn::Set(df, new_max);
+    for (Index t = 0; t < whole; t += lanes) {
+      const VF weight = VectorExp(df, hn::Sub(hn::LoadU(df, s + t), shift));
+      sum_v = hn::Add(sum_v, weight);
+      hn::StoreU(weight, df, s + t);
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(df, sum_v));
+    for (Index t = whole; t < count; ++t) {
+      s[t] = std::exp(s[t] - new_max);
+      sum += s[t];
+    }
+    s_.row_sum[r] = s_.row_sum[r] * rescale + sum;
+    if (rescale != 1.0f) {
+      float* acc = s_.acc.get() + r * p_.dim_v;
+      const Index whole_v = p_.dim_v - p_.dim_v % lanes;
+      const VF factor = hn::Set(df, rescale);
+      for (Index d = 0; d < whole_v; d += lanes) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, acc + d), factor), df, acc + d);
+      }
+      for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= rescale;
+    }
+    if constexpr (kInt8) {
+      for (Index t = 0; t < count; ++t) s[t] *= value_scale[t];
+    } else {
+      (void)value_scale;
+    }
+  }
+
+  // Scores of row r that need more than the dot product: -inf outside the row's visible
+  // keys [first, end), the int8 key scale, softcap and ALiBi inside.
+  void shape_scores(Index r, float* s, Index t0, Index t1, Index first, Index end,
+                    const float* key_scale) const {
+    for (Index t = t0; t < t1; ++t) {
+      float& x = s[t - t0];
+      if (t < first || t >= end) {
+        x = kMinusInfinity;
+        continue;
+      }
+      if constexpr (std::is_same_v<T, std::int8_t>) x *= key_scale[t - t0];
+      if (p_.softcap > 0.0) {
+        x = static_cast<float>(p_.softcap * std::tanh(static_cast<double>(x) / p_.softcap));
+      }
+      if (!p_.alibi_slopes.empty()) {
+        x -= s_.slope[r] * static_cast<float>(std::abs(s_.position[r] - t));
+      }
+    }
+  }
+
+  // Rows whose visible keys in the tile are the same range go together; a row at the edge
+  // of a causal or window range goes alone, so it never reads a value row it may not see.
+  void accumulate(Index r0, Index block_rows, const T* const* values, Index t0, Index t1) {
+    const auto range = [&](Index r) {
+      return std::pair{std::max(s_.first_key[r], t0) - t0, std::min(s_.end_key[r], t1) - t0};
+    };
+    bool same = true;
+    for (Index r = r0 + 1; r < r0 + block_rows; ++r) same = same && range(r) == range(r0);
+    if (same && block_rows == 4) return accumulate_n<4>(r0, values, range(r0));
+    if (same && block_rows == 2) return accumulate_n<2>(r0, values, range(r0));
+    for (Index r = r0; r < r0 + block_rows; ++r) accumulate_n<1>(r, values, range(r));
+  }
+
+  template <int NR>
+  void accumulate_n(Index r0, const T* const* values, std::pair<Index, Index> keys) {
+    if (keys.first >= keys.second) return;
+    float* acc[NR];
+    const float* p[NR];
+    for (int r = 0; r < NR; ++r) {
+      acc[r] = s_.acc.get() + (r0 + r) * p_.dim_v;
+      p[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
+    }
+    accumulate_rows<T, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
+  }
+
+  const DecodeProblem& p_;
+  const Plan& plan_;
+  Scratch& s_;
+  State& partial_;
+};
+
+// state[s, head, i] = the partial states of sequence s's parts, merged in key order.
+void merge_parts(const DecodeProblem& p, const Plan& plan, const State& partial, State& state) {
+  const Index group = p.group_size(), n_q = p.queries, dim_v = p.dim_v;
+  const float *pm = partial.m.data_as<float>(), *pl = partial.l.data_as<float>();
+  const float* pacc = partial.acc.data_as<float>();
+  float *m = state.m.data_as<float>(), *l = state.l.data_as<float>();
+  float* acc = state.acc.data_as<float>();
+  for (Index s = 0; s < p.sequences(); ++s)
+    for (Index head = 0; head < p.heads_q; ++head)
+      for (Index i = 0; i < n_q; ++i) {
+        const Index out = (s * p.heads_q + head) * n_q + i;
+        const Index kv_head = head / group;
+        float& mo = m[out];
+        float& lo = l[out];
+        float* ao = acc + out * dim_v;
+        for (std::size_t k = 0; k < plan.parts_of[s].size(); ++k) {
+          const Index part = plan.parts_of[s][k], member = plan.member_index[s][k];
+          const Index rows = static_cast<Index>(plan.parts[part].members.size()) * group * n_q;
+          const Index in =
+              plan.state_offset[part] + kv_head * rows + (member * group + head % group) * n_q + i;
+          const float mi = pm[in];
+          if (mi == kMinusInfinity) continue;  // an empty part changes nothing
+          const float merged = std::isnan(mi) ? mi : std::max(mo, mi);
+          const float w_out = mo == kMinusInfinity ? 0.0f : std::exp(mo - merged);
+          const float w_in = std::exp(mi - merged);
+          lo = lo * w_out + pl[in] * w_in;
+          for (Index d = 0; d < dim_v; ++d) ao[d] = ao[d] * w_out + pacc[in * dim_v + d] * w_in;
+          mo = merged;
+        }
+      }
+}
+
+template <class T>
+void run(const DecodeProblem& p, State& state, int threads) {
+  const Plan plan = make_plan(p);
+  State partial{Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
+                Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
+                Tensor(DType::f32, {1, 1, plan.total_rows, p.dim_v})};
+  const auto tasks = static_cast<std::int64_t>(plan.parts.size()) * p.heads_kv;
+  Index key_rows = 0;
+  for (const Part& part : plan.parts) key_rows += (part.key_end - part.key_begin) * p.heads_kv;
+  const Index useful = std::min<Index>(tasks, key_rows / Traits::kMinKeysPerThread + 1);
+  threads = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, useful)));
+  std::vector<Scratch> scratch;
+  scratch.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(plan.max_rows, p.dim, p.dim_v);
+#pragma omp parallel num_threads(threads)
+  {
+    TaskKernel<T> kernel(p, plan, scratch[static_cast<std::size_t>(omp_get_thread_num())], partial);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      kernel.run(task / p.heads_kv, task % p.heads_kv);
+    }
+  }
+  merge_parts(p, plan, partial, state);
+}
+
+}  // namespace
+
+void DecodeTarget(const DecodeProblem& problem, State& state, int threads) {
+  switch (problem.cache->config().dtype) {
+    case CacheDType::f32:
+      return run<float>(problem, state, threads);
+    case CacheDType::f16:
+      return run<float16>(problem, state, threads);
+    case CacheDType::bf16:
+      return run<bfloat16>(problem, state, threads);
+    case CacheDType::int8:
+      return run<std::int8_t>(problem, state, threads);
+  }
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu {
+
+HWY_EXPORT(DecodeTarget);
+
+void decode(const DecodeProblem& problem, State& state) {
+  HWY_DYNAMIC_DISPATCH(DecodeTarget)(problem, state, resolve_threads(problem.threads));
+}
+
+}  // namespace attn::cpu
+#endif

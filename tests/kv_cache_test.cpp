@@ -1,0 +1,259 @@
+// KVCache bookkeeping against a plain model (each sequence as a list of its tokens), over
+// thousands of random add / fork / append / drop operations, plus storage round trips and
+// argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "attn/kv_cache.hpp"
+
+namespace attn::testing {
+namespace {
+
+constexpr Index kHeads = 2, kDim = 3, kDimV = 2;
+
+// One token: kHeads x (kDim key + kDimV value) numbers, exact in float32.
+using Token = std::vector<float>;
+using Model = std::map<KVCache::SequenceId, std::vector<Token>>;
+
+Token random_token(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> value(-1000, 1000);
+  Token t(static_cast<std::size_t>(kHeads * (kDim + kDimV)));
+  for (float& x : t) x = static_cast<float>(value(rng)) / 8.0f;
+  return t;
+}
+
+void append_tokens(KVCache& cache, KVCache::SequenceId seq, const std::vector<Token>& tokens) {
+  const auto n = static_cast<Index>(tokens.size());
+  Tensor k(DType::f32, {1, kHeads, n, kDim}), v(DType::f32, {1, kHeads, n, kDimV});
+  for (Index h = 0; h < kHeads; ++h)
+    for (Index i = 0; i < n; ++i) {
+      const Token& t = tokens[static_cast<std::size_t>(i)];
+      for (Index d = 0; d < kDim; ++d)
+        k.data_as<float>()[(h * n + i) * kDim + d] = t[static_cast<std::size_t>(h * kDim + d)];
+      for (Index d = 0; d < kDimV; ++d)
+        v.data_as<float>()[(h * n + i) * kDimV + d] =
+            t[static_cast<std::size_t>(kHeads * kDim + h * kDimV + d)];
+    }
+  cache.append(seq, k.view(), v.view());
+}
+
+void expect_contents(const KVCache& cache, KVCache::SequenceId seq,
+                     const std::vector<Token>& tokens) {
+  const Tensor k = cache.keys(seq), v = cache.values(seq);
+  const auto n = static_cast<Index>(tokens.size());
+  ASSERT_EQ(k.shape()[2], n);
+  for (Index h = 0; h < kHeads; ++h)
+    for (Index i = 0; i < n; ++i) {
+      const Token& t = tokens[static_cast<std::size_t>(i)];
+      for (Index d = 0; d < kDim; ++d)
+        ASSERT_EQ(k.data_as<float>()[(h * n + i) * kDim + d],
+                  t[static_cast<std::size_t>(h * kDim + d)])
+            << "seq " << seq << " token " << i;
+      for (Index d = 0; d < kDimV; ++d)
+        ASSERT_EQ(v.data_as<float>()[(h * n + i) * kDimV + d],
+                  t[static_cast<std::size_t>(kHeads * kDim + h * kDimV + d)])
+            << "seq " << seq << " token " << i;
+    }
+}
+
+// Reference counts equal the number of table entries naming each block, the free list
+// holds exactly the unreferenced blocks, and tables have the length their tokens need.
+void expect_consistent(const KVCache& cache, const Model& model) {
+  const Index page = cache.config().page_size;
+  std::map<std::int32_t, std::int32_t> holders;
+  ASSERT_EQ(cache.sequence_ids().size(), model.size());
+  for (const auto& [seq, tokens] : model) {
+    ASSERT_EQ(cache.length(seq), static_cast<Index>(tokens.size()));
+    const auto& table = cache.block_table(seq);
+    ASSERT_EQ(static_cast<Index>(table.size()),
+              (static_cast<Index>(tokens.size()) + page - 1) / page);
+    for (const std::int32_t block : table) ++holders[block];
+  }
+  Index free = 0;
+  for (std::int32_t block = 0; block < cache.blocks_allocated(); ++block) {
+    const auto found = holders.find(block);
+    const std::int32_t expected = found == holders.end() ? 0 : found->second;
+    ASSERT_EQ(cache.ref_count(block), expected) << "block " << block;
+    free += expected == 0;
+  }
+  ASSERT_EQ(cache.blocks_free(), free);
+  ASSERT_EQ(cache.blocks_in_use(), static_cast<Index>(holders.size()));
+}
+
+class RandomOperations : public ::testing::TestWithParam<Index> {};
+
+TEST_P(RandomOperations, MatchAPlainModel) {
+  const Index page = GetParam();
+  KVCache cache({.heads_kv = kHeads,
+                 .dim = kDim,
+                 .dim_v = kDimV,
+                 .page_size = page,
+                 .dtype = CacheDType::f32,
+                 .max_blocks = 0});
+  Model model;
+  std::mt19937_64 rng(static_cast<unsigned>(page) * 7919u);
+  std::uniform_int_distribution<int> op(0, 9), count(0, 2 * static_cast<int>(page) + 1);
+  Index peak_blocks = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const int kind = model.empty() ? 0 : op(rng);
+    auto pick = [&] {
+      auto it = model.begin();
+      std::advance(it, std::uniform_int_distribution<std::size_t>(0, model.size() - 1)(rng));
+      return it->first;
+    };
+    if (kind == 0 || (kind == 1 && model.size() < 3)) {
+      model[cache.add_sequence()] = {};
+    } else if (kind == 1) {
+      const auto parent = pick();
+      model[cache.fork(parent)] = model[parent];
+    } else if (kind <= 7) {
+      const auto seq = pick();
+      std::vector<Token> tokens(static_cast<std::size_t>(count(rng)));
+      for (Token& t : tokens) t = random_token(rng);
+      append_tokens(cache, seq, tokens);
+      model[seq].insert(model[seq].end(), tokens.begin(), tokens.end());
+    } else if (model.size() > 1 || kind == 9) {
+      const auto seq = pick();
+      cache.drop(seq);
+      model.erase(seq);
+    }
+    expect_consistent(cache, model);
+    if (HasFatalFailure()) return;
+    peak_blocks = std::max(peak_blocks, cache.blocks_in_use());
+    if (step % 100 == 0) {
+      for (const auto& [seq, tokens] : model) expect_contents(cache, seq, tokens);
+    }
+  }
+  for (const auto& [seq, tokens] : model) expect_contents(cache, seq, tokens);
+  // Reuse: the pool never grew past the peak number of blocks held at once.
+  EXPECT_EQ(cache.blocks_allocated(), peak_blocks);
+  for (const auto& entry : model) cache.drop(entry.first);
+  EXPECT_EQ(cache.blocks_in_use(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, RandomOperations, ::testing::Values(1, 3, 16));
+
+TEST(KVCache, ForkSharesFullBlocksAndCopiesThePartialOne) {
+  KVCache cache({.heads_kv = kHeads,
+                 .dim = kDim,
+                 .dim_v = kDimV,
+                 .page_size = 4,
+                 .dtype = CacheDType::f32,
+                 .max_blocks = 0});
+  std::mt19937_64 rng(1);
+  std::vector<Token> prompt(10);
+  for (Token& t : prompt) t = random_token(rng);
+  const auto parent = cache.add_sequence();
+  append_tokens(cache, parent, prompt);
+  const auto child = cache.fork(parent);
+  EXPECT_EQ(cache.blocks_in_use(), 3);
+  const std::vector<Token> next{random_token(rng)}, other{random_token(rng)};
+  append_tokens(cache, child, next);
+  append_tokens(cache, parent, other);
+  EXPECT_EQ(cache.blocks_in_use(), 4);  // two full blocks shared, each tail its own
+  EXPECT_EQ(cache.block_table(parent)[0], cache.block_table(child)[0]);
+  EXPECT_NE(cache.block_table(parent)[2], cache.block_table(child)[2]);
+  std::vector<Token> child_tokens = prompt, parent_tokens = prompt;
+  child_tokens.push_back(next[0]);
+  parent_tokens.push_back(other[0]);
+  expect_contents(cache, child, child_tokens);
+  expect_contents(cache, parent, parent_tokens);
+}
+
+TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor k(DType::f32, {1, kHeads, 37, kDim}), v(DType::f32, {1, kHeads, 37, kDimV});
+  // Growing magnitudes, so int8 blocks are requantised as tokens arrive.
+  for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = normal(rng) * (1 + i % 37);
+  for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
+  for (const CacheDType dtype :
+       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    KVCache cache({.heads_kv = kHeads,
+                   .dim = kDim,
+                   .dim_v = kDimV,
+                   .page_size = 8,
+                   .dtype = dtype,
+                   .max_blocks = 0});
+    const auto seq = cache.add_sequence();
+    for (Index i = 0; i < 37; ++i) {
+      TensorView k1(k.data_as<float>() + i * kDim, DType::f32, {1, kHeads, 1, kDim},
+                    {0, 37 * kDim, kDim, 1});
+      TensorView v1(v.data_as<float>() + i * kDimV, DType::f32, {1, kHeads, 1, kDimV},
+                    {0, 37 * kDimV, kDimV, 1});
+      cache.append(seq, k1, v1);
+    }
+    const Tensor got = cache.keys(seq);
+    // Relative error per element against the block and head's largest magnitude.
+    const double unit = dtype == CacheDType::f32    ? 0.0
+                        : dtype == CacheDType::f16  ? 1.0 / 2048
+                        : dtype == CacheDType::bf16 ? 1.0 / 256
+                                                    : 2.0 / 127;
+    for (Index h = 0; h < kHeads; ++h)
+      for (Index i = 0; i < 37; ++i)
+        for (Index d = 0; d < kDim; ++d) {
+          const Index at = (h * 37 + i) * kDim + d;
+          const double want = k.data_as<float>()[at], error = got.data_as<float>()[at] - want;
+          double block_max = 0.0;
+          for (Index j = i / 8 * 8; j < std::min<Index>(i / 8 * 8 + 8, 37); ++j)
+            for (Index e = 0; e < kDim; ++e)
+              block_max = std::max<double>(block_max,
+                                           std::abs(k.data_as<float>()[(h * 37 + j) * kDim + e]));
+          const double allowed =
+              dtype == CacheDType::int8 ? unit * block_max : unit * std::abs(want);
+          ASSERT_LE(std::abs(error), allowed) << "head " << h << " token " << i << " dim " << d;
+        }
+  }
+}
+
+TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {
+  const auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  KVCacheConfig config{.heads_kv = 2,
+                       .dim = 3,
+                       .dim_v = 2,
+                       .page_size = 2,
+                       .dtype = CacheDType::int8,
+                       .max_blocks = 3};
+  EXPECT_EQ(message([&] { KVCache({.heads_kv = 0}); }).rfind("heads_kv: expected a positive", 0),
+            0u);
+  EXPECT_EQ(message([&] { KVCache({.page_size = -1}); }).rfind("page_size: expected", 0), 0u);
+  KVCache cache(config);
+  const auto seq = cache.add_sequence();
+  Tensor k(DType::f32, {1, 2, 5, 3}), v(DType::f32, {1, 2, 5, 2}), wrong(DType::f32, {1, 2, 5, 4});
+  EXPECT_EQ(message([&] { cache.append(seq + 1, k.view(), v.view()); }).rfind("seq: expected", 0),
+            0u);
+  EXPECT_EQ(message([&] {
+              cache.append(seq, wrong.view(), v.view());
+            }).rfind("k: expected shape [1, 2, n, 3], given [1, 2, 5, 4]", 0),
+            0u);
+  EXPECT_EQ(message([&] { cache.append(seq, k.view(), k.view()); }).rfind("v: expected shape", 0),
+            0u);
+  Tensor nan_k(DType::f32, {1, 2, 1, 3}), one_v(DType::f32, {1, 2, 1, 2});
+  nan_k.data_as<float>()[4] = NAN;
+  EXPECT_EQ(message([&] {
+              cache.append(seq, nan_k.view(), one_v.view());
+            }).rfind("k: expected finite values for an int8 cache", 0),
+            0u);
+  cache.append(seq, k.view(), v.view());  // 5 tokens: 3 blocks of 2, the pool's limit
+  EXPECT_EQ(message([&] { cache.append(seq, k.view(), v.view()); }).rfind("k: expected at most", 0),
+            0u);
+  EXPECT_EQ(cache.length(seq), 5);
+  EXPECT_EQ(cache.blocks_in_use(), 3);
+  EXPECT_EQ(message([&] { cache.fork(99); }).rfind("parent: expected", 0), 0u);
+  EXPECT_EQ(message([&] { cache.drop(99); }).rfind("seq: expected", 0), 0u);
+}
+
+}  // namespace
+}  // namespace attn::testing

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/element_type.hpp"
+
 namespace attn::core {
 namespace {
 
@@ -40,31 +42,10 @@ T narrow(double value) {
   }
 }
 
-template <class Fn>
-void with_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f16:
-      fn(float16{});
-      return;
-    case DType::bf16:
-      fn(bfloat16{});
-      return;
-    case DType::f32:
-      fn(float{});
-      return;
-    case DType::f64:
-      fn(double{});
-      return;
-    case DType::boolean:
-      fn(bool{});
-      return;
-  }
-}
-
 }  // namespace
 
 void load_row(const TensorView& t, Index b, Index h, Index s, double* out) {
-  with_type(t.dtype, [&](auto tag) {
+  with_element_type(t.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* row = View<const T>{static_cast<const T*>(t.data), t.shape, t.strides}.row(b, h, s);
     for (Index d = 0; d < t.shape[3]; ++d) out[d] = widen(row[d]);
@@ -72,7 +53,7 @@ void load_row(const TensorView& t, Index b, Index h, Index s, double* out) {
 }
 
 void store_row(const MutableTensorView& t, Index b, Index h, Index s, const double* in) {
-  with_type(t.dtype, [&](auto tag) {
+  with_element_type(t.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* row = View<T>{static_cast<T*>(t.data), t.shape, t.strides}.row(b, h, s);
     for (Index d = 0; d < t.shape[3]; ++d) row[d] = narrow<T>(in[d]);
@@ -81,7 +62,7 @@ void store_row(const MutableTensorView& t, Index b, Index h, Index s, const doub
 
 double load_element(const TensorView& t, Index b, Index h, Index s, Index d) {
   double value = 0.0;
-  with_type(t.dtype, [&](auto tag) {
+  with_element_type(t.dtype, [&](auto tag) {
     using T = decltype(tag);
     value = widen(View<const T>{static_cast<const T*>(t.data), t.shape, t.strides}(b, h, s, d));
   });

@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/element_type.hpp"
 #include "cpu/decode.hpp"
 #include "cpu/decode_traits.hpp"
 #include "cpu/threads.hpp"
@@ -308,34 +309,12 @@ class TaskKernel {
     std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
     const TensorView& q = p_.q;
     float* out = s_.queries.get() + r * p_.dim;
-    with_float_type(q.dtype, [&](auto tag) {
-      using Q = decltype(tag);
-      const Q* row = static_cast<const Q*>(q.data) + seq * q.strides[0] + head * q.strides[1] +
-                     i * q.strides[2];
+    core::with_float_type(q.dtype, [&](auto tag) {
+      const auto* row = core::row_of<decltype(tag)>(q, seq, head, i);
       for (Index d = 0; d < p_.dim; ++d) {
         out[d] = static_cast<float>(static_cast<double>(load_one(row, d)) * p_.scale);
       }
     });
-  }
-
-  template <class Fn>
-  static void with_float_type(DType dtype, Fn&& fn) {
-    switch (dtype) {
-      case DType::f16:
-        fn(float16{});
-        return;
-      case DType::bf16:
-        fn(bfloat16{});
-        return;
-      case DType::f32:
-        fn(float{});
-        return;
-      case DType::f64:
-        fn(double{});
-        return;
-      case DType::boolean:
-        return;
-    }
   }
 
   // Keys [t0, t1) against every row.

@@ -29,12 +29,14 @@
 #include <vector>
 
 #include "attn/half.hpp"
+#include "core/element_type.hpp"
 #include "core/problem.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
 #include "cpu/threads.hpp"
 
 #include <hwy/contrib/math/math-inl.h>
+#include "cpu/to_floats-inl.h"
 #include "cpu/vector_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -45,15 +47,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
+using core::from_float;
 using core::MaskKind;
 using core::Problem;
+using core::round_up;
+using core::row_of;
 using core::Segment;
+using core::with_float_type;
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
-
-Index round_up(Index value, Index multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 
 // One unit of parallel work; its result depends on nothing else, so any thread count
 // gives the same bits.
@@ -118,62 +120,6 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<Chunk[]> chunks;     // of the current tile (at most one per row)
   hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
 };
-
-// out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
-template <class T>
-void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else {
-    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
-    const DF df;
-    const hn::Rebind<Hwy, DF> dh;
-    const Index lanes = static_cast<Index>(hn::Lanes(df));
-    const Hwy* from = reinterpret_cast<const Hwy*>(in);
-    const Index whole = n - n % lanes;
-    for (Index i = 0; i < whole; i += lanes) {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
-    }
-    for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
-  }
-}
-
-template <class T>
-T from_float(float value) {
-  if constexpr (std::is_same_v<T, float16>) {
-    return to_float16(value);
-  } else if constexpr (std::is_same_v<T, bfloat16>) {
-    return to_bfloat16(value);
-  } else {
-    return static_cast<T>(value);
-  }
-}
-
-// Calls fn with a value of the element type of `dtype` (inputs and outputs; never bool).
-template <class Fn>
-void with_float_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f16:
-      fn(float16{});
-      return;
-    case DType::bf16:
-      fn(bfloat16{});
-      return;
-    case DType::f32:
-      fn(float{});
-      return;
-    case DType::f64:
-      fn(double{});
-      return;
-    case DType::boolean:
-      return;
-  }
-}
-
-template <class T>
-const T* row_of(const TensorView& t, Index b, Index h, Index s) {
-  return static_cast<const T*>(t.data) + b * t.strides[0] + h * t.strides[1] + s * t.strides[2];
-}
 
 // S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kScoreKeys keys and C row vectors.
 // qt: [dim][rows_stride] (at the chunk's first row)  keys: kScoreKeys row pointers

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "attn/half.hpp"
+#include "core/element_type.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/threads.hpp"
@@ -38,6 +39,7 @@
 #include "cpu/weights_traits.hpp"
 
 #include <hwy/contrib/math/math-inl.h>
+#include "cpu/to_floats-inl.h"
 #include "cpu/vector_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,21 +50,21 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
+using core::from_float;
 using core::MaskKind;
 using core::Problem;
+using core::round_up;
+using core::row_of;
 using core::Segment;
 using core::WeightRequest;
 using core::WeightRow;
+using core::with_float_type;
 using Traits = WeightsTraits;
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 constexpr Index kKeyTile = Traits::kKeyTile;
 constexpr Index kItemRows = Traits::kItemRows;
 constexpr Index kScoreRows = Traits::kScoreRows;
-
-Index round_up(Index value, Index multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 
 // Output rows [first, first + count) of the row list; they share a segment and a KV head.
 struct WorkItem {
@@ -80,67 +82,14 @@ bool ranks_before(const Candidate& a, const Candidate& b) {
   return a.score > b.score || (a.score == b.score && a.key < b.key);
 }
 
-// out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
-template <class T>
-void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else {
-    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
-    const DF df;
-    const hn::Rebind<Hwy, DF> dh;
-    const Index lanes = static_cast<Index>(hn::Lanes(df));
-    const Hwy* from = reinterpret_cast<const Hwy*>(in);
-    const Index whole = n - n % lanes;
-    for (Index i = 0; i < whole; i += lanes) {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
-    }
-    for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
-  }
-}
-
 // out[0 .. n) = in[0 .. n) in the output's dtype.
 template <class T>
 void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, out);
   } else {
-    for (Index i = 0; i < n; ++i) {
-      if constexpr (std::is_same_v<T, float16>) {
-        out[i] = to_float16(in[i]);
-      } else if constexpr (std::is_same_v<T, bfloat16>) {
-        out[i] = to_bfloat16(in[i]);
-      } else {
-        out[i] = static_cast<T>(in[i]);
-      }
-    }
+    for (Index i = 0; i < n; ++i) out[i] = from_float<T>(in[i]);
   }
-}
-
-// Calls fn with a value of the element type of `dtype` (never bool here).
-template <class Fn>
-void with_float_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f16:
-      fn(float16{});
-      return;
-    case DType::bf16:
-      fn(bfloat16{});
-      return;
-    case DType::f32:
-      fn(float{});
-      return;
-    case DType::f64:
-      fn(double{});
-      return;
-    case DType::boolean:
-      return;
-  }
-}
-
-template <class T>
-const T* row_of(const TensorView& t, Index b, Index h, Index s) {
-  return static_cast<const T*>(t.data) + b * t.strides[0] + h * t.strides[1] + s * t.strides[2];
 }
 
 // S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys.

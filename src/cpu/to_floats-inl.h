@@ -1,0 +1,44 @@
+// Widening a row of f16/bf16/f32 inputs to float32, written once against Highway and
+// compiled per target (include this header after foreach_target.h).
+#if defined(ATTN_CPU_TO_FLOATS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_TO_FLOATS_INL_H_
+#undef ATTN_CPU_TO_FLOATS_INL_H_
+#else
+#define ATTN_CPU_TO_FLOATS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "attn/half.hpp"
+#include "attn/tensor.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+
+// out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
+template <class T>
+void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(in, in + n, out);
+  } else {
+    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
+    const hn::ScalableTag<float> df;
+    const hn::Rebind<Hwy, decltype(df)> dh;
+    const Index lanes = static_cast<Index>(hn::Lanes(df));
+    const Hwy* from = reinterpret_cast<const Hwy*>(in);
+    const Index whole = n - n % lanes;
+    for (Index i = 0; i < whole; i += lanes) {
+      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
+    }
+    for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
+  }
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTN_CPU_TO_FLOATS_INL_H_

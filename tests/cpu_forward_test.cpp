@@ -16,6 +16,7 @@
 #include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
+#include "support/targets.hpp"
 
 namespace attn {
 namespace {
@@ -23,18 +24,7 @@ namespace {
 using testing::Case;
 using testing::GuardedTensor;
 
-// Runs the body once per compiled target this CPU supports, forcing that target.
-template <class Body>
-void for_each_target(Body&& body) {
-  const std::vector<std::int64_t> targets = cpu::compiled_targets();
-  ASSERT_FALSE(targets.empty());
-  for (const std::int64_t target : targets) {
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    body();
-    hwy::SetSupportedTargetsForTest(0);
-  }
-}
+using testing::for_each_target;
 
 Dims context_shape(const testing::Inputs& in) {
   return {in.q.shape[0], in.q.shape[1], in.q.shape[2], in.v.shape[3]};

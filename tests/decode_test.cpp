@@ -12,6 +12,7 @@
 #include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
+#include "support/targets.hpp"
 
 namespace attn::testing {
 namespace {
@@ -218,18 +219,7 @@ void check_speculative_steps() {
   }
 }
 
-// Runs the body once per compiled target this CPU supports, forcing that target.
-template <class Body>
-void for_each_target(Body&& body) {
-  const std::vector<std::int64_t> targets = cpu::compiled_targets();
-  ASSERT_FALSE(targets.empty());
-  for (const std::int64_t target : targets) {
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    body();
-    hwy::SetSupportedTargetsForTest(0);
-  }
-}
+using testing::for_each_target;
 
 TEST(Decode, EveryTargetDecodesEveryStorageDtype) {
   for_each_target([] {

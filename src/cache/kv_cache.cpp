@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "core/argument_checks.hpp"
 #include "core/rows.hpp"
 
 #if defined(__linux__)
@@ -19,10 +20,7 @@
 namespace attn {
 namespace {
 
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
-}
+using core::fail;
 
 DType storage_dtype(CacheDType dtype) {
   switch (dtype) {

@@ -5,31 +5,14 @@
 #include <cmath>
 #include <string>
 
+#include "core/argument_checks.hpp"
 #include "cpu/decode.hpp"
 
 namespace attn {
 namespace {
 
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
-}
-
-void check_per_head(const char* name, const std::vector<float>& values, Index heads,
-                    bool allow_minus_infinity) {
-  if (values.empty()) return;
-  if (static_cast<Index>(values.size()) != heads) {
-    fail(name, std::to_string(heads) + " values (one per query head)",
-         std::to_string(values.size()));
-  }
-  for (std::size_t h = 0; h < values.size(); ++h) {
-    const float x = values[h];
-    if (!(std::isfinite(x) || (allow_minus_infinity && x == -INFINITY))) {
-      fail(name, allow_minus_infinity ? "finite values or -inf" : "finite values",
-           std::to_string(x) + " at head " + std::to_string(h));
-    }
-  }
-}
+using core::check_per_head;
+using core::fail;
 
 cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
                                 const std::vector<KVCache::SequenceId>& seq_ids,

@@ -8,14 +8,12 @@
 
 #include "attn/attention.hpp"
 #include "attn/error.hpp"
+#include "core/argument_checks.hpp"
 
 namespace attn {
 namespace {
 
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
-}
+using core::fail;
 
 void check_state(const char* name, const State& s) {
   if (s.acc.empty() || s.m.empty() || s.l.empty()) fail(name, "a state with m, l and acc", "none");

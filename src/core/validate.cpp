@@ -3,15 +3,11 @@
 #include <cmath>
 #include <string>
 
+#include "core/argument_checks.hpp"
 #include "problem.hpp"
 
 namespace attn::core {
 namespace {
-
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
-}
 
 bool is_float(DType dtype) {
   return dtype != DType::boolean;
@@ -37,23 +33,6 @@ void check_output(const char* name, const MutableTensorView& t, const Dims& shap
     fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
   }
   if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
-}
-
-void check_per_head(const char* name, const std::vector<float>& values, Index heads,
-                    bool allow_minus_infinity) {
-  if (values.empty()) return;
-  if (static_cast<Index>(values.size()) != heads) {
-    fail(name, std::to_string(heads) + " values (one per query head)",
-         std::to_string(values.size()));
-  }
-  for (std::size_t h = 0; h < values.size(); ++h) {
-    const float x = values[h];
-    const bool ok = std::isfinite(x) || (allow_minus_infinity && x == -INFINITY);
-    if (!ok) {
-      fail(name, allow_minus_infinity ? "finite values or -inf" : "finite values",
-           std::to_string(x) + " at head " + std::to_string(h));
-    }
-  }
 }
 
 std::string offsets_text(const std::vector<std::int64_t>& offsets) {

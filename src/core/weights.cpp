@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "core/argument_checks.hpp"
 #include "core/backend.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
@@ -86,6 +87,8 @@ WeightRequest whole_request(const Problem& p, const MutableTensorView& weights) 
 
 namespace {
 
+using core::fail;
+
 struct Request {
   core::Problem problem;
   core::WeightRequest request;
@@ -108,11 +111,6 @@ Request make_request(const TensorView& q, const TensorView& k, const Options& op
              static_cast<Index>(r.request.rows.size()),
              selection.top_k ? *selection.top_k : r.problem.total_k};
   return r;
-}
-
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
 }
 
 void check_outputs(const Request& r, const MutableTensorView& weights,

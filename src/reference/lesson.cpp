@@ -5,15 +5,13 @@
 #include <vector>
 
 #include "attn/lesson.hpp"
+#include "core/argument_checks.hpp"
 #include "core/rows.hpp"
 
 namespace attn {
 namespace {
 
-[[noreturn]] void fail(const std::string& argument, const std::string& expected,
-                       const std::string& given) {
-  throw Error(argument + ": expected " + expected + ", given " + given);
-}
+using core::fail;
 
 void check_float(const char* name, const TensorView& t) {
   if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));

@@ -1,0 +1,28 @@
+// Runs a test body once per SIMD target compiled into the kernels that this CPU supports.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/forward.hpp"
+
+namespace attn::testing {
+
+// Runs the body once per compiled target this CPU supports, forcing that target.
+template <class Body>
+void for_each_target(Body&& body) {
+  const std::vector<std::int64_t> targets = cpu::compiled_targets();
+  ASSERT_FALSE(targets.empty());
+  for (const std::int64_t target : targets) {
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    body();
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+}  // namespace attn::testing

@@ -23,15 +23,25 @@ std::size_t dtype_size(DType dtype);
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float16>() { return DType::f16; }
+constexpr DType dtype_of<float16>() {
+  return DType::f16;
+}
 template <>
-constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
+constexpr DType dtype_of<bfloat16>() {
+  return DType::bf16;
+}
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::f64; }
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 template <>
-constexpr DType dtype_of<bool>() { return DType::boolean; }
+constexpr DType dtype_of<bool>() {
+  return DType::boolean;
+}
 
 // "[2, 8, 128, 64]"
 std::string format_dims(const Dims& dims);

@@ -86,15 +86,8 @@ StateArrays forward_state_arrays(const InputArray& q, const InputArray& k, const
                                  bool causal, bool bottom_right, Index window_left,
                                  Index window_right, double softcap,
                                  std::vector<float> alibi_slopes, int threads) {
-  Options options;
-  options.scale = scale;
-  options.causal = causal;
-  options.causal_align = bottom_right ? CausalAlign::bottom_right : CausalAlign::top_left;
-  options.window = {window_left, window_right};
-  options.softcap = softcap;
-  options.alibi_slopes = std::move(alibi_slopes);
-  options.threads = threads;
-  if (mask) options.mask = input_view(*mask, "mask", true);
+  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
+                                       softcap, std::move(alibi_slopes), {}, {}, {}, threads);
   const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
   const TensorView v_view = input_view(v, "v");
   State s;

@@ -25,27 +25,6 @@ using namespace nb::literals;
 namespace attn::python {
 namespace {
 
-// The options attn.attention and attn.weights share; mask: [B or 1, Hq or 1, Lq, Lk].
-Options make_options(const std::optional<InputArray>& mask, std::optional<double> scale,
-                     bool causal, bool bottom_right, Index window_left, Index window_right,
-                     double softcap, std::vector<float> alibi_slopes, std::vector<float> sinks,
-                     std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-                     int threads) {
-  Options options;
-  options.scale = scale;
-  options.causal = causal;
-  options.causal_align = bottom_right ? CausalAlign::bottom_right : CausalAlign::top_left;
-  options.window = {window_left, window_right};
-  options.softcap = softcap;
-  options.alibi_slopes = std::move(alibi_slopes);
-  options.sinks = std::move(sinks);
-  options.cu_seqlens_q = std::move(cu_seqlens_q);
-  options.cu_seqlens_k = std::move(cu_seqlens_k);
-  options.threads = threads;
-  if (mask) options.mask = input_view(*mask, "mask", true);
-  return options;
-}
-
 // q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
 // out: [B, Hq, Lq, Dv]  lse: [B, Hq, Lq, 1]  weights: [B, Hq, Lq, Lk]
 void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& out,

@@ -13,7 +13,8 @@ float to_float(float16 value) {
   const std::uint32_t exponent = (value.bits >> 10) & 0x1fu;
   std::uint32_t mantissa = value.bits & 0x3ffu;
   if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   if (mantissa == 0) return std::bit_cast<float>(sign);
   // Subnormal half: value = mantissa * 2^-24, exact in float32.
   const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;

@@ -39,7 +39,7 @@ struct Problem {
   std::vector<float> sinks;         // empty or [Hq]
 
   MaskKind mask_kind = MaskKind::none;
-  TensorView mask;    // strides of broadcast dims set to 0
+  TensorView mask;  // strides of broadcast dims set to 0
   Outputs outputs;
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
 

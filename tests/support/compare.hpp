@@ -10,8 +10,8 @@
 namespace attn::testing {
 
 struct Comparison {
-  double nmse = 0.0;     // sum (got - want)^2 / sum want^2 (over finite entries)
-  double max_abs = 0.0;  // max |got - want| (over finite entries)
+  double nmse = 0.0;         // sum (got - want)^2 / sum want^2 (over finite entries)
+  double max_abs = 0.0;      // max |got - want| (over finite entries)
   std::string hard_failure;  // non-empty when a NaN or infinity mismatch was found
 };
 

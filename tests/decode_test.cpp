@@ -61,7 +61,7 @@ std::vector<DecodeCase> step_cases() {
   const bool full = std::getenv("ATTN_FULL_SWEEP") != nullptr;
   for (const CacheDType storage :
        {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
-    for (const Index page : {1, 3, 16}) {
+    for (const Index page : {1, 3, 16, 100}) {
       for (const Index group : {1, 2, 4}) {
         for (int option = 0; option < 6; ++option) {
           if (!full && (page + group + option) % 3 != 0) continue;
@@ -195,9 +195,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // 21460 key rows over 2 KV heads: enough work for every thread count tried to be used.
-void check_speculative_steps() {
+void check_speculative_steps(Index page) {
   std::mt19937_64 rng(17);
-  Filled f = filled_cache({9000, 700, 5, 1025}, 2, 59, 16, rng);
+  Filled f = filled_cache({9000, 700, 5, 1025}, 2, 59, page, rng);
   Case shape;
   shape.batch = 4, shape.heads_q = 6, shape.heads_kv = 2, shape.len_q = 3, shape.dim = 59;
   const Inputs in = make_inputs(shape, 3);
@@ -241,7 +241,12 @@ TEST(Decode, EveryTargetDecodesEveryStorageDtype) {
 }
 
 TEST(Decode, SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree) {
-  for_each_target([] { check_speculative_steps(); });
+  for_each_target([] { check_speculative_steps(16); });
+}
+
+// Blocks of 100 tokens: tiles are cut inside blocks, and splits fall inside blocks.
+TEST(Decode, LargeBlocksAreCutIntoTiles) {
+  check_speculative_steps(100);
 }
 
 TEST(Decode, SharedPrefixesMatchTheReferenceAndEachSequenceAlone) {

@@ -8,12 +8,15 @@ struct DecodeTraits {
   // multiples of it (and at the end of a shared prefix), never at thread-count-dependent
   // places, so the merge order, and so the bits, do not depend on the threads.
   static constexpr int kSplitKeys = 512;
-  // Keys per tile: scores of a tile are computed, exponentiated and used against V while
-  // the tile's pointers and scores stay in L1.
+  // Most keys per tile (blocks larger than this are cut): scores of a tile are computed,
+  // exponentiated and used against V while the tile's pointers and scores stay in L1.
   static constexpr int kKeyTile = 64;
-  // 32: 5% slower with K/V in L2 (Lk = 512), equal from memory (Lk = 32768). Software
-  // prefetch of the next tiles (64 or 256 keys ahead) measured within noise of none at
-  // Lk = 32768 and was dropped.
+  // Fewest keys per tile: a tile is one block (the KV heads of a block lie one after another,
+  // so a tile read head by head streams through memory), unless blocks are smaller than
+  // this, when a tile holds enough whole blocks to reach it. 16: at page 16 a tile of
+  // four blocks read head by head streamed at 19 GB/s, one block at 29 GB/s (a read-only
+  // probe, huge pages, 1 thread).
+  static constexpr int kMinTileKeys = 16;
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
   // Key rows (summed over KV heads) per thread below which fewer threads are started: a
@@ -22,6 +25,7 @@ struct DecodeTraits {
   static constexpr int kMinKeysPerThread = 4096;
 
   static_assert(kSplitKeys % kKeyTile == 0, "a split holds whole tiles");
+  static_assert(kMinTileKeys <= kKeyTile, "a tile of blocks fits the tile scratch");
   static_assert(kRowBlock >= 1 && kRowBlock <= 4, "row_block kernels are written for 1 to 4");
 };
 

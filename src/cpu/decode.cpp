@@ -307,6 +307,11 @@ class TaskKernel {
     for (Index t0 = union_first; t0 < union_end;) {
       const Index t1 = std::min(union_end, (t0 / step + 1) * step);
       for (Index kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
+        if (kv_head + 1 < p_.heads_kv) {
+          prefetch_to_l2(table, kv_head + 1, t0, t1);
+        } else if (t1 < union_end) {
+          prefetch_to_l2(table, 0, t1, std::min(union_end, (t1 / step + 1) * step));
+        }
         tile(table, kv_head, kv_head * rows, (kv_head + 1) * rows, t0, t1);
       }
       t0 = t1;
@@ -355,6 +360,33 @@ class TaskKernel {
     for (Index t = 0; t < count; ++t) {
       const auto* row = reinterpret_cast<const char*>(rows[t]);
       for (Index offset = 0; offset < bytes; offset += kLine) hwy::Prefetch(row + offset);
+    }
+  }
+
+  // Asks for the keys and values of the next tile (keys [t0, t1) of kv_head) to come to L2
+  // while this one is computed. With the hint for L1 (what hwy::Prefetch issues) a burst
+  // of this size made decode slower; to L2, it made it 15-22% faster from memory (Hq = 8
+  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache sits
+  // in L2 (Lk = 512).
+  void prefetch_to_l2(const std::vector<std::int32_t>& table, Index kv_head, Index t0,
+                      Index t1) const {
+    constexpr Index kLine = 64;
+    constexpr int kRead = 0, kToL2 = 1;
+    const KVCache& cache = *p_.cache;
+    const Index page = cache.config().page_size;
+    const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
+    const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));
+    for (Index t = t0; t < t1; ++t) {
+      const std::int32_t block = table[static_cast<std::size_t>(t / page)];
+      const Index slot = t % page;
+      const std::byte* key = cache.key_block(block, kv_head) + slot * key_bytes;
+      const std::byte* value = cache.value_block(block, kv_head) + slot * value_bytes;
+      for (Index offset = 0; offset < key_bytes; offset += kLine) {
+        __builtin_prefetch(key + offset, kRead, kToL2);
+      }
+      for (Index offset = 0; offset < value_bytes; offset += kLine) {
+        __builtin_prefetch(value + offset, kRead, kToL2);
+      }
     }
   }
 

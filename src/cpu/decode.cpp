@@ -366,8 +366,8 @@ class TaskKernel {
   // Asks for the keys and values of the next tile (keys [t0, t1) of kv_head) to come to L2
   // while this one is computed. With the hint for L1 (what hwy::Prefetch issues) a burst
   // of this size made decode slower; to L2, it made it 15-22% faster from memory (Hq = 8
-  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache sits
-  // in L2 (Lk = 512).
+  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache (2 MiB
+  // at Lk = 512) stays in the caches.
   void prefetch_to_l2(const std::vector<std::int32_t>& table, Index kv_head, Index t0,
                       Index t1) const {
     constexpr Index kLine = 64;

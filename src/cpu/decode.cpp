@@ -17,7 +17,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/aligned_allocator.h>
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -122,6 +121,19 @@ Index tile_keys(Index page) {
   return (Traits::kMinTileKeys + page - 1) / page * page;
 }
 
+// Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
+constexpr int kToL1 = 3, kToL2 = 1;
+
+// Asks for every cache line of a row of `bytes` bytes.
+template <int kLocality>
+HWY_INLINE void prefetch_row(const void* row, Index bytes) {
+  constexpr Index kLine = 64;
+  constexpr int kRead = 0;
+  for (Index offset = 0; offset < bytes; offset += kLine) {
+    __builtin_prefetch(static_cast<const char*>(row) + offset, kRead, kLocality);
+  }
+}
+
 // One vector of lanes elements of a stored row, as float32.
 template <class T>
 HWY_INLINE VF load_row(DF df, const T* HWY_RESTRICT row) {
@@ -198,19 +210,16 @@ HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index d
   }
   // Lane sums four accumulators at a time through one shuffle tree: across the rows of a
   // key when there are four rows, else across keys.
-  float sums[NR][KK];
-  VF* flat = &acc[0][0];
-  float* flat_sums = &sums[0][0];
+  const VF* flat = &acc[0][0];
+  float* flat_scores = &scores[0][0];
   int i = 0;
   for (; i + 4 <= NR * KK; i += 4) {
-    sums_of_lanes4(df, flat[i], flat[i + 1], flat[i + 2], flat[i + 3], flat_sums + i);
+    sums_of_lanes4(df, flat[i], flat[i + 1], flat[i + 2], flat[i + 3], flat_scores + i);
   }
-  for (; i < NR * KK; ++i) flat_sums[i] = hn::GetLane(hn::SumOfLanes(df, flat[i]));
+  for (; i < NR * KK; ++i) flat_scores[i] = hn::GetLane(hn::SumOfLanes(df, flat[i]));
   for (int r = 0; r < NR; ++r)
-    for (int k = 0; k < KK; ++k) {
-      scores[r][k] = sums[r][k];
+    for (int k = 0; k < KK; ++k)
       for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_one(keys[k], d);
-    }
 }
 
 // acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows. The value dim goes in
@@ -349,29 +358,24 @@ class TaskKernel {
     });
   }
 
-  // Asks for the tile's value rows while its keys are scored. The value rows are read
-  // after the softmax, a few columns of every row at a time, where the hardware
-  // prefetchers lag: this made Hq = 32, Hkv = 8 decode 5-10% faster from memory (prefetching
-  // the next tile's keys as well, or the next tiles' rows spread over the score loop, was
-  // slower).
-  static void prefetch_rows(const T* const* rows, Index count, Index dim) {
-    constexpr Index kLine = 64;
-    const Index bytes = dim * static_cast<Index>(sizeof(T));
-    for (Index t = 0; t < count; ++t) {
-      const auto* row = reinterpret_cast<const char*>(rows[t]);
-      for (Index offset = 0; offset < bytes; offset += kLine) hwy::Prefetch(row + offset);
-    }
+  // Asks for the tile's value rows to come to L1 while its keys are scored: they are read
+  // after the softmax, a few columns of every row at a time, where the hardware prefetchers
+  // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
+  void prefetch_values_to_l1(const T* const* values, Index count) const {
+    const Index bytes = p_.dim_v * static_cast<Index>(sizeof(T));
+    for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], bytes);
   }
 
   // Asks for the keys and values of the next tile (keys [t0, t1) of kv_head) to come to L2
-  // while this one is computed. With the hint for L1 (what hwy::Prefetch issues) a burst
-  // of this size made decode slower; to L2, it made it 15-22% faster from memory (Hq = 8
-  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache (2 MiB
-  // at Lk = 512) stays in the caches.
+  // while this one is computed. To L2 this made decode 15-22% faster from memory (Hq = 8
+  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache
+  // (2 MiB at Lk = 512) stays in the caches; to L1 the same requests made it slower. Each
+  // row's address is found here through the cache, row by row, though tile() finds them
+  // again: the same requests issued in one tight loop over addresses gathered beforehand
+  // were no faster than none (39 against 27 ns per key and KV head, Hq = 8, Lk = 32768, 1
+  // thread), as if requests issued back to back are dropped.
   void prefetch_to_l2(const std::vector<std::int32_t>& table, Index kv_head, Index t0,
                       Index t1) const {
-    constexpr Index kLine = 64;
-    constexpr int kRead = 0, kToL2 = 1;
     const KVCache& cache = *p_.cache;
     const Index page = cache.config().page_size;
     const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
@@ -379,14 +383,8 @@ class TaskKernel {
     for (Index t = t0; t < t1; ++t) {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
       const Index slot = t % page;
-      const std::byte* key = cache.key_block(block, kv_head) + slot * key_bytes;
-      const std::byte* value = cache.value_block(block, kv_head) + slot * value_bytes;
-      for (Index offset = 0; offset < key_bytes; offset += kLine) {
-        __builtin_prefetch(key + offset, kRead, kToL2);
-      }
-      for (Index offset = 0; offset < value_bytes; offset += kLine) {
-        __builtin_prefetch(value + offset, kRead, kToL2);
-      }
+      prefetch_row<kToL2>(cache.key_block(block, kv_head) + slot * key_bytes, key_bytes);
+      prefetch_row<kToL2>(cache.value_block(block, kv_head) + slot * value_bytes, value_bytes);
     }
   }
 
@@ -410,7 +408,7 @@ class TaskKernel {
         value_scale[t - t0] = vs;
       }
     }
-    prefetch_rows(values, count, p_.dim_v);
+    prefetch_values_to_l1(values, count);
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
       score_rows(r, block_rows, keys, count);

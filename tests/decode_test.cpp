@@ -12,6 +12,7 @@
 #include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
+#include "support/error_message.hpp"
 #include "support/targets.hpp"
 
 namespace attn::testing {
@@ -319,43 +320,41 @@ TEST(Decode, StateMergesWithAttentionHeldElsewhere) {
 TEST(Decode, BadInputThrowsNamingTheArgument) {
   std::mt19937_64 rng(31);
   Filled f = filled_cache({4}, 2, 8, 4, rng);
-  const auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   Tensor q(DType::f32, {1, 4, 1, 8}), wide(DType::f32, {1, 4, 1, 9}), odd(DType::f32, {1, 3, 1, 8});
   Tensor many(DType::f32, {1, 4, 5, 8});
   const auto starts = [](const std::string& text, const std::string& prefix) {
     return text.rfind(prefix, 0) == 0;
   };
-  EXPECT_TRUE(starts(message([&] { decode(wide.view(), f.cache, f.ids); }),
+  EXPECT_TRUE(starts(error_message([&] { decode(wide.view(), f.cache, f.ids); }),
                      "q: expected shape [1 (one per seq_id), Hq, n_q >= 1, 8"));
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, {f.ids[0], f.ids[0]}); }), "q: "));
-  EXPECT_TRUE(starts(message([&] { decode(odd.view(), f.cache, f.ids); }),
+  EXPECT_TRUE(starts(error_message([&] {
+                       decode(q.view(), f.cache, {f.ids[0], f.ids[0]});
+                     }),
+                     "q: "));
+  EXPECT_TRUE(starts(error_message([&] { decode(odd.view(), f.cache, f.ids); }),
                      "q: expected a head count that is a multiple"));
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, {42}); }), "seq_ids: expected ids"));
-  EXPECT_TRUE(starts(message([&] { decode(many.view(), f.cache, f.ids); }),
+  EXPECT_TRUE(
+      starts(error_message([&] { decode(q.view(), f.cache, {42}); }), "seq_ids: expected ids"));
+  EXPECT_TRUE(starts(error_message([&] { decode(many.view(), f.cache, f.ids); }),
                      "seq_ids: expected sequences holding at least n_q = 5"));
   Options options;
   options.sinks = {1.0f};
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, f.ids, options); }),
+  EXPECT_TRUE(starts(error_message([&] { decode(q.view(), f.cache, f.ids, options); }),
                      "sinks: expected 4 values"));
   options.sinks = {1.0f, 1.0f, 1.0f, 1.0f};
-  EXPECT_TRUE(starts(message([&] { decode_state(q.view(), f.cache, f.ids, options); }),
+  EXPECT_TRUE(starts(error_message([&] { decode_state(q.view(), f.cache, f.ids, options); }),
                      "sinks: expected none"));
   Options masked;
   masked.mask = q.view();
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, f.ids, masked); }), "mask: "));
+  EXPECT_TRUE(starts(error_message([&] { decode(q.view(), f.cache, f.ids, masked); }), "mask: "));
   Options reference;
   reference.backend = Backend::reference;
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, f.ids, reference); }), "backend: "));
+  EXPECT_TRUE(
+      starts(error_message([&] { decode(q.view(), f.cache, f.ids, reference); }), "backend: "));
   Options window;
   window.window.left = -2;
-  EXPECT_TRUE(starts(message([&] { decode(q.view(), f.cache, f.ids, window); }), "window.left: "));
+  EXPECT_TRUE(
+      starts(error_message([&] { decode(q.view(), f.cache, f.ids, window); }), "window.left: "));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "attn/kv_cache.hpp"
+#include "support/error_message.hpp"
 
 namespace attn::testing {
 namespace {
@@ -212,47 +213,43 @@ TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
 }
 
 TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {
-  const auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   KVCacheConfig config{.heads_kv = 2,
                        .dim = 3,
                        .dim_v = 2,
                        .page_size = 2,
                        .dtype = CacheDType::int8,
                        .max_blocks = 3};
-  EXPECT_EQ(message([&] { KVCache({.heads_kv = 0}); }).rfind("heads_kv: expected a positive", 0),
-            0u);
-  EXPECT_EQ(message([&] { KVCache({.page_size = -1}); }).rfind("page_size: expected", 0), 0u);
+  EXPECT_EQ(
+      error_message([&] { KVCache({.heads_kv = 0}); }).rfind("heads_kv: expected a positive", 0),
+      0u);
+  EXPECT_EQ(error_message([&] { KVCache({.page_size = -1}); }).rfind("page_size: expected", 0), 0u);
   KVCache cache(config);
   const auto seq = cache.add_sequence();
   Tensor k(DType::f32, {1, 2, 5, 3}), v(DType::f32, {1, 2, 5, 2}), wrong(DType::f32, {1, 2, 5, 4});
-  EXPECT_EQ(message([&] { cache.append(seq + 1, k.view(), v.view()); }).rfind("seq: expected", 0),
-            0u);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(
+      error_message([&] { cache.append(seq + 1, k.view(), v.view()); }).rfind("seq: expected", 0),
+      0u);
+  EXPECT_EQ(error_message([&] {
               cache.append(seq, wrong.view(), v.view());
             }).rfind("k: expected shape [1, 2, n, 3], given [1, 2, 5, 4]", 0),
             0u);
-  EXPECT_EQ(message([&] { cache.append(seq, k.view(), k.view()); }).rfind("v: expected shape", 0),
-            0u);
+  EXPECT_EQ(
+      error_message([&] { cache.append(seq, k.view(), k.view()); }).rfind("v: expected shape", 0),
+      0u);
   Tensor nan_k(DType::f32, {1, 2, 1, 3}), one_v(DType::f32, {1, 2, 1, 2});
   nan_k.data_as<float>()[4] = NAN;
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_message([&] {
               cache.append(seq, nan_k.view(), one_v.view());
             }).rfind("k: expected finite values for an int8 cache", 0),
             0u);
   cache.append(seq, k.view(), v.view());  // 5 tokens: 3 blocks of 2, the pool's limit
-  EXPECT_EQ(message([&] { cache.append(seq, k.view(), v.view()); }).rfind("k: expected at most", 0),
-            0u);
+  EXPECT_EQ(
+      error_message([&] { cache.append(seq, k.view(), v.view()); }).rfind("k: expected at most", 0),
+      0u);
   EXPECT_EQ(cache.length(seq), 5);
   EXPECT_EQ(cache.blocks_in_use(), 3);
-  EXPECT_EQ(message([&] { cache.fork(99); }).rfind("parent: expected", 0), 0u);
-  EXPECT_EQ(message([&] { cache.drop(99); }).rfind("seq: expected", 0), 0u);
+  EXPECT_EQ(error_message([&] { cache.fork(99); }).rfind("parent: expected", 0), 0u);
+  EXPECT_EQ(error_message([&] { cache.drop(99); }).rfind("seq: expected", 0), 0u);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "attn/state.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
+#include "support/error_message.hpp"
 
 namespace attn::testing {
 namespace {
@@ -147,24 +148,22 @@ TEST(State, BadInputThrowsNamingTheArgument) {
   const State a = State::empty(DType::f32, 1, 2, 3, 4);
   const State b = State::empty(DType::f32, 1, 2, 3, 5);
   const State c = State::empty(DType::f64, 1, 2, 3, 4);
-  const auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(message([&] { merge(a, b); }).rfind("b: expected acc of shape [1, 2, 3, 4]", 0), 0u);
-  EXPECT_EQ(message([&] { merge(a, c); }).rfind("b: expected dtype float32", 0), 0u);
-  EXPECT_EQ(message([&] { merge(a, State{}); }).rfind("b: expected a state", 0), 0u);
-  EXPECT_EQ(message([&] { finalize(a, {1.0f}); }).rfind("sinks: expected 2 values", 0), 0u);
-  EXPECT_EQ(message([&] { finalize(a, {1.0f, NAN}); }).rfind("sinks: expected finite", 0), 0u);
-  EXPECT_EQ(message([&] { State::empty(DType::f16, 1, 1, 1, 1); }).rfind("dtype: expected", 0), 0u);
+  EXPECT_EQ(error_message([&] { merge(a, b); }).rfind("b: expected acc of shape [1, 2, 3, 4]", 0),
+            0u);
+  EXPECT_EQ(error_message([&] { merge(a, c); }).rfind("b: expected dtype float32", 0), 0u);
+  EXPECT_EQ(error_message([&] { merge(a, State{}); }).rfind("b: expected a state", 0), 0u);
+  EXPECT_EQ(error_message([&] { finalize(a, {1.0f}); }).rfind("sinks: expected 2 values", 0), 0u);
+  EXPECT_EQ(error_message([&] {
+              finalize(a, {1.0f, NAN});
+            }).rfind("sinks: expected finite", 0),
+            0u);
+  EXPECT_EQ(
+      error_message([&] { State::empty(DType::f16, 1, 1, 1, 1); }).rfind("dtype: expected", 0), 0u);
   Case k;
   k.sinks = true;
   const Inputs in = make_inputs(k);
-  EXPECT_EQ(message([&] { forward_state(in.q, in.k, in.v, in.options); }).rfind("sinks: ", 0), 0u);
+  EXPECT_EQ(error_message([&] { forward_state(in.q, in.k, in.v, in.options); }).rfind("sinks: ", 0),
+            0u);
 }
 
 }  // namespace

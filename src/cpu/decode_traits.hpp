@@ -24,8 +24,9 @@ struct DecodeTraits {
   // test took 1 s with 2 threads on the shared 2-core box, 20 ms with 1).
   static constexpr int kMinKeysPerThread = 4096;
 
-  static_assert(kSplitKeys % kKeyTile == 0, "a split holds whole tiles");
-  static_assert(kMinTileKeys <= kKeyTile, "a tile of blocks fits the tile scratch");
+  static_assert(2 * kMinTileKeys - 2 <= kKeyTile,
+                "whole blocks of fewer than kMinTileKeys keys make a tile of at most "
+                "2 kMinTileKeys - 2 keys, which must fit the tile's scratch");
   static_assert(kRowBlock >= 1 && kRowBlock <= 4, "row_block kernels are written for 1 to 4");
 };
 

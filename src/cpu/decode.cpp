@@ -124,7 +124,9 @@ Index tile_keys(Index page) {
 // Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
 constexpr int kToL1 = 3, kToL2 = 1;
 
-// Asks for every cache line of a row of `bytes` bytes.
+// Asks for every cache line of a row of `bytes` bytes. It and every function that only
+// prefetches must be inlined (HWY_INLINE): GCC takes a function with no effect but
+// prefetches as pure and deletes calls to it that stay out of line.
 template <int kLocality>
 HWY_INLINE void prefetch_row(const void* row, Index bytes) {
   constexpr Index kLine = 64;
@@ -286,6 +288,17 @@ struct Scratch {
   std::vector<Index> first_key, end_key, position;  // each row's visible keys and position
 };
 
+// Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
+template <class T>
+struct TileRows {
+  Index t0 = 0, t1 = 0;
+  const T* keys[Traits::kKeyTile];
+  const T* values[Traits::kKeyTile];
+  float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
+
+  Index count() const { return t1 - t0; }
+};
+
 template <class T>
 class TaskKernel {
  public:
@@ -310,20 +323,23 @@ class TaskKernel {
     // Memory order: a block holds every KV head's rows one after another, so walking heads
     // inside a tile of one block reads the pools front to back, where the hardware
     // prefetchers keep up; head by head over many blocks jumps every few KiB and reads at
-    // less than half the bandwidth.
+    // less than half the bandwidth. The rows of each tile are found one tile ahead, so
+    // the tile being computed can ask for the next one's (prefetch_to_l2).
     const Index step = tile_keys(p_.cache->config().page_size);
+    const auto tile_end = [&](Index t0) { return std::min(union_end, (t0 / step + 1) * step); };
     const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
-    for (Index t0 = union_first; t0 < union_end;) {
-      const Index t1 = std::min(union_end, (t0 / step + 1) * step);
-      for (Index kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
-        if (kv_head + 1 < p_.heads_kv) {
-          prefetch_to_l2(table, kv_head + 1, t0, t1);
-        } else if (t1 < union_end) {
-          prefetch_to_l2(table, 0, t1, std::min(union_end, (t1 / step + 1) * step));
-        }
-        tile(table, kv_head, kv_head * rows, (kv_head + 1) * rows, t0, t1);
-      }
-      t0 = t1;
+    TileRows<T> tiles[2];
+    TileRows<T>*current = &tiles[0], *next = &tiles[1];
+    Index kv_head = 0;
+    if (union_first < union_end) find_rows(table, 0, union_first, tile_end(union_first), *current);
+    while (current->count() > 0) {
+      const Index next_head = (kv_head + 1) % p_.heads_kv;
+      const Index next_t0 = next_head == 0 ? current->t1 : current->t0;
+      next->t0 = next->t1 = next_t0;
+      if (next_t0 < union_end) find_rows(table, next_head, next_t0, tile_end(next_t0), *next);
+      tile(*current, *next, kv_head * rows, (kv_head + 1) * rows);
+      std::swap(current, next);
+      kv_head = next_head;
     }
     const Index all_rows = p_.heads_kv * rows;
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
@@ -361,80 +377,87 @@ class TaskKernel {
   // Asks for the tile's value rows to come to L1 while its keys are scored: they are read
   // after the softmax, a few columns of every row at a time, where the hardware prefetchers
   // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
-  void prefetch_values_to_l1(const T* const* values, Index count) const {
+  HWY_INLINE void prefetch_values_to_l1(const T* const* values, Index count) const {
     const Index bytes = p_.dim_v * static_cast<Index>(sizeof(T));
     for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], bytes);
   }
 
-  // Asks for the keys and values of the next tile (keys [t0, t1) of kv_head) to come to L2
-  // while this one is computed. To L2 this made decode 15-22% faster from memory (Hq = 8
-  // and 32, 1 and 2 threads, Lk = 4096 and 32768), and 20% slower when the whole cache
-  // (2 MiB at Lk = 512) stays in the caches; to L1 the same requests made it slower. Each
-  // row's address is found here through the cache, row by row, though tile() finds them
-  // again: the same requests issued in one tight loop over addresses gathered beforehand
-  // were no faster than none (39 against 27 ns per key and KV head, Hq = 8, Lk = 32768, 1
-  // thread), as if requests issued back to back are dropped.
-  void prefetch_to_l2(const std::vector<std::int32_t>& table, Index kv_head, Index t0,
-                      Index t1) const {
+  // Finds the rows of keys [t0, t1) of kv_head through the block table.
+  void find_rows(const std::vector<std::int32_t>& table, Index kv_head, Index t0, Index t1,
+                 TileRows<T>& rows) const {
     const KVCache& cache = *p_.cache;
     const Index page = cache.config().page_size;
-    const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
-    const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));
-    for (Index t = t0; t < t1; ++t) {
-      const std::int32_t block = table[static_cast<std::size_t>(t / page)];
-      const Index slot = t % page;
-      prefetch_row<kToL2>(cache.key_block(block, kv_head) + slot * key_bytes, key_bytes);
-      prefetch_row<kToL2>(cache.value_block(block, kv_head) + slot * value_bytes, value_bytes);
-    }
-  }
-
-  // Keys [t0, t1) of one KV head against its rows [row_begin, row_end).
-  void tile(const std::vector<std::int32_t>& table, Index kv_head, Index row_begin, Index row_end,
-            Index t0, Index t1) {
-    const KVCache& cache = *p_.cache;
-    const Index page = cache.config().page_size, count = t1 - t0;
-    const T* keys[Traits::kKeyTile];
-    const T* values[Traits::kKeyTile];
-    float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
+    rows.t0 = t0;
+    rows.t1 = t1;
     for (Index t = t0; t < t1;) {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
       const T* k = reinterpret_cast<const T*>(cache.key_block(block, kv_head));
       const T* v = reinterpret_cast<const T*>(cache.value_block(block, kv_head));
       const float ks = cache.key_scale(block, kv_head), vs = cache.value_scale(block, kv_head);
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
-        keys[t - t0] = k + slot * p_.dim;
-        values[t - t0] = v + slot * p_.dim_v;
-        key_scale[t - t0] = ks;
-        value_scale[t - t0] = vs;
+        rows.keys[t - t0] = k + slot * p_.dim;
+        rows.values[t - t0] = v + slot * p_.dim_v;
+        rows.key_scale[t - t0] = ks;
+        rows.value_scale[t - t0] = vs;
       }
     }
-    prefetch_values_to_l1(values, count);
-    for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
-      const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      score_rows(r, block_rows, keys, count);
-    }
-    for (Index r = row_begin; r < row_end; ++r) softmax_row(r, t0, t1, key_scale, value_scale);
-    for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
-      const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      accumulate(r, block_rows, values, t0, t1);
+  }
+
+  // Asks for the key and value rows [begin, end) of the next tile to come to L2. The
+  // scoring loop asks for as many rows as keys it has scored, so the requests go out spread
+  // over the tile's work: the same requests issued back to back before the tile made Hq = 8
+  // decode from memory slower than no requests at all (39 against 35 and 27 ns per key and
+  // KV head). Against the requests of each
+  // row issued out of line through the cache, which had measured best before, this took
+  // Hq = 32 decode from 47 to 41 ns per key and KV head from memory and Hq = 8 from 27 to
+  // 17 ns when the cache stays in the CPU caches (Lk = 512), and left Hq = 8 from memory at
+  // 27 ns, bound by memory.
+  HWY_INLINE void prefetch_to_l2(const TileRows<T>& ahead, Index begin, Index end) const {
+    const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
+    const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));
+    for (Index t = begin; t < std::min(end, ahead.count()); ++t) {
+      prefetch_row<kToL2>(ahead.keys[t], key_bytes);
+      prefetch_row<kToL2>(ahead.values[t], value_bytes);
     }
   }
 
-  void score_rows(Index r0, Index block_rows, const T* const* keys, Index count) {
+  // The keys of `rows` against the query rows [row_begin, row_end) of their KV head, while
+  // the rows of `ahead`, the next tile in memory order, are asked for.
+  void tile(const TileRows<T>& rows, const TileRows<T>& ahead, Index row_begin, Index row_end) {
+    const Index count = rows.count();
+    prefetch_values_to_l1(rows.values, count);
+    for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
+      const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
+      score_rows(r, block_rows, rows.keys, count, r == row_begin ? ahead.count() : 0, ahead);
+    }
+    for (Index r = row_begin; r < row_end; ++r) {
+      softmax_row(r, rows.t0, rows.t1, rows.key_scale, rows.value_scale);
+    }
+    for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
+      const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
+      accumulate(r, block_rows, rows.values, rows.t0, rows.t1);
+    }
+  }
+
+  void score_rows(Index r0, Index block_rows, const T* const* keys, Index count,
+                  Index prefetch_count, const TileRows<T>& ahead) {
     switch (block_rows) {
       case 4:
-        return score_rows_n<4, 2>(r0, keys, count);
+        return score_rows_n<4, 2>(r0, keys, count, prefetch_count, ahead);
       case 3:
-        return score_rows_n<3, 2>(r0, keys, count);
+        return score_rows_n<3, 2>(r0, keys, count, prefetch_count, ahead);
       case 2:
-        return score_rows_n<2, 2>(r0, keys, count);
+        return score_rows_n<2, 2>(r0, keys, count, prefetch_count, ahead);
       default:
-        return score_rows_n<1, 4>(r0, keys, count);
+        return score_rows_n<1, 4>(r0, keys, count, prefetch_count, ahead);
     }
   }
 
+  // Scores keys [0, count) for rows [r0, r0 + NR), and asks for rows [0, prefetch_count)
+  // of `ahead` as it goes: as many as the keys scored so far, the rest at the end.
   template <int NR, int KK>
-  void score_rows_n(Index r0, const T* const* keys, Index count) {
+  void score_rows_n(Index r0, const T* const* keys, Index count, Index prefetch_count,
+                    const TileRows<T>& ahead) {
     const float* q[NR];
     float* out[NR];
     for (int r = 0; r < NR; ++r) {
@@ -447,12 +470,15 @@ class TaskKernel {
       score_block<T, NR, KK>(q, keys + k, p_.dim, block);
       for (int r = 0; r < NR; ++r)
         for (int j = 0; j < KK; ++j) out[r][k + j] = block[r][j];
+      if (k < prefetch_count) prefetch_to_l2(ahead, k, std::min(k + KK, prefetch_count));
     }
     for (; k < count; ++k) {
       float one[NR][1];
       score_block<T, NR, 1>(q, keys + k, p_.dim, one);
       for (int r = 0; r < NR; ++r) out[r][k] = one[r][0];
+      if (k < prefetch_count) prefetch_to_l2(ahead, k, k + 1);
     }
+    if (count < prefetch_count) prefetch_to_l2(ahead, count, prefetch_count);
   }
 
   // Shapes row r's scores of keys [t0, t1) (int8 scale, softcap, ALiBi, hiding), then folds

@@ -405,13 +405,12 @@ class TaskKernel {
 
   // Asks for the key and value rows [begin, end) of the next tile to come to L2. The
   // scoring loop asks for as many rows as keys it has scored, so the requests go out spread
-  // over the tile's work: the same requests issued back to back before the tile made Hq = 8
-  // decode from memory slower than no requests at all (39 against 35 and 27 ns per key and
-  // KV head). Against the requests of each
-  // row issued out of line through the cache, which had measured best before, this took
-  // Hq = 32 decode from 47 to 41 ns per key and KV head from memory and Hq = 8 from 27 to
-  // 17 ns when the cache stays in the CPU caches (Lk = 512), and left Hq = 8 from memory at
-  // 27 ns, bound by memory.
+  // over the tile's work. Issued back to back before the tile, the same requests made Hq = 8
+  // decode from memory slower than none at all (39 against 35 ns per key and KV head, 27
+  // spread). Against the previous form (each row's requests issued before the tile, its
+  // address found through out-of-line calls into the cache), spreading took Hq = 32 from
+  // memory from 47 to 41 ns and Hq = 8 with the cache in the CPU caches (Lk = 512) from 27
+  // to 17 ns, and left Hq = 8 from memory at 27 ns, where memory bounds it.
   HWY_INLINE void prefetch_to_l2(const TileRows<T>& ahead, Index begin, Index end) const {
     const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
     const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));

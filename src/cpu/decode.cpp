@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -192,10 +193,10 @@ HWY_INLINE void sums_of_lanes4(DF df, VF a, VF b, VF c, VF e, float* out4) {
 }
 
 // scores[r][k] = q[r] . key[k] for NR rows and KK keys (dot products over dim).
-// q: NR rows of [dim] float  keys: KK rows of [dim] T
+// q: NR rows of [dim] float  keys: KK rows of [dim] T  scores: NR rows of KK floats
 template <class T, int NR, int KK>
 HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index dim,
-                            float (*scores)[KK]) {
+                            float* const* scores) {
   const DF df;
   const Index lanes = static_cast<Index>(hn::Lanes(df));
   VF acc[NR][KK];
@@ -210,15 +211,15 @@ HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index d
       for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
     }
   }
-  // Lane sums four accumulators at a time through one shuffle tree: across the rows of a
-  // key when there are four rows, else across keys.
-  const VF* flat = &acc[0][0];
-  float* flat_scores = &scores[0][0];
-  int i = 0;
-  for (; i + 4 <= NR * KK; i += 4) {
-    sums_of_lanes4(df, flat[i], flat[i + 1], flat[i + 2], flat[i + 3], flat_scores + i);
+  // Lane sums of four keys of a row at a time, through one shuffle tree, straight into the
+  // row's scores.
+  for (int r = 0; r < NR; ++r) {
+    int k = 0;
+    for (; k + 4 <= KK; k += 4) {
+      sums_of_lanes4(df, acc[r][k], acc[r][k + 1], acc[r][k + 2], acc[r][k + 3], scores[r] + k);
+    }
+    for (; k < KK; ++k) scores[r][k] = hn::GetLane(hn::SumOfLanes(df, acc[r][k]));
   }
-  for (; i < NR * KK; ++i) flat_scores[i] = hn::GetLane(hn::SumOfLanes(df, flat[i]));
   for (int r = 0; r < NR; ++r)
     for (int k = 0; k < KK; ++k)
       for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_one(keys[k], d);
@@ -467,18 +468,18 @@ class TaskKernel {
       q[r] = s_.queries.get() + (r0 + r) * p_.dim;
       out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
     }
-    float block[NR][KK];
+    const auto at = [&](Index k) {
+      std::array<float*, NR> scores;
+      for (int r = 0; r < NR; ++r) scores[r] = out[r] + k;
+      return scores;
+    };
     Index k = 0;
     for (; k + KK <= count; k += KK) {
-      score_block<T, NR, KK>(q, keys + k, p_.dim, block);
-      for (int r = 0; r < NR; ++r)
-        for (int j = 0; j < KK; ++j) out[r][k + j] = block[r][j];
+      score_block<T, NR, KK>(q, keys + k, p_.dim, at(k).data());
       if (k < prefetch_count) prefetch_to_l2(ahead, k, std::min(k + KK, prefetch_count));
     }
     for (; k < count; ++k) {
-      float one[NR][1];
-      score_block<T, NR, 1>(q, keys + k, p_.dim, one);
-      for (int r = 0; r < NR; ++r) out[r][k] = one[r][0];
+      score_block<T, NR, 1>(q, keys + k, p_.dim, at(k).data());
       if (k < prefetch_count) prefetch_to_l2(ahead, k, k + 1);
     }
     if (count < prefetch_count) prefetch_to_l2(ahead, count, prefetch_count);

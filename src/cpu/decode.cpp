@@ -428,7 +428,7 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      score_rows(r, block_rows, rows.keys, count, r == row_begin ? ahead.count() : 0, ahead);
+      score_rows(r, block_rows, rows.keys, count, r == row_begin ? &ahead : nullptr);
     }
     for (Index r = row_begin; r < row_end; ++r) {
       softmax_row(r, rows.t0, rows.t1, rows.key_scale, rows.value_scale);
@@ -443,25 +443,26 @@ class TaskKernel {
   // for four multiply-adds. With two keys a block, GCC folded each query load into both
   // multiply-adds, and loads, not arithmetic, bound the loop (Hq = 32: 38 against 34 ns per
   // key and KV head with the cache in the CPU caches).
+  static constexpr int kBlockKeys = 4;
+
   void score_rows(Index r0, Index block_rows, const T* const* keys, Index count,
-                  Index prefetch_count, const TileRows<T>& ahead) {
+                  const TileRows<T>* ahead) {
     switch (block_rows) {
       case 4:
-        return score_rows_n<4, 4>(r0, keys, count, prefetch_count, ahead);
+        return score_rows_n<4>(r0, keys, count, ahead);
       case 3:
-        return score_rows_n<3, 4>(r0, keys, count, prefetch_count, ahead);
+        return score_rows_n<3>(r0, keys, count, ahead);
       case 2:
-        return score_rows_n<2, 4>(r0, keys, count, prefetch_count, ahead);
+        return score_rows_n<2>(r0, keys, count, ahead);
       default:
-        return score_rows_n<1, 4>(r0, keys, count, prefetch_count, ahead);
+        return score_rows_n<1>(r0, keys, count, ahead);
     }
   }
 
-  // Scores keys [0, count) for rows [r0, r0 + NR), and asks for rows [0, prefetch_count)
-  // of `ahead` as it goes: as many as the keys scored so far, the rest at the end.
-  template <int NR, int KK>
-  void score_rows_n(Index r0, const T* const* keys, Index count, Index prefetch_count,
-                    const TileRows<T>& ahead) {
+  // Scores keys [0, count) for rows [r0, r0 + NR). With `ahead`, asks for its rows as it
+  // goes: as many as the keys scored so far, the rest at the end.
+  template <int NR>
+  void score_rows_n(Index r0, const T* const* keys, Index count, const TileRows<T>* ahead) {
     const float* q[NR];
     float* out[NR];
     for (int r = 0; r < NR; ++r) {
@@ -474,15 +475,15 @@ class TaskKernel {
       return scores;
     };
     Index k = 0;
-    for (; k + KK <= count; k += KK) {
-      score_block<T, NR, KK>(q, keys + k, p_.dim, at(k).data());
-      if (k < prefetch_count) prefetch_to_l2(ahead, k, std::min(k + KK, prefetch_count));
+    for (; k + kBlockKeys <= count; k += kBlockKeys) {
+      score_block<T, NR, kBlockKeys>(q, keys + k, p_.dim, at(k).data());
+      if (ahead != nullptr) prefetch_to_l2(*ahead, k, k + kBlockKeys);
     }
     for (; k < count; ++k) {
       score_block<T, NR, 1>(q, keys + k, p_.dim, at(k).data());
-      if (k < prefetch_count) prefetch_to_l2(ahead, k, k + 1);
+      if (ahead != nullptr) prefetch_to_l2(*ahead, k, k + 1);
     }
-    if (count < prefetch_count) prefetch_to_l2(ahead, count, prefetch_count);
+    if (ahead != nullptr) prefetch_to_l2(*ahead, count, ahead->count());
   }
 
   // Shapes row r's scores of keys [t0, t1) (int8 scale, softcap, ALiBi, hiding), then folds

@@ -32,7 +32,7 @@ class InputCache {
   struct Entry {
     testing::Inputs inputs;
     Tensor output;
-    Tensor weights;                     // made by the first weights case of the shape
+    Tensor weights;                     // the weights cases' output, fitted per case
     std::vector<std::int64_t> indices;  // of the top-k cases
   };
 
@@ -60,22 +60,26 @@ class InputCache {
   std::set<std::string> warmed_up_;
 };
 
-// attn::weights_into the entry's storage, made once per shape and work (so the timing
-// leaves out allocating and first touching the L^2 output, as it does for forward).
-void run_weights(const BenchCase& bench_case, InputCache::Entry& entry, const Options& options) {
-  const testing::Case& shape = bench_case.shape;
+WeightSelection selection_of(const BenchCase& bench_case) {
   WeightSelection selection;
-  Index columns = shape.len_k;
-  if (bench_case.work == Work::top8) {
-    selection.top_k = 8;
-    columns = 8;
-  }
-  const Dims dims{shape.batch, shape.heads_q, shape.len_q, columns};
-  if (entry.weights.shape() != dims) {
-    entry.weights = Tensor();
-    entry.weights = Tensor(DType::f32, dims);
-    entry.indices.assign(selection.top_k ? static_cast<std::size_t>(entry.weights.numel()) : 0, 0);
-  }
+  if (bench_case.work == Work::top8) selection.top_k = 8;
+  return selection;
+}
+
+// Makes the entry's weights storage fit the case, outside the timing (so that, as for
+// forward, the timing leaves out allocating and first touching the L^2 output).
+void prepare_weights(const BenchCase& bench_case, InputCache::Entry& entry) {
+  const testing::Case& shape = bench_case.shape;
+  const auto top_k = selection_of(bench_case).top_k;
+  const Dims dims{shape.batch, shape.heads_q, shape.len_q, top_k ? *top_k : shape.len_k};
+  if (entry.weights.shape() == dims) return;
+  entry.weights = Tensor();  // free the previous storage before allocating the next
+  entry.weights = Tensor(DType::f32, dims);
+  entry.indices.assign(top_k ? static_cast<std::size_t>(entry.weights.numel()) : 0, 0);
+}
+
+void run_weights(const BenchCase& bench_case, InputCache::Entry& entry, const Options& options) {
+  const WeightSelection selection = selection_of(bench_case);
   weights_into(entry.inputs.q, entry.inputs.k, options, selection, entry.weights.mutable_view(),
                selection.top_k ? entry.indices.data() : nullptr);
 }
@@ -87,6 +91,7 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& 
   options.causal = bench_case.shape.causal;
   options.threads = bench_case.threads;
   const testing::Inputs& in = entry.inputs;
+  if (bench_case.work != Work::forward) prepare_weights(bench_case, entry);
   auto once = [&] {
     if (bench_case.work == Work::forward) {
       forward_into(in.q, in.k, in.v, options, outputs);

@@ -8,6 +8,15 @@ void fail(const std::string& argument, const std::string& expected, const std::s
   throw Error(argument + ": expected " + expected + ", given " + given);
 }
 
+void check_output(const char* name, const MutableTensorView& t, const Dims& shape) {
+  if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  if (t.shape != shape) fail(name, "shape " + format_dims(shape), format_dims(t.shape));
+  if (t.shape[3] > 1 && t.strides[3] != 1) {
+    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
+  }
+  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+}
+
 void check_per_head(const char* name, const std::vector<float>& values, Index heads,
                     bool allow_minus_infinity) {
   if (values.empty()) return;

@@ -2,10 +2,18 @@
 // reference (ATTN_BACKEND=reference).
 #pragma once
 
+#include <string>
+
 #include "attn/options.hpp"
 
 namespace attn::core {
 
 Backend resolve_backend(Backend requested);
+
+// Whether the fast kernel serves a request that it lacks support for as `missing` says
+// (empty: it supports it): not when the reference is asked for or forced, nor, with
+// Backend::automatic, when something is missing; with Backend::fast, a missing feature
+// throws.
+bool use_fast_kernel(Backend requested, const std::string& missing);
 
 }  // namespace attn::core

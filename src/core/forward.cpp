@@ -36,20 +36,10 @@ void fast_forward_with_weights(const core::Problem& problem, const core::Problem
 }
 
 void run(const core::Problem& problem, Backend requested) {
-  const Backend backend = core::resolve_backend(requested);
-  if (backend == Backend::reference) {
-    reference::forward(problem);
-    return;
-  }
   // The forward kernel computes context and lse; weights come from the weights pass.
   core::Problem kernel_problem = problem;
   kernel_problem.outputs.weights.reset();
-  const std::string missing = cpu::unsupported(kernel_problem);
-  if (!missing.empty()) {
-    if (backend == Backend::fast) {
-      throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
-                  "; use backend automatic or reference");
-    }
+  if (!core::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
     reference::forward(problem);
   } else if (problem.outputs.weights) {
     fast_forward_with_weights(problem, kernel_problem);

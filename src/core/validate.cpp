@@ -26,15 +26,6 @@ void check_input(const char* name, const TensorView& t) {
   if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
 }
 
-void check_output(const char* name, const MutableTensorView& t, const Dims& shape) {
-  if (!is_float(t.dtype)) fail(name, "a floating-point dtype", dtype_name(t.dtype));
-  if (t.shape != shape) fail(name, "shape " + format_dims(shape), format_dims(t.shape));
-  if (t.shape[3] > 1 && t.strides[3] != 1) {
-    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
-  }
-  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
-}
-
 std::string offsets_text(const std::vector<std::int64_t>& offsets) {
   std::string text = "[";
   for (std::size_t i = 0; i < offsets.size(); ++i) {

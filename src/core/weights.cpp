@@ -19,19 +19,21 @@ namespace attn {
 namespace core {
 namespace {
 
+// 0, 1, ..., count - 1.
+std::vector<Index> all_indices(Index count) {
+  std::vector<Index> all(static_cast<std::size_t>(count));
+  std::iota(all.begin(), all.end(), Index{0});
+  return all;
+}
+
 // The listed indices, each checked against [0, count), or every index when none is listed.
 std::vector<Index> chosen(const std::vector<Index>& listed, Index count, const char* argument,
                           const char* what) {
-  if (listed.empty()) {
-    std::vector<Index> all(static_cast<std::size_t>(count));
-    std::iota(all.begin(), all.end(), Index{0});
-    return all;
-  }
+  if (listed.empty()) return all_indices(count);
   for (std::size_t at = 0; at < listed.size(); ++at) {
     if (listed[at] < 0 || listed[at] >= count) {
-      throw Error(std::string(argument) + ": expected " + what + " in [0, " +
-                  std::to_string(count) + "), given " + std::to_string(listed[at]) +
-                  " at position " + std::to_string(at));
+      fail(argument, std::string(what) + " in [0, " + std::to_string(count) + ")",
+           std::to_string(listed[at]) + " at position " + std::to_string(at));
     }
   }
   return listed;
@@ -77,8 +79,8 @@ std::vector<WeightRow> weight_rows(const Problem& p, const WeightRequest& reques
 
 WeightRequest whole_request(const Problem& p, const MutableTensorView& weights) {
   WeightRequest request;
-  request.heads = chosen({}, p.heads_q, "heads", "query heads");
-  request.rows = chosen({}, p.total_q, "rows", "query rows");
+  request.heads = all_indices(p.heads_q);
+  request.rows = all_indices(p.total_q);
   request.weights = weights;
   return request;
 }
@@ -103,8 +105,8 @@ Request make_request(const TensorView& q, const TensorView& k, const Options& op
       core::chosen(selection.heads, r.problem.heads_q, "selection.heads", "query heads");
   r.request.rows = core::chosen(selection.rows, r.problem.total_q, "selection.rows", "query rows");
   if (selection.top_k && *selection.top_k < 1) {
-    throw Error("selection.top_k: expected a count of at least 1 (or none for every key), given " +
-                std::to_string(*selection.top_k));
+    fail("selection.top_k", "a count of at least 1 (or none for every key)",
+         std::to_string(*selection.top_k));
   }
   r.request.top_k = selection.top_k;
   r.shape = {r.problem.batch, static_cast<Index>(r.request.heads.size()),
@@ -115,14 +117,7 @@ Request make_request(const TensorView& q, const TensorView& k, const Options& op
 
 void check_outputs(const Request& r, const MutableTensorView& weights,
                    const std::int64_t* indices) {
-  if (weights.dtype == DType::boolean) fail("weights", "a floating-point dtype", "bool");
-  if (weights.shape != r.shape)
-    fail("weights", "shape " + format_dims(r.shape), format_dims(weights.shape));
-  if (weights.shape[3] > 1 && weights.strides[3] != 1) {
-    fail("weights", "a contiguous last dim (stride 1)",
-         "stride " + std::to_string(weights.strides[3]));
-  }
-  if (weights.numel() > 0 && weights.data == nullptr) fail("weights", "data", "a null pointer");
+  core::check_output("weights", weights, r.shape);
   if (r.request.top_k && weights.numel() > 0 && indices == nullptr) {
     fail("indices", "storage for " + format_dims(r.shape) + " int64 (top_k is set)",
          "a null pointer");
@@ -133,17 +128,8 @@ void check_outputs(const Request& r, const MutableTensorView& weights,
 }
 
 void run(const core::Problem& problem, const core::WeightRequest& request, Backend requested) {
-  const Backend backend = core::resolve_backend(requested);
-  if (backend == Backend::reference) {
-    reference::weights(problem, request);
-    return;
-  }
-  const std::string missing = cpu::unsupported(problem);
-  if (missing.empty()) {
+  if (core::use_fast_kernel(requested, cpu::unsupported(problem))) {
     cpu::weights(problem, request);
-  } else if (backend == Backend::fast) {
-    throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
-                "; use backend automatic or reference");
   } else {
     reference::weights(problem, request);
   }

@@ -72,11 +72,12 @@ void attend_row(const Problem& p, const Segment& seg, Index head, Index i, RowSc
   if (p.outputs.lse) core::store_row(*p.outputs.lse, b, head, row, &lse);
   if (p.outputs.weights) {
     // Packed sequences: the row covers all packed keys, zero outside this sequence.
-    std::vector<double> weights(static_cast<std::size_t>(p.total_k), 0.0);
+    std::vector<double>& packed = scratch.packed;
+    packed.assign(static_cast<std::size_t>(p.total_k), 0.0);
     for (Index j = 0; j < seg.len_k; ++j) {
-      if (scratch.shown[j]) weights[seg.k_begin + j] = scratch.weights[j];
+      if (scratch.shown[j]) packed[seg.k_begin + j] = scratch.weights[j];
     }
-    core::store_row(*p.outputs.weights, b, head, row, weights.data());
+    core::store_row(*p.outputs.weights, b, head, row, packed.data());
   }
 }
 

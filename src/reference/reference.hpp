@@ -14,6 +14,7 @@ struct RowScratch {
   std::vector<double> q_row, k_row;
   std::vector<double> weights;  // [len_k of the segment]
   std::vector<char> shown;      // [len_k of the segment]: 1 where the key takes weight
+  std::vector<double> packed;   // [total_k]: the row's weights over all packed keys
 };
 
 // alpha of query row i (relative to seg) of `head` against the segment's keys:

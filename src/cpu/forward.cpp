@@ -30,6 +30,7 @@
 
 #include "attn/half.hpp"
 #include "core/element_type.hpp"
+#include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
@@ -48,11 +49,14 @@ using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 using core::from_float;
+using core::mask_hides;
+using core::masked_score;
 using core::MaskKind;
 using core::Problem;
 using core::round_up;
 using core::row_of;
 using core::Segment;
+using core::with_element_type;
 using core::with_float_type;
 
 constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
@@ -312,29 +316,9 @@ class ItemKernel {
     return p_.mask_kind == MaskKind::none || mask_shows_any(chunk, row_end);
   }
 
-  template <class Fn>
-  void for_mask_type(Fn&& fn) const {
-    if (p_.mask_kind == MaskKind::boolean) {
-      fn(bool{});
-    } else {
-      with_float_type(p_.mask.dtype, fn);
-    }
-  }
-
-  template <class M>
-  static bool mask_hides(M value) {
-    if constexpr (std::is_same_v<M, bool>) {
-      return !value;
-    } else if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
-      return to_float(value) == kMinusInfinity;
-    } else {
-      return value == -std::numeric_limits<M>::infinity();
-    }
-  }
-
   bool mask_shows_any(const Chunk& chunk, Index row_end) const {
     bool shown = false;
-    for_mask_type([&](auto tag) {
+    with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       for (Index r = chunk.first_row; r < row_end && !shown; ++r) {
         const M* row = row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
@@ -509,21 +493,13 @@ class ItemKernel {
 
   void apply_mask(const Chunk& chunk) {
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
-    for_mask_type([&](auto tag) {
+    with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       for (Index r = chunk.first_row; r < row_end; ++r) {
         const M* row = row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
         for (Index j = chunk.first; j < chunk.end; ++j) {
           float* at = scores_at(j, r);
-          if (mask_hides(row[j])) {
-            *at = kMinusInfinity;
-          } else if constexpr (!std::is_same_v<M, bool>) {
-            if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
-              *at += to_float(row[j]);
-            } else {
-              *at += static_cast<float>(row[j]);
-            }
-          }
+          *at = masked_score(*at, row[j]);
         }
       }
     });

@@ -32,6 +32,7 @@
 
 #include "attn/half.hpp"
 #include "core/element_type.hpp"
+#include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/threads.hpp"
@@ -51,6 +52,7 @@ using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 using core::from_float;
+using core::masked_score;
 using core::MaskKind;
 using core::Problem;
 using core::round_up;
@@ -58,6 +60,7 @@ using core::row_of;
 using core::Segment;
 using core::WeightRequest;
 using core::WeightRow;
+using core::with_element_type;
 using core::with_float_type;
 using Traits = WeightsTraits;
 
@@ -394,41 +397,13 @@ class ItemKernel {
     return {v_first, v_end};
   }
 
-  template <class Fn>
-  void for_mask_type(Fn&& fn) const {
-    if (p_.mask_kind == MaskKind::boolean) {
-      fn(bool{});
-    } else {
-      with_float_type(p_.mask.dtype, fn);
-    }
-  }
-
-  template <class M>
-  static bool mask_hides(M value) {
-    if constexpr (std::is_same_v<M, bool>) {
-      return !value;
-    } else if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
-      return to_float(value) == kMinusInfinity;
-    } else {
-      return value == -std::numeric_limits<M>::infinity();
-    }
-  }
-
   void apply_mask(Index r, Index tile, Index first, Index end) {
     float* s = s_.scores.get() + r * kKeyTile - tile;
-    for_mask_type([&](auto tag) {
+    with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       const M* mask =
           row_of<M>(p_.mask, seg_->batch, row_[r].head, row_[r].query_row) + seg_->k_begin;
-      for (Index j = first; j < end; ++j) {
-        if (mask_hides(mask[j])) {
-          s[j] = kMinusInfinity;
-        } else if constexpr (std::is_same_v<M, float16> || std::is_same_v<M, bfloat16>) {
-          s[j] += to_float(mask[j]);
-        } else if constexpr (!std::is_same_v<M, bool>) {
-          s[j] += static_cast<float>(mask[j]);
-        }
-      }
+      for (Index j = first; j < end; ++j) s[j] = masked_score(s[j], mask[j]);
     });
   }
 

@@ -91,18 +91,20 @@ def _threads(threads):
     return threads
 
 
-def _run(q, k, v, out, *, lse=None, weights=None, mask=None, scale=None, causal=False,
-         bottom_right=False, window=(-1, -1), softcap=0.0, alibi_slopes=(), sinks=(),
-         cu_seqlens_q=(), cu_seqlens_k=(), threads=0):
-    """Every array here is a 4-D [B, H, S, D] view the extension reads or writes in place."""
-    def ext(x):
-        return None if x is None else _arrays.for_extension(x)
+def ext(x):
+    """An array as the extension takes it, or None."""
+    return None if x is None else _arrays.for_extension(x)
 
+
+def _run(q, k, v, out, *, lse=None, weights=None, mask=None, scale=None, causal=False,
+         bottom_right=False, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=(),
+         sinks=(), cu_seqlens_q=(), cu_seqlens_k=(), threads=0):
+    """Every array here is a 4-D [B, H, S, D] view the extension reads or writes in place."""
     _forward(
         ext(q), ext(k), ext(v),
         out=ext(out), lse=ext(lse), weights=ext(weights), mask=ext(mask),
         scale=scale, causal=causal, bottom_right=bottom_right,
-        window_left=window[0], window_right=window[1], softcap=softcap,
+        window_left=window_left, window_right=window_right, softcap=softcap,
         alibi_slopes=list(alibi_slopes), sinks=list(sinks),
         cu_seqlens_q=list(cu_seqlens_q), cu_seqlens_k=list(cu_seqlens_k), threads=threads,
     )
@@ -204,11 +206,13 @@ def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, al
             )
     causal = _arrays.flag(causal, "causal")
     packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    window_left, window_right = _window(window)
     options = dict(
         scale=_arrays.number(scale, "scale", allow_none=True),
         causal=causal,
         bottom_right=causal_align == "bottom-right",
-        window=_window(window),
+        window_left=window_left,
+        window_right=window_right,
         softcap=_arrays.number(softcap, "softcap"),
         alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"),
         sinks=_arrays.per_head(sinks, "sinks"),

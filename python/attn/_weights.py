@@ -4,7 +4,7 @@ keywords, without v; all of them, chosen heads or query rows, or the top k per r
 import numpy as np
 
 from . import _arrays
-from ._attention import mask_view, prepare
+from ._attention import ext, mask_view, prepare
 from ._attn import weights as _weights
 
 
@@ -68,18 +68,10 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
     out = _arrays.empty(q, user_shape, _arrays.stats_dtype(q))
     indices = None if top_k is None else _arrays.empty(q, user_shape, "int64")
 
-    def ext(x):
-        return None if x is None else _arrays.for_extension(x)
-
     _weights(
         ext(q4), ext(k4), out=_arrays.reshape(out, shape4),
         indices=None if indices is None else _arrays.reshape(indices, shape4),
         heads=head_list, rows=row_list, top_k=top_k,
-        mask=ext(mask_view(mask, (batch, heads_q), len_q, len_k)),
-        scale=options["scale"], causal=options["causal"], bottom_right=options["bottom_right"],
-        window_left=options["window"][0], window_right=options["window"][1],
-        softcap=options["softcap"], alibi_slopes=options["alibi_slopes"], sinks=options["sinks"],
-        cu_seqlens_q=options["cu_seqlens_q"], cu_seqlens_k=options["cu_seqlens_k"],
-        threads=options["threads"],
+        mask=ext(mask_view(mask, (batch, heads_q), len_q, len_k)), **options,
     )
     return out if indices is None else (out, indices)

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/element_type.hpp"
+#include "core/visible_keys.hpp"
 #include "cpu/decode.hpp"
 #include "cpu/decode_traits.hpp"
 #include "cpu/threads.hpp"
@@ -354,12 +355,9 @@ class TaskKernel {
   void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
     const Index length = p_.lengths[static_cast<std::size_t>(seq)];
     const Index position = length - p_.queries + i;
-    Index first = 0, end = length;
-    if (p_.causal) end = std::min(end, position + 1);
-    if (p_.window.left >= 0) first = std::max(first, position - p_.window.left);
-    if (p_.window.right >= 0) end = std::min(end, position + p_.window.right + 1);
-    s_.first_key[r] = std::max(first, part.key_begin);
-    s_.end_key[r] = std::min(end, part.key_end);
+    const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, length);
+    s_.first_key[r] = std::max(keys.first, part.key_begin);
+    s_.end_key[r] = std::min(keys.end, part.key_end);
     s_.position[r] = position;
     s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[static_cast<std::size_t>(head)];
     s_.row_max[r] = kMinusInfinity;

@@ -32,6 +32,7 @@
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
 #include "core/problem.hpp"
+#include "core/visible_keys.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
 #include "cpu/threads.hpp"
@@ -215,11 +216,8 @@ class ItemKernel {
     for (Index t = 0; t < item.positions; ++t) {
       const Index i = item.first_position + t;
       const Index position = p_.query_position(*seg_, i);
-      Index first = 0, end = seg_->len_k;
-      if (p_.causal) end = std::min(end, position + 1);
-      if (p_.window.left >= 0) first = std::max(first, position - p_.window.left);
-      if (p_.window.right >= 0) end = std::min(end, position + p_.window.right + 1);
-      end = std::max(end, first);
+      const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
+      const Index first = keys.first, end = std::max(keys.end, keys.first);
       for (Index g = 0; g < group; ++g) {
         const Index r = t * group + g, head = kv_head_ * group + g;
         s_.head[r] = head;

@@ -34,6 +34,7 @@
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
 #include "core/problem.hpp"
+#include "core/visible_keys.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/threads.hpp"
 #include "cpu/weights.hpp"
@@ -256,12 +257,10 @@ class ItemKernel {
       row.position = p_.query_position(*seg_, w.i);
       row.out_head = w.out_head;
       row.out_row = w.out_row;
-      Index first = 0, end = seg_->len_k;
-      if (p_.causal) end = std::min(end, row.position + 1);
-      if (p_.window.left >= 0) first = std::max(first, row.position - p_.window.left);
-      if (p_.window.right >= 0) end = std::min(end, row.position + p_.window.right + 1);
-      row.first = std::min(first, seg_->len_k);
-      row.end = std::clamp(end, row.first, seg_->len_k);
+      const core::KeyRange keys =
+          core::visible_keys(p_.causal, p_.window, row.position, seg_->len_k);
+      row.first = std::min(keys.first, seg_->len_k);
+      row.end = std::clamp(keys.end, row.first, seg_->len_k);
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
       if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
         row.row_max = p_.sinks[row.head];

@@ -109,20 +109,6 @@ io::StagedFile stage(const std::string& path, const Output& output) {
   return io::stage_npy(path, stored, output.shape);
 }
 
-// The picture of --viz: head --viz-head of batch entry 0, staged like the arrays.
-io::StagedFile stage_picture(const RunArgs& args, const Output& weights) {
-  viz::Picture picture;
-  picture.head = args.viz_head;
-  if (!args.viz_tokens.empty()) {
-    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
-    viz::token_labels(picture.tokens, weights.view.shape[2], weights.view.shape[3], "--viz-tokens");
-  }
-  const std::string bytes = viz::render(weights.view, viz::format_of(args.viz, "--viz"), picture);
-  io::StagedFile file(args.viz);
-  file.write(bytes.data(), bytes.size());
-  return file;
-}
-
 void run(const RunArgs& args) {
   check_distinct_outputs(args);
   if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
@@ -170,6 +156,13 @@ void run(const RunArgs& args) {
     throw Error("--viz-head: expected 0 .. " + std::to_string(heads - 1) + ", given " +
                 std::to_string(args.viz_head));
   }
+  // The picture of --viz: head --viz-head of batch entry 0, its labels checked here.
+  viz::Picture picture;
+  picture.head = args.viz_head;
+  if (!args.viz.empty() && !args.viz_tokens.empty()) {
+    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
+    viz::token_labels(picture.tokens, len_q, len_k, "--viz-tokens");
+  }
   const bool show_progress = !args.quiet && stderr_is_terminal();
   if (show_progress) {
     run_with_progress_bar(true, "attn run", [&](const ProgressCallback& progress) {
@@ -183,7 +176,7 @@ void run(const RunArgs& args) {
   staged.push_back(stage(args.out, context));
   if (lse) staged.push_back(stage(args.lse, *lse));
   if (!args.weights.empty()) staged.push_back(stage(args.weights, *weights));
-  if (!args.viz.empty()) staged.push_back(stage_picture(args, *weights));
+  if (!args.viz.empty()) staged.push_back(viz::stage(weights->view, args.viz, picture, "--viz"));
   for (io::StagedFile& file : staged) file.commit();
 }
 

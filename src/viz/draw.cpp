@@ -4,7 +4,6 @@
 #include <cctype>
 #include <filesystem>
 
-#include "io/staged_file.hpp"
 #include "viz/heatmap.hpp"
 #include "viz/page.hpp"
 #include "viz/tokens.hpp"
@@ -53,12 +52,17 @@ std::string render(const TensorView& weights, Format format, const Picture& pict
   return format == Format::svg ? heatmap_svg(matrix, options) : heatmap_png(matrix, options);
 }
 
-void draw(const TensorView& weights, const std::string& path, const Picture& picture,
-          const char* argument) {
+io::StagedFile stage(const TensorView& weights, const std::string& path, const Picture& picture,
+                     const char* argument) {
   const std::string bytes = render(weights, format_of(path, argument), picture);
   io::StagedFile file(path);
   file.write(bytes.data(), bytes.size());
-  file.commit();
+  return file;
+}
+
+void draw(const TensorView& weights, const std::string& path, const Picture& picture,
+          const char* argument) {
+  stage(weights, path, picture, argument).commit();
 }
 
 }  // namespace attn::viz

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attn/tensor.hpp"
+#include "io/staged_file.hpp"
 #include "viz/downsample.hpp"
 
 namespace attn::viz {
@@ -28,9 +29,13 @@ struct Picture {
 // weights: [B, H, Lq, Lk] of any float dtype -> the bytes of the picture in `format`.
 std::string render(const TensorView& weights, Format format, const Picture& picture);
 
-// render() in the format of `path`, written to a temporary file and renamed into place.
-// Throws attn::Error naming `argument` for a bad extension, or the path when it cannot be
-// written; no file appears then.
+// render() in the format of `path`, written to a temporary file; commit() on the result
+// moves it into place. Throws attn::Error naming `argument` for a bad extension, or the
+// path when it cannot be written; no file appears then.
+io::StagedFile stage(const TensorView& weights, const std::string& path, const Picture& picture,
+                     const char* argument = "out");
+
+// stage, then commit.
 void draw(const TensorView& weights, const std::string& path, const Picture& picture,
           const char* argument = "out");
 

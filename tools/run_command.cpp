@@ -18,7 +18,6 @@
 #include "progress_bar.hpp"
 #include "tokens_file.hpp"
 #include "viz/draw.hpp"
-#include "viz/tokens.hpp"
 
 namespace attn::tools {
 namespace {
@@ -159,10 +158,8 @@ void run(const RunArgs& args) {
   // The picture of --viz: head --viz-head of batch entry 0, its labels checked here.
   viz::Picture picture;
   picture.head = args.viz_head;
-  if (!args.viz.empty() && !args.viz_tokens.empty()) {
-    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens");
-    viz::token_labels(picture.tokens, len_q, len_k, "--viz-tokens");
-  }
+  if (!args.viz.empty())
+    picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens", len_q, len_k);
   const bool show_progress = !args.quiet && stderr_is_terminal();
   if (show_progress) {
     run_with_progress_bar(true, "attn run", [&](const ProgressCallback& progress) {

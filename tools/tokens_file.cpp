@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attn/error.hpp"
+#include "viz/tokens.hpp"
 
 namespace attn::tools {
 
@@ -22,6 +23,14 @@ std::vector<std::string> read_tokens(const std::string& path, const char* argume
     if (!line.empty() && line.back() == '\r') line.pop_back();
     tokens.push_back(line);
   }
+  return tokens;
+}
+
+std::vector<std::string> read_tokens(const std::string& path, const char* argument, Index len_q,
+                                     Index len_k) {
+  if (path.empty()) return {};
+  std::vector<std::string> tokens = read_tokens(path, argument);
+  viz::token_labels(tokens, len_q, len_k, argument);
   return tokens;
 }
 

@@ -8,7 +8,6 @@
 #include "io/npy.hpp"
 #include "tokens_file.hpp"
 #include "viz/draw.hpp"
-#include "viz/tokens.hpp"
 
 namespace attn::tools {
 namespace {
@@ -45,10 +44,7 @@ void run_viz(const VizArgs& args) {
   viz::Picture picture;
   picture.batch = args.batch;
   picture.head = args.head;
-  if (!args.tokens.empty()) {
-    picture.tokens = read_tokens(args.tokens, "--tokens");
-    viz::token_labels(picture.tokens, dims[2], dims[3], "--tokens");
-  }
+  picture.tokens = read_tokens(args.tokens, "--tokens", dims[2], dims[3]);
   picture.title = args.title;
   picture.reduce = viz::parse_reduce(args.downsample, "--downsample");
   picture.max_cells = args.max_cells;

@@ -151,10 +151,7 @@ void run(const RunArgs& args) {
     weights = make_output(stats_dtype, Layout::bhsd, {batch, heads, len_q, len_k}, rank);
     outputs.weights = weights->view;
   }
-  if (!args.viz.empty() && (args.viz_head < 0 || args.viz_head >= heads)) {
-    throw Error("--viz-head: expected 0 .. " + std::to_string(heads - 1) + ", given " +
-                std::to_string(args.viz_head));
-  }
+  if (!args.viz.empty()) check_index("--viz-head", args.viz_head, heads);
   // The picture of --viz: head --viz-head of batch entry 0, its labels checked here.
   viz::Picture picture;
   picture.head = args.viz_head;

@@ -33,14 +33,8 @@ void run_viz(const VizArgs& args) {
   }
   // Checked here too so that messages name the command's options.
   const Dims& dims = weights.tensor.shape();
-  if (args.batch >= dims[0]) {
-    throw Error("--batch: expected 0 .. " + std::to_string(dims[0] - 1) + ", given " +
-                std::to_string(args.batch));
-  }
-  if (args.head >= dims[1]) {
-    throw Error("--head: expected 0 .. " + std::to_string(dims[1] - 1) + ", given " +
-                std::to_string(args.head));
-  }
+  check_index("--batch", args.batch, dims[0]);
+  check_index("--head", args.head, dims[1]);
   viz::Picture picture;
   picture.batch = args.batch;
   picture.head = args.head;

@@ -36,7 +36,7 @@ bool stderr_is_terminal() {
   return ::isatty(STDERR_FILENO) == 1;
 }
 
-void run_with_progress_bar(bool show, const std::string& label,
+void run_with_progress_bar(const std::string& label,
                            const std::function<void(const ProgressCallback&)>& work) {
   std::atomic<Index> done{0}, total{0};
   std::mutex mutex;
@@ -64,7 +64,7 @@ void run_with_progress_bar(bool show, const std::string& label,
     std::unique_lock<std::mutex> lock(mutex);
     while (!finished_signal.wait_for(lock, kRedraw, [&] { return finished; })) {
       const auto elapsed = Clock::now() - start;
-      if (!show || elapsed < kDelay) continue;
+      if (elapsed < kDelay) continue;
       draw(label, done, total, std::chrono::duration<double>(elapsed).count());
       drawn = true;
     }

@@ -12,9 +12,9 @@ namespace attn::tools {
 bool stderr_is_terminal();
 
 // Runs work(progress) on a worker thread; `progress(done, total)` may be called from it at
-// any time. While it runs and `show` is true, the bar is redrawn a few times a second once a
-// second has passed, and erased at the end. Exceptions from `work` are rethrown here.
-void run_with_progress_bar(bool show, const std::string& label,
+// any time. While it runs, the bar is redrawn a few times a second once a second has passed,
+// and erased at the end. Exceptions from `work` are rethrown here.
+void run_with_progress_bar(const std::string& label,
                            const std::function<void(const ProgressCallback&)>& work);
 
 }  // namespace attn::tools

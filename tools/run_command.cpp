@@ -159,7 +159,7 @@ void run(const RunArgs& args) {
     picture.tokens = read_tokens(args.viz_tokens, "--viz-tokens", len_q, len_k);
   const bool show_progress = !args.quiet && stderr_is_terminal();
   if (show_progress) {
-    run_with_progress_bar(true, "attn run", [&](const ProgressCallback& progress) {
+    run_with_progress_bar("attn run", [&](const ProgressCallback& progress) {
       forward_in_pieces(q.view, k.view, v.view, options, outputs, progress);
     });
   } else {

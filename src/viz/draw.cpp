@@ -11,10 +11,6 @@
 namespace attn::viz {
 namespace {
 
-constexpr Index kHeatmapCells = 512;
-// Every head of the page is in its data; 128 x 128 cells keep 16 heads near 2 MB.
-constexpr Index kPageCells = 128;
-
 std::string default_title(const TensorView& weights, const Picture& picture, Format format) {
   std::string title = "Attention weights";
   if (weights.shape[0] > 1) title += ", batch " + std::to_string(picture.batch);
@@ -41,13 +37,22 @@ std::string render(const TensorView& weights, Format format, const Picture& pict
       token_labels(picture.tokens, weights.shape[2], weights.shape[3], "tokens");
   const std::string title =
       picture.title.empty() ? default_title(weights, picture, format) : picture.title;
+  // max_cells below 1 keeps the options' own default.
   if (format == Format::html) {
-    PageOptions options{labels.rows, labels.columns, title, picture.reduce,
-                        picture.max_cells > 0 ? picture.max_cells : kPageCells};
+    PageOptions options;
+    options.row_labels = labels.rows;
+    options.column_labels = labels.columns;
+    options.title = title;
+    options.reduce = picture.reduce;
+    if (picture.max_cells > 0) options.max_cells = picture.max_cells;
     return attention_page_html(weights, picture.batch, options);
   }
-  const HeatmapOptions options{labels.rows, labels.columns, title, picture.reduce,
-                               picture.max_cells > 0 ? picture.max_cells : kHeatmapCells};
+  HeatmapOptions options;
+  options.row_labels = labels.rows;
+  options.column_labels = labels.columns;
+  options.title = title;
+  options.reduce = picture.reduce;
+  if (picture.max_cells > 0) options.max_cells = picture.max_cells;
   const Matrix matrix = head_matrix(weights, picture.batch, picture.head);
   return format == Format::svg ? heatmap_svg(matrix, options) : heatmap_png(matrix, options);
 }

@@ -17,7 +17,9 @@ struct PageOptions {
   std::vector<std::string> column_labels;  // empty, or one token per key
   std::string title;
   Reduce reduce = Reduce::max;  // how a block of weights becomes one cell
-  Index max_cells = 128;        // cells per side at most, per head
+  // Cells per side at most, per head. Every head is in the page's data; 128 x 128 cells
+  // keep 16 heads near 2 MB.
+  Index max_cells = 128;
 };
 
 // weights: [B, H, Lq, Lk] -> the page for batch entry `batch`, all H heads. Throws

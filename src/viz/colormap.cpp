@@ -19,6 +19,16 @@ Rgb parse_hex(const char* text) {
   return {static_cast<std::uint8_t>(r), static_cast<std::uint8_t>(g), static_cast<std::uint8_t>(b)};
 }
 
+// kAnchors as colours, parsed once.
+const std::array<Rgb, kAnchors.size()>& anchor_colours() {
+  static const std::array<Rgb, kAnchors.size()> colours = [] {
+    std::array<Rgb, kAnchors.size()> parsed{};
+    for (std::size_t i = 0; i < kAnchors.size(); ++i) parsed[i] = parse_hex(kAnchors[i]);
+    return parsed;
+  }();
+  return colours;
+}
+
 std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {
   return static_cast<std::uint8_t>(std::lround(a + (b - a) * f));
 }
@@ -28,11 +38,12 @@ std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {
 Rgb colour_at(double t) {
   if (!(t > 0.0)) t = 0.0;
   if (t > 1.0) t = 1.0;
-  const double position = t * static_cast<double>(kAnchors.size() - 1);
+  const auto& anchors = anchor_colours();
+  const double position = t * static_cast<double>(anchors.size() - 1);
   const auto low = static_cast<std::size_t>(position);
-  if (low + 1 >= kAnchors.size()) return parse_hex(kAnchors.back());
+  if (low + 1 >= anchors.size()) return anchors.back();
   const double f = position - static_cast<double>(low);
-  const Rgb a = parse_hex(kAnchors[low]), b = parse_hex(kAnchors[low + 1]);
+  const Rgb a = anchors[low], b = anchors[low + 1];
   return {mix(a.r, b.r, f), mix(a.g, b.g, f), mix(a.b, b.b, f)};
 }
 

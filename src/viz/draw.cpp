@@ -37,22 +37,18 @@ std::string render(const TensorView& weights, Format format, const Picture& pict
       token_labels(picture.tokens, weights.shape[2], weights.shape[3], "tokens");
   const std::string title =
       picture.title.empty() ? default_title(weights, picture, format) : picture.title;
-  // max_cells below 1 keeps the options' own default.
-  if (format == Format::html) {
-    PageOptions options;
+  // HeatmapOptions or PageOptions, from their defaults; max_cells below 1 keeps the default.
+  const auto fill = [&](auto options) {
     options.row_labels = labels.rows;
     options.column_labels = labels.columns;
     options.title = title;
     options.reduce = picture.reduce;
     if (picture.max_cells > 0) options.max_cells = picture.max_cells;
-    return attention_page_html(weights, picture.batch, options);
-  }
-  HeatmapOptions options;
-  options.row_labels = labels.rows;
-  options.column_labels = labels.columns;
-  options.title = title;
-  options.reduce = picture.reduce;
-  if (picture.max_cells > 0) options.max_cells = picture.max_cells;
+    return options;
+  };
+  if (format == Format::html)
+    return attention_page_html(weights, picture.batch, fill(PageOptions{}));
+  const HeatmapOptions options = fill(HeatmapOptions{});
   const Matrix matrix = head_matrix(weights, picture.batch, picture.head);
   return format == Format::svg ? heatmap_svg(matrix, options) : heatmap_png(matrix, options);
 }

@@ -51,30 +51,25 @@ KVCache filled_cache(const std::vector<Index>& lengths, std::vector<KVCache::Seq
   return cache;
 }
 
-struct Timing {
-  double median = 0.0;  // seconds per decode step: median over repetitions
-  double best = 0.0;    // the fastest repetition, the statistic the bandwidth probe keeps
+// One decode step's inputs for a case at one query-head count.
+struct DecodeRun {
+  Index heads_q = 0;
+  Tensor q;
+  std::vector<double> seconds;  // per repetition: the mean time of one decode step
 };
 
-Timing time_decode(const KVCache& cache, const std::vector<KVCache::SequenceId>& ids,
-                   const TensorView& q, int threads, int repetitions) {
-  Options options;
-  options.threads = threads;
-  decode(q, cache, ids, options);  // warm-up: page faults, thread start-up
-  std::vector<double> means;
-  for (int r = 0; r < repetitions; ++r) {
-    int calls = 0;
-    const auto start = std::chrono::steady_clock::now();
-    double elapsed = 0.0;
-    do {
-      decode(q, cache, ids, options);
-      ++calls;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } while (elapsed < 0.2);
-    means.push_back(elapsed / calls);
-  }
-  std::sort(means.begin(), means.end());
-  return {means[means.size() / 2], means.front()};
+// Decodes for at least 0.2 s; returns the mean seconds per step.
+double time_repetition(const KVCache& cache, const std::vector<KVCache::SequenceId>& ids,
+                       const Tensor& q, const Options& options) {
+  int calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0.0;
+  do {
+    decode(q.view(), cache, ids, options);
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < 0.2);
+  return elapsed / calls;
 }
 
 }  // namespace
@@ -101,22 +96,19 @@ int main(int argc, char** argv) {
   for (Index i = 0; i < 16; ++i) batch.lengths.push_back(1024 + (i * 11117) % 31744);
   cases.push_back(batch);
 
-  std::printf("memory bandwidth probe (3 arrays of 256 MiB, best of 5):\n");
-  std::vector<MemoryBandwidth> bandwidth;
-  for (const int threads : {1, 2}) {
-    bandwidth.push_back(measure_memory_bandwidth(threads));
-    const MemoryBandwidth& b = bandwidth.back();
-    std::printf("  %d thread%s: read %.1f GB/s, copy %.1f GB/s, triad %.1f GB/s\n", threads,
-                threads > 1 ? "s" : " ", b.read, b.copy, b.triad);
-  }
+  constexpr int kMaxThreads = 2;
+  MemoryBandwidthProbe probe(kMaxThreads);
   std::printf(
-      "\ndecode: Hkv=%lld d=%lld, fp16 cache, page %lld, one query per sequence.\nGB/s: K/V "
-      "bytes per step / the fastest repetition's time per step (best of N, as the probe); "
-      "fraction: GB/s / the best probe figure at the same threads\n",
+      "decode: Hkv=%lld d=%lld, fp16 cache, page %lld, one query per sequence.\n"
+      "Each repetition: one bandwidth probe trial (read, copy, triad over 3 arrays of 256 MiB),\n"
+      "then one decode repetition per Hq, so the probe and decode see the same load.\n"
+      "GB/s: K/V bytes per step / the fastest repetition's time per step (best of N, as the\n"
+      "probe); stream: the probe's best copy or triad at the same threads (the figure decode\n"
+      "is held against); read: its best read.\n",
       static_cast<long long>(kHeadsKv), static_cast<long long>(kDim),
       static_cast<long long>(kPage));
-  std::printf("%-12s %4s %7s %10s %10s %10s %8s %9s\n", "case", "Hq", "threads", "median ms",
-              "best ms", "K/V MB", "GB/s", "fraction");
+  std::printf("%-12s %4s %7s %10s %10s %10s %8s %8s %9s %8s %8s\n", "case", "Hq", "threads",
+              "median ms", "best ms", "K/V MB", "GB/s", "stream", "of stream", "read", "of read");
   for (const DecodeCase& c : cases) {
     std::vector<KVCache::SequenceId> ids;
     const KVCache cache = filled_cache(c.lengths, ids);
@@ -124,19 +116,34 @@ int main(int argc, char** argv) {
     for (const Index length : c.lengths) tokens += length;
     const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * kDim) * 2.0;
     const auto sequences = static_cast<Index>(c.lengths.size());
-    for (const Index heads_q : kHeadsQChoices) {
-      Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
-      for (Index i = 0; i < q.numel(); ++i)
-        q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
-      for (const int threads : {1, 2}) {
-        const Timing t = time_decode(cache, ids, q.view(), threads, repetitions);
-        const double gbps = bytes / t.best / 1e9;
-        const double probe = bandwidth[static_cast<std::size_t>(threads - 1)].best();
-        std::printf("%-12s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.0f%%\n", c.name.c_str(),
-                    static_cast<long long>(heads_q), threads, t.median * 1e3, t.best * 1e3,
-                    bytes / 1e6, gbps, 100.0 * gbps / probe);
-        std::fflush(stdout);
+    for (int threads = 1; threads <= kMaxThreads; ++threads) {
+      Options options;
+      options.threads = threads;
+      std::vector<DecodeRun> runs;
+      for (const Index heads_q : kHeadsQChoices) {
+        Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
+        for (Index i = 0; i < q.numel(); ++i)
+          q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
+        decode(q.view(), cache, ids, options);  // warm-up: page faults, thread start-up
+        runs.push_back({heads_q, std::move(q), {}});
       }
+      MemoryBandwidth bandwidth;
+      for (int r = 0; r < repetitions; ++r) {
+        probe.trial(threads, bandwidth);
+        for (DecodeRun& run : runs)
+          run.seconds.push_back(time_repetition(cache, ids, run.q, options));
+      }
+      for (DecodeRun& run : runs) {
+        std::sort(run.seconds.begin(), run.seconds.end());
+        const double median = run.seconds[run.seconds.size() / 2], best = run.seconds.front();
+        const double gbps = bytes / best / 1e9;
+        std::printf("%-12s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%%\n",
+                    c.name.c_str(), static_cast<long long>(run.heads_q), threads, median * 1e3,
+                    best * 1e3, bytes / 1e6, gbps, bandwidth.stream(),
+                    100.0 * gbps / bandwidth.stream(), bandwidth.read,
+                    100.0 * gbps / bandwidth.read);
+      }
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -70,11 +70,12 @@ HWY_EXPORT(TriadChunk);
 
 namespace {
 
-// Thread `thread`'s share [begin, end) of `elements`, cut at whole cache lines.
+// One thread's part [begin, end) of the arrays.
 struct Share {
   std::int64_t begin = 0, end = 0;
 };
 
+// Thread `thread`'s share of `elements`, cut at whole cache lines.
 Share share_of(std::int64_t elements, int threads, int thread) {
   constexpr std::int64_t kLine = 16;  // floats per 64-byte line
   const auto cut = [&](int t) {

@@ -426,14 +426,14 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      score_rows(r, block_rows, rows.keys, count, r == row_begin ? &ahead : nullptr);
+      score_rows(r, block_rows, rows, r == row_begin ? &ahead : nullptr);
     }
     for (Index r = row_begin; r < row_end; ++r) {
-      softmax_row(r, rows.t0, rows.t1, rows.key_scale, rows.value_scale);
+      softmax_row(r, rows);
     }
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      accumulate(r, block_rows, rows.values, rows.t0, rows.t1);
+      accumulate(r, block_rows, rows);
     }
   }
 
@@ -443,8 +443,9 @@ class TaskKernel {
   // key and KV head with the cache in the CPU caches).
   static constexpr int kBlockKeys = 4;
 
-  void score_rows(Index r0, Index block_rows, const T* const* keys, Index count,
-                  const TileRows<T>* ahead) {
+  void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const TileRows<T>* ahead) {
+    const T* const* keys = rows.keys;
+    const Index count = rows.count();
     switch (block_rows) {
       case 4:
         return score_rows_n<4>(r0, keys, count, ahead);
@@ -484,9 +485,10 @@ class TaskKernel {
     if (ahead != nullptr) prefetch_to_l2(*ahead, count, ahead->count());
   }
 
-  // Shapes row r's scores of keys [t0, t1) (int8 scale, softcap, ALiBi, hiding), then folds
-  // them into the row's running state and leaves the weights in place of the scores.
-  void softmax_row(Index r, Index t0, Index t1, const float* key_scale, const float* value_scale) {
+  // Shapes row r's scores of the tile's keys (int8 scale, softcap, ALiBi, hiding), then
+  // folds them into the row's running state and leaves the weights in place of the scores.
+  void softmax_row(Index r, const TileRows<T>& rows) {
+    const Index t0 = rows.t0, t1 = rows.t1;
     float* s = s_.scores.get() + r * Traits::kKeyTile;
     const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
     if (first >= end) return;
@@ -495,7 +497,7 @@ class TaskKernel {
     const Index lanes = static_cast<Index>(hn::Lanes(df)), count = t1 - t0;
     const Index whole = count - count % lanes;
     const bool plain = !kInt8 && p_.softcap == 0.0 && p_.alibi_slopes.empty();
-    if (!plain || first > t0 || end < t1) shape_scores(r, s, t0, t1, first, end, key_scale);
+    if (!plain || first > t0 || end < t1) shape_scores(r, s, t0, t1, first, end, rows.key_scale);
     // A NaN the query sees makes the row NaN, as in the reference; hn::Max may drop it.
     VF max_v = hn::Set(df, kMinusInfinity);
     auto nan_seen = hn::FirstN(df, 0);
@@ -544,9 +546,7 @@ class TaskKernel {
       for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= rescale;
     }
     if constexpr (kInt8) {
-      for (Index t = 0; t < count; ++t) s[t] *= value_scale[t];
-    } else {
-      (void)value_scale;
+      for (Index t = 0; t < count; ++t) s[t] *= rows.value_scale[t];
     }
   }
 
@@ -572,7 +572,9 @@ class TaskKernel {
 
   // Rows whose visible keys in the tile are the same range go together; a row at the edge
   // of a causal or window range goes alone, so it never reads a value row it may not see.
-  void accumulate(Index r0, Index block_rows, const T* const* values, Index t0, Index t1) {
+  void accumulate(Index r0, Index block_rows, const TileRows<T>& rows) {
+    const T* const* values = rows.values;
+    const Index t0 = rows.t0, t1 = rows.t1;
     const auto range = [&](Index r) {
       return std::pair{std::max(s_.first_key[r], t0) - t0, std::min(s_.end_key[r], t1) - t0};
     };

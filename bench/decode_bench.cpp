@@ -51,11 +51,10 @@ KVCache filled_cache(const std::vector<Index>& lengths, std::vector<KVCache::Seq
   return cache;
 }
 
-// One decode step's inputs for a case at one query-head count.
-struct DecodeRun {
+// One decode step's queries for a case at one query-head count.
+struct StepQueries {
   Index heads_q = 0;
-  Tensor q;
-  std::vector<double> seconds;  // per repetition: the mean time of one decode step
+  Tensor q;  // [sequences, heads_q, 1, kDim]
 };
 
 // Decodes for at least 0.2 s; returns the mean seconds per step.
@@ -116,29 +115,33 @@ int main(int argc, char** argv) {
     for (const Index length : c.lengths) tokens += length;
     const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * kDim) * 2.0;
     const auto sequences = static_cast<Index>(c.lengths.size());
+    std::vector<StepQueries> steps;
+    for (const Index heads_q : kHeadsQChoices) {
+      Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
+      for (Index i = 0; i < q.numel(); ++i)
+        q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
+      steps.push_back({heads_q, std::move(q)});
+    }
     for (int threads = 1; threads <= kMaxThreads; ++threads) {
       Options options;
       options.threads = threads;
-      std::vector<DecodeRun> runs;
-      for (const Index heads_q : kHeadsQChoices) {
-        Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
-        for (Index i = 0; i < q.numel(); ++i)
-          q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
-        decode(q.view(), cache, ids, options);  // warm-up: page faults, thread start-up
-        runs.push_back({heads_q, std::move(q), {}});
+      for (const StepQueries& step : steps) {
+        decode(step.q.view(), cache, ids, options);  // warm-up: page faults, thread start-up
       }
+      // seconds[i][r]: the mean time of one step of steps[i] in repetition r.
+      std::vector<std::vector<double>> seconds(steps.size());
       MemoryBandwidth bandwidth;
       for (int r = 0; r < repetitions; ++r) {
         probe.trial(threads, bandwidth);
-        for (DecodeRun& run : runs)
-          run.seconds.push_back(time_repetition(cache, ids, run.q, options));
+        for (std::size_t i = 0; i < steps.size(); ++i)
+          seconds[i].push_back(time_repetition(cache, ids, steps[i].q, options));
       }
-      for (DecodeRun& run : runs) {
-        std::sort(run.seconds.begin(), run.seconds.end());
-        const double median = run.seconds[run.seconds.size() / 2], best = run.seconds.front();
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        std::sort(seconds[i].begin(), seconds[i].end());
+        const double median = seconds[i][seconds[i].size() / 2], best = seconds[i].front();
         const double gbps = bytes / best / 1e9;
         std::printf("%-12s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%%\n",
-                    c.name.c_str(), static_cast<long long>(run.heads_q), threads, median * 1e3,
+                    c.name.c_str(), static_cast<long long>(steps[i].heads_q), threads, median * 1e3,
                     best * 1e3, bytes / 1e6, gbps, bandwidth.stream(),
                     100.0 * gbps / bandwidth.stream(), bandwidth.read,
                     100.0 * gbps / bandwidth.read);

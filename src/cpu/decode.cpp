@@ -293,7 +293,7 @@ struct Scratch {
 // Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
 template <class T>
 struct TileRows {
-  Index t0 = 0, t1 = 0;
+  Index kv_head = 0, t0 = 0, t1 = 0;
   const T* keys[Traits::kKeyTile];
   const T* values[Traits::kKeyTile];
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
@@ -325,23 +325,28 @@ class TaskKernel {
     // Memory order: a block holds every KV head's rows one after another, so walking heads
     // inside a tile of one block reads the pools front to back, where the hardware
     // prefetchers keep up; head by head over many blocks jumps every few KiB and reads at
-    // less than half the bandwidth. The rows of each tile are found one tile ahead, so
-    // the tile being computed can ask for the next one's (prefetch_to_l2).
+    // less than half the bandwidth. The rows of each tile are found two tiles ahead, so
+    // the tile being computed can ask for the two after it (see Lookahead).
     const Index step = tile_keys(p_.cache->config().page_size);
     const auto tile_end = [&](Index t0) { return std::min(union_end, (t0 / step + 1) * step); };
     const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
-    TileRows<T> tiles[2];
-    TileRows<T>*current = &tiles[0], *next = &tiles[1];
-    Index kv_head = 0;
-    if (union_first < union_end) find_rows(table, 0, union_first, tile_end(union_first), *current);
-    while (current->count() > 0) {
-      const Index next_head = (kv_head + 1) % p_.heads_kv;
-      const Index next_t0 = next_head == 0 ? current->t1 : current->t0;
-      next->t0 = next->t1 = next_t0;
-      if (next_t0 < union_end) find_rows(table, next_head, next_t0, tile_end(next_t0), *next);
-      tile(*current, *next, kv_head * rows, (kv_head + 1) * rows);
-      std::swap(current, next);
-      kv_head = next_head;
+    // The tile after `from`: the next KV head of its keys, or the first head of the next
+    // keys; empty after the last.
+    const auto follow = [&](const TileRows<T>& from, TileRows<T>& to) {
+      const Index kv_head = (from.kv_head + 1) % p_.heads_kv;
+      const Index t0 = kv_head == 0 ? from.t1 : from.t0;
+      to.t0 = to.t1 = t0;
+      if (from.count() > 0 && t0 < union_end) find_rows(table, kv_head, t0, tile_end(t0), to);
+    };
+    // Tile i is at tiles[i % 3].
+    std::array<TileRows<T>, 3> tiles;
+    if (union_first < union_end) find_rows(table, 0, union_first, tile_end(union_first), tiles[0]);
+    follow(tiles[0], tiles[1]);
+    for (std::size_t i = 0; tiles[i].count() > 0; i = (i + 1) % tiles.size()) {
+      const TileRows<T>& next = tiles[(i + 1) % tiles.size()];
+      TileRows<T>& after_next = tiles[(i + 2) % tiles.size()];
+      follow(next, after_next);
+      tile(tiles[i], {next, after_next}, tiles[i].kv_head * rows, (tiles[i].kv_head + 1) * rows);
     }
     const Index all_rows = p_.heads_kv * rows;
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
@@ -386,6 +391,7 @@ class TaskKernel {
                  TileRows<T>& rows) const {
     const KVCache& cache = *p_.cache;
     const Index page = cache.config().page_size;
+    rows.kv_head = kv_head;
     rows.t0 = t0;
     rows.t1 = t1;
     for (Index t = t0; t < t1;) {
@@ -402,26 +408,40 @@ class TaskKernel {
     }
   }
 
-  // Asks for the key and value rows [begin, end) of the next tile to come to L2. The
-  // scoring loop asks for as many rows as keys it has scored, so the requests go out spread
-  // over the tile's work. Issued back to back before the tile, the same requests made Hq = 8
-  // decode from memory slower than none at all (39 against 35 ns per key and KV head, 27
-  // spread). Against the previous form (each row's requests issued before the tile, its
-  // address found through out-of-line calls into the cache), spreading took Hq = 32 from
-  // memory from 47 to 41 ns and Hq = 8 with the cache in the CPU caches (Lk = 512) from 27
-  // to 17 ns, and left Hq = 8 from memory at 27 ns, where memory bounds it.
-  HWY_INLINE void prefetch_to_l2(const TileRows<T>& ahead, Index begin, Index end) const {
+  // The two tiles after the one being computed, in memory order.
+  struct Lookahead {
+    const TileRows<T>& next;
+    const TileRows<T>& after_next;
+
+    Index count() const { return std::max(next.count(), after_next.count()); }
+  };
+
+  // Asks for rows [begin, end) of the tiles ahead: the keys and values of the one after
+  // next to come to L2, then the keys of the next one to L1. The scoring loop asks for as
+  // many rows as keys it has scored, so the requests go out spread over the tile's work.
+  // Figures: Hq = 8, one thread, ns per key and KV head, from memory (Lk = 32768 / 262144).
+  // - Spread, not back to back before the tile: back to back, L2 requests for the next
+  //   tile were slower than none at all (39 against 35; 27 spread).
+  // - Against the next tile to L2 alone: 25.4 / 26.8 went to 23.4 / 24.5, so a tile's
+  //   scoring reads its keys from L1; with the cache in the CPU caches (Lk = 512), 15.9
+  //   went to 17.4. Either half alone gained nothing: two tiles ahead to L2, 26.5; the
+  //   next tile to L1, keys and values, 34.
+  // - L2 requests first: with the L1 requests first, 22.0 / 26.4 went to 27.0 / 30.4.
+  HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
     const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
     const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));
-    for (Index t = begin; t < std::min(end, ahead.count()); ++t) {
-      prefetch_row<kToL2>(ahead.keys[t], key_bytes);
-      prefetch_row<kToL2>(ahead.values[t], value_bytes);
+    for (Index t = begin; t < std::min(end, ahead.after_next.count()); ++t) {
+      prefetch_row<kToL2>(ahead.after_next.keys[t], key_bytes);
+      prefetch_row<kToL2>(ahead.after_next.values[t], value_bytes);
+    }
+    for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
+      prefetch_row<kToL1>(ahead.next.keys[t], key_bytes);
     }
   }
 
   // The keys of `rows` against the query rows [row_begin, row_end) of their KV head, while
-  // the rows of `ahead`, the next tile in memory order, are asked for.
-  void tile(const TileRows<T>& rows, const TileRows<T>& ahead, Index row_begin, Index row_end) {
+  // the rows of the tiles `ahead` are asked for.
+  void tile(const TileRows<T>& rows, const Lookahead& ahead, Index row_begin, Index row_end) {
     const Index count = rows.count();
     prefetch_values_to_l1(rows.values, count);
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
@@ -443,7 +463,7 @@ class TaskKernel {
   // key and KV head with the cache in the CPU caches).
   static constexpr int kBlockKeys = 4;
 
-  void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const TileRows<T>* ahead) {
+  void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const Lookahead* ahead) {
     const T* const* keys = rows.keys;
     const Index count = rows.count();
     switch (block_rows) {
@@ -461,7 +481,7 @@ class TaskKernel {
   // Scores keys [0, count) for rows [r0, r0 + NR). With `ahead`, asks for its rows as it
   // goes: as many as the keys scored so far, the rest at the end.
   template <int NR>
-  void score_rows_n(Index r0, const T* const* keys, Index count, const TileRows<T>* ahead) {
+  void score_rows_n(Index r0, const T* const* keys, Index count, const Lookahead* ahead) {
     const float* q[NR];
     float* out[NR];
     for (int r = 0; r < NR; ++r) {
@@ -476,13 +496,13 @@ class TaskKernel {
     Index k = 0;
     for (; k + kBlockKeys <= count; k += kBlockKeys) {
       score_block<T, NR, kBlockKeys>(q, keys + k, p_.dim, at(k).data());
-      if (ahead != nullptr) prefetch_to_l2(*ahead, k, k + kBlockKeys);
+      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
     for (; k < count; ++k) {
       score_block<T, NR, 1>(q, keys + k, p_.dim, at(k).data());
-      if (ahead != nullptr) prefetch_to_l2(*ahead, k, k + 1);
+      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + 1);
     }
-    if (ahead != nullptr) prefetch_to_l2(*ahead, count, ahead->count());
+    if (ahead != nullptr) prefetch_ahead(*ahead, count, ahead->count());
   }
 
   // Shapes row r's scores of the tile's keys (int8 scale, softcap, ALiBi, hiding), then

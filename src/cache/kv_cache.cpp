@@ -43,11 +43,8 @@ void check_rows(const char* name, const TensorView& t, Index heads, Index dim, I
       (tokens >= 0 && t.shape[2] != tokens)) {
     fail(name, expected, format_dims(t.shape));
   }
-  if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));
-  if (dim > 1 && t.strides[3] != 1) {
-    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
-  }
-  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+  core::check_float_dtype(name, t.dtype);
+  core::check_storage(name, t);
 }
 
 }  // namespace

@@ -8,13 +8,21 @@ void fail(const std::string& argument, const std::string& expected, const std::s
   throw Error(argument + ": expected " + expected + ", given " + given);
 }
 
-void check_output(const char* name, const MutableTensorView& t, const Dims& shape) {
-  if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));
-  if (t.shape != shape) fail(name, "shape " + format_dims(shape), format_dims(t.shape));
+void check_float_dtype(const char* name, DType dtype) {
+  if (dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(dtype));
+}
+
+void check_storage(const char* name, const TensorView& t) {
   if (t.shape[3] > 1 && t.strides[3] != 1) {
     fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
   }
   if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+}
+
+void check_output(const char* name, const MutableTensorView& t, const Dims& shape) {
+  check_float_dtype(name, t.dtype);
+  if (t.shape != shape) fail(name, "shape " + format_dims(shape), format_dims(t.shape));
+  check_storage(name, t);
 }
 
 void check_per_head(const char* name, const std::vector<float>& values, Index heads,

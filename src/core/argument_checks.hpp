@@ -12,6 +12,13 @@ namespace attn::core {
 [[noreturn]] void fail(const std::string& argument, const std::string& expected,
                        const std::string& given);
 
+// Any dtype but boolean.
+void check_float_dtype(const char* name, DType dtype);
+
+// Rows the kernels can read: a contiguous last dim (stride 1) when it holds more than one
+// element, and data unless the view is empty.
+void check_storage(const char* name, const TensorView& t);
+
 // An output the caller provides: a floating-point dtype, the expected shape, a contiguous
 // last dim, and data unless it is empty.
 void check_output(const char* name, const MutableTensorView& t, const Dims& shape);

@@ -19,7 +19,7 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
                                 const Options& options) {
   const KVCacheConfig& config = cache.config();
   const auto sequences = static_cast<Index>(seq_ids.size());
-  if (q.dtype == DType::boolean) fail("q", "a floating-point dtype", dtype_name(q.dtype));
+  core::check_float_dtype("q", q.dtype);
   const std::string expected_q = "shape [" + std::to_string(sequences) +
                                  " (one per seq_id), Hq, n_q >= 1, " + std::to_string(config.dim) +
                                  " (the cache's dim)]";

@@ -9,21 +9,14 @@
 namespace attn::core {
 namespace {
 
-bool is_float(DType dtype) {
-  return dtype != DType::boolean;
-}
-
 void check_input(const char* name, const TensorView& t) {
-  if (!is_float(t.dtype)) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  check_float_dtype(name, t.dtype);
   for (int axis = 0; axis < 4; ++axis) {
     if (t.shape[axis] < 0) fail(name, "non-negative extents", "shape " + format_dims(t.shape));
   }
   if (t.shape[1] < 1) fail(name, "at least one head", "shape " + format_dims(t.shape));
   if (t.shape[3] < 1) fail(name, "a head dim of at least 1", "shape " + format_dims(t.shape));
-  if (t.shape[3] > 1 && t.strides[3] != 1) {
-    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
-  }
-  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+  check_storage(name, t);
 }
 
 std::string offsets_text(const std::vector<std::int64_t>& offsets) {
@@ -85,10 +78,7 @@ void add_mask(Problem& p, const Options& options) {
     if (m.shape[axis] != wanted[axis] && !broadcast_ok)
       fail("mask", expected, format_dims(m.shape));
   }
-  if (m.shape[3] > 1 && m.strides[3] != 1) {
-    fail("mask", "a contiguous last dim (stride 1)", "stride " + std::to_string(m.strides[3]));
-  }
-  if (m.numel() > 0 && m.data == nullptr) fail("mask", "data", "a null pointer");
+  check_storage("mask", m);
   p.mask = m;
   for (int axis = 0; axis < 2; ++axis) {
     if (m.shape[axis] == 1) p.mask.strides[axis] = 0;

@@ -14,14 +14,11 @@ namespace {
 using core::fail;
 
 void check_float(const char* name, const TensorView& t) {
-  if (t.dtype == DType::boolean) fail(name, "a floating-point dtype", dtype_name(t.dtype));
+  core::check_float_dtype(name, t.dtype);
   for (const Index extent : t.shape) {
     if (extent < 0) fail(name, "non-negative extents", "shape " + format_dims(t.shape));
   }
-  if (t.shape[3] > 1 && t.strides[3] != 1) {
-    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.strides[3]));
-  }
-  if (t.numel() > 0 && t.data == nullptr) fail(name, "data", "a null pointer");
+  core::check_storage(name, t);
 }
 
 void check_heads(const char* name, Index heads, Index heads_q) {

@@ -1,6 +1,7 @@
 // The attention state monoid (DESIGN.md): empty, merge, finalize, and forward as a state.
 #include "attn/state.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "attn/attention.hpp"
 #include "attn/error.hpp"
 #include "core/argument_checks.hpp"
+#include "cpu/tile-inl.h"
 
 namespace attn {
 namespace {
@@ -33,51 +35,42 @@ void check_state(const char* name, const State& s) {
   }
 }
 
-// The weight e^(m_part - m) of a part in a merge; 0 for an empty part, whose -inf - -inf
-// would otherwise be NaN.
-template <class T>
-T part_weight(T m_part, T m) {
-  return m_part == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m_part - m);
-}
-
+// out = a, then b merged in, row by row (the one state merge of cpu/tile-inl.h).
 template <class T>
 void merge_rows(const State& a, const State& b, State& out) {
   const Index rows = a.m.numel(), dim_v = a.acc.shape()[3];
-  const T *ma = a.m.data_as<T>(), *la = a.l.data_as<T>(), *acc_a = a.acc.data_as<T>();
   const T *mb = b.m.data_as<T>(), *lb = b.l.data_as<T>(), *acc_b = b.acc.data_as<T>();
   T *m = out.m.data_as<T>(), *l = out.l.data_as<T>(), *acc = out.acc.data_as<T>();
+  std::copy_n(a.m.data_as<T>(), rows, m);
+  std::copy_n(a.l.data_as<T>(), rows, l);
+  std::copy_n(a.acc.data_as<T>(), rows * dim_v, acc);
   for (Index r = 0; r < rows; ++r) {
-    m[r] = std::max(ma[r], mb[r]);
-    const T wa = part_weight(ma[r], m[r]), wb = part_weight(mb[r], m[r]);
-    l[r] = la[r] * wa + lb[r] * wb;
-    for (Index d = 0; d < dim_v; ++d) {
-      acc[r * dim_v + d] = acc_a[r * dim_v + d] * wa + acc_b[r * dim_v + d] * wb;
-    }
+    cpu::merge_state(m[r], l[r], acc + r * dim_v, mb[r], lb[r], acc_b + r * dim_v, dim_v);
   }
 }
 
+// A sink is a part with one logit and no value (l = 1, acc = 0), merged in before the end
+// of the row; both by the rules of cpu/tile-inl.h.
 template <class T>
 void finalize_rows(const State& s, const std::vector<float>& sinks, Finalized& out) {
-  constexpr T kMinusInfinity = -std::numeric_limits<T>::infinity();
   const Dims& shape = s.acc.shape();
   const Index heads = shape[1], len_q = shape[2], dim_v = shape[3];
   const Index rows = s.m.numel();
-  const T *m_in = s.m.data_as<T>(), *l_in = s.l.data_as<T>(), *acc = s.acc.data_as<T>();
+  const T *m_in = s.m.data_as<T>(), *l_in = s.l.data_as<T>(), *acc_in = s.acc.data_as<T>();
   T *context = out.context.data_as<T>(), *lse = out.lse.data_as<T>();
+  const std::vector<T> no_value(static_cast<std::size_t>(dim_v), T(0));
   for (Index r = 0; r < rows; ++r) {
-    T m = m_in[r], l = l_in[r], acc_weight = 1;
+    T m = m_in[r], l = l_in[r];
+    T* acc = context + r * dim_v;
+    std::copy_n(acc_in + r * dim_v, dim_v, acc);
     if (!sinks.empty()) {
       const auto sink = static_cast<T>(sinks[static_cast<std::size_t>((r / len_q) % heads)]);
-      const T merged = std::max(m, sink);
-      acc_weight = part_weight(m, merged);
-      l = l * acc_weight + part_weight(sink, merged);
-      m = merged;
+      const T sink_l = sink == -std::numeric_limits<T>::infinity() ? T(0) : T(1);
+      cpu::merge_state(m, l, acc, sink, sink_l, no_value.data(), dim_v);
     }
-    const bool seen = l > 0;
-    lse[r] = seen ? m + std::log(l) : kMinusInfinity;
-    for (Index d = 0; d < dim_v; ++d) {
-      context[r * dim_v + d] = seen ? acc[r * dim_v + d] * acc_weight / l : T(0);
-    }
+    const cpu::RowEnd<T> end = cpu::end_of_row(m, l);
+    lse[r] = static_cast<T>(end.lse);
+    for (Index d = 0; d < dim_v; ++d) acc[d] *= end.inverse_l;
   }
 }
 

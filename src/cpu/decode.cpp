@@ -5,11 +5,12 @@
 // every query head for each new query of each member sequence, so each K/V row is loaded
 // once per task. Within a task, keys go by tiles of one block (or a few small blocks),
 // every KV head of a tile in turn, which is the order of the cache's memory. Per tile and
-// KV head: scores for blocks of the head's rows (K converted to float32 in registers), the
-// online softmax per row (DESIGN.md's merge, one tile at a time), then P V into the row's
-// accumulator. Each task leaves one state per
-// row; the states of a sequence's parts are merged in key order afterwards, so threads only
-// change who computes a part, never what is merged in which order.
+// KV head, with the pieces of cpu/tile-inl.h: scores for blocks of the head's rows by the
+// dot micro-kernel (K converted to float32 in registers), the shared shaper and online
+// softmax per row, then P V into the row's accumulator. Each task leaves one state per
+// row; the states of a sequence's parts are merged in key order afterwards by the shared
+// state merge, so threads only change who computes a part, never what is merged in which
+// order.
 // Keys outside a row's causal/window range are not read for that row (scores set to
 // -inf, value rows skipped), so NaN in them never reaches the output.
 #undef HWY_TARGET_INCLUDE
@@ -18,7 +19,6 @@
 
 #include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -33,95 +33,22 @@
 #include "core/element_type.hpp"
 #include "core/visible_keys.hpp"
 #include "cpu/decode.hpp"
+#include "cpu/decode_plan.hpp"
 #include "cpu/decode_traits.hpp"
 #include "cpu/threads.hpp"
 
-#include "cpu/vector_exp-inl.h"
+#include "cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
+using tile::DF;
+using tile::DI;
+using tile::kMinusInfinity;
+using tile::VF;
 using Traits = DecodeTraits;
-
-constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
-
-// A run of keys [key_begin, key_end) read for the queries of `members` (indices into the
-// problem's sequences), whose block tables agree on these keys.
-struct Part {
-  std::vector<Index> members;
-  Index key_begin = 0, key_end = 0;
-};
-
-struct Plan {
-  std::vector<Part> parts;
-  std::vector<Index> state_offset;           // [parts]: first partial-state row of (part, head 0)
-  std::vector<std::vector<Index>> parts_of;  // [S]: the parts holding a sequence's keys, in order
-  std::vector<std::vector<Index>> member_index;  // [S]: its position among each part's members
-  Index total_rows = 0;                          // partial states over all (part, head)
-  Index max_rows = 0;                            // rows of the largest task, all KV heads
-};
-
-void add_parts(Plan& plan, const std::vector<Index>& members, Index begin, Index end) {
-  while (begin < end) {
-    const Index split_end = std::min(end, (begin / Traits::kSplitKeys + 1) * Traits::kSplitKeys);
-    plan.parts.push_back({members, begin, split_end});
-    begin = split_end;
-  }
-}
-
-// Groups sequences by their first block; a group of two or more shares the leading full
-// blocks that all of its tables hold.
-Plan make_plan(const DecodeProblem& p) {
-  const Index page = p.cache->config().page_size;
-  std::map<std::int32_t, std::vector<Index>> by_first_block;
-  for (Index s = 0; s < p.sequences(); ++s) {
-    if (p.lengths[s] >= page) by_first_block[(*p.tables[s])[0]].push_back(s);
-  }
-  Plan plan;
-  std::vector<Index> prefix(static_cast<std::size_t>(p.sequences()), 0);
-  for (const auto& [first, members] : by_first_block) {
-    if (members.size() < 2) continue;
-    Index blocks = std::numeric_limits<Index>::max();
-    for (const Index s : members) blocks = std::min(blocks, p.lengths[s] / page);
-    const auto& lead = *p.tables[members[0]];
-    for (const Index s : members) {
-      const auto& table = *p.tables[s];
-      Index agree = 0;
-      while (agree < blocks && table[agree] == lead[agree]) ++agree;
-      blocks = agree;
-    }
-    add_parts(plan, members, 0, blocks * page);
-    for (const Index s : members) prefix[s] = blocks * page;
-  }
-  for (Index s = 0; s < p.sequences(); ++s) add_parts(plan, {s}, prefix[s], p.lengths[s]);
-
-  plan.parts_of.resize(static_cast<std::size_t>(p.sequences()));
-  plan.member_index.resize(static_cast<std::size_t>(p.sequences()));
-  const Index rows_per_member = p.group_size() * p.queries;
-  for (std::size_t i = 0; i < plan.parts.size(); ++i) {
-    const Part& part = plan.parts[i];
-    for (std::size_t m = 0; m < part.members.size(); ++m) {
-      plan.parts_of[part.members[m]].push_back(static_cast<Index>(i));
-      plan.member_index[part.members[m]].push_back(static_cast<Index>(m));
-    }
-    const Index rows = static_cast<Index>(part.members.size()) * rows_per_member;
-    plan.state_offset.push_back(plan.total_rows);
-    plan.total_rows += rows * p.heads_kv;
-    plan.max_rows = std::max(plan.max_rows, rows * p.heads_kv);
-  }
-  return plan;
-}
-
-// Keys per tile for a page size: one block, or cut to kKeyTile, or whole blocks up to
-// kMinTileKeys (see DecodeTraits).
-Index tile_keys(Index page) {
-  if (page >= Traits::kMinTileKeys) return std::min<Index>(page, Traits::kKeyTile);
-  return (Traits::kMinTileKeys + page - 1) / page * page;
-}
 
 // Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
 constexpr int kToL1 = 3, kToL2 = 1;
@@ -138,156 +65,24 @@ HWY_INLINE void prefetch_row(const void* row, Index bytes) {
   }
 }
 
-// One vector of lanes elements of a stored row, as float32.
-template <class T>
-HWY_INLINE VF load_row(DF df, const T* HWY_RESTRICT row) {
-  if constexpr (std::is_same_v<T, float>) {
-    return hn::LoadU(df, row);
-  } else if constexpr (std::is_same_v<T, std::int8_t>) {
-    const hn::Rebind<std::int32_t, DF> di;
-    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), row)));
-  } else {
-    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
-    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<Hwy, DF>(), reinterpret_cast<const Hwy*>(row)));
-  }
-}
-
-template <class T>
-HWY_INLINE float load_one(const T* row, Index d) {
-  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-    return to_float(row[d]);
-  } else {
-    return static_cast<float>(row[d]);
-  }
-}
-
-#if HWY_TARGET != HWY_SCALAR
-// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector.
-template <class D>
-HWY_INLINE void store_block_sums(D d, hn::Vec<D> v, float* out4) {
-  if constexpr (hn::MaxLanes(D()) > 4) {
-    const hn::Half<D> dh;
-    store_block_sums(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out4);
-  } else {
-    hn::StoreU(v, d, out4);
-  }
-}
-#endif
-
-// out4 = the lane sums of a, b, c and e. Four reductions share one shuffle tree
-// (interleave pairs, then 64-bit halves, then 128-bit blocks): about a quarter of the
-// instructions of four separate SumOfLanes.
-HWY_INLINE void sums_of_lanes4(DF df, VF a, VF b, VF c, VF e, float* out4) {
-#if HWY_TARGET == HWY_SCALAR
-  out4[0] = hn::GetLane(a), out4[1] = hn::GetLane(b), out4[2] = hn::GetLane(c);
-  out4[3] = hn::GetLane(e);
-  (void)df;
-#else
-  const VF ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
-  const VF ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
-  const hn::Repartition<std::uint64_t, DF> du;
-  const auto ab64 = hn::BitCast(du, ab), ce64 = hn::BitCast(du, ce);
-  const VF low = hn::BitCast(df, hn::InterleaveLower(du, ab64, ce64));
-  const VF high = hn::BitCast(df, hn::InterleaveUpper(du, ab64, ce64));
-  store_block_sums(df, hn::Add(low, high), out4);
-#endif
-}
-
-// scores[r][k] = q[r] . key[k] for NR rows and KK keys (dot products over dim).
-// q: NR rows of [dim] float  keys: KK rows of [dim] T  scores: NR rows of KK floats
-template <class T, int NR, int KK>
-HWY_INLINE void score_block(const float* const* q, const T* const* keys, Index dim,
-                            float* const* scores) {
-  const DF df;
-  const Index lanes = static_cast<Index>(hn::Lanes(df));
-  VF acc[NR][KK];
-  for (int r = 0; r < NR; ++r)
-    for (int k = 0; k < KK; ++k) acc[r][k] = hn::Zero(df);
-  const Index whole = dim - dim % lanes;
-  for (Index d = 0; d < whole; d += lanes) {
-    VF key[KK];
-    for (int k = 0; k < KK; ++k) key[k] = load_row(df, keys[k] + d);
-    for (int r = 0; r < NR; ++r) {
-      const VF qv = hn::LoadU(df, q[r] + d);
-      for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
-    }
-  }
-  // Lane sums of four keys of a row at a time, through one shuffle tree, straight into the
-  // row's scores.
-  for (int r = 0; r < NR; ++r) {
-    int k = 0;
-    for (; k + 4 <= KK; k += 4) {
-      sums_of_lanes4(df, acc[r][k], acc[r][k + 1], acc[r][k + 2], acc[r][k + 3], scores[r] + k);
-    }
-    for (; k < KK; ++k) scores[r][k] = hn::GetLane(hn::SumOfLanes(df, acc[r][k]));
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int k = 0; k < KK; ++k)
-      for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_one(keys[k], d);
-}
-
-// acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows. The value dim goes in
-// chunks of W vectors held in NR * W registers across all keys, so a chunk of a value row
-// is read once: at most 16 accumulators, so a row of 128 floats goes in one chunk for up to
-// two rows, in two for three or four.
-template <class T, int NR>
-HWY_INLINE void accumulate_rows(float* const* acc, const float* const* p, const T* const* values,
-                                Index first, Index end, Index dim_v) {
-  constexpr int W = NR <= 2 ? 8 : 4;
-  const DF df;
-  const Index lanes = static_cast<Index>(hn::Lanes(df));
-  const Index whole = dim_v - dim_v % lanes;
-  Index c = 0;
-  for (; c + W * lanes <= whole; c += W * lanes) {
-    VF a[NR][W];
-    for (int r = 0; r < NR; ++r)
-      for (int w = 0; w < W; ++w) a[r][w] = hn::LoadU(df, acc[r] + c + w * lanes);
-    for (Index t = first; t < end; ++t) {
-      VF v[W];
-      for (int w = 0; w < W; ++w) v[w] = load_row(df, values[t] + c + w * lanes);
-      for (int r = 0; r < NR; ++r) {
-        const VF weight = hn::Set(df, p[r][t]);
-        for (int w = 0; w < W; ++w) a[r][w] = hn::MulAdd(weight, v[w], a[r][w]);
-      }
-    }
-    for (int r = 0; r < NR; ++r)
-      for (int w = 0; w < W; ++w) hn::StoreU(a[r][w], df, acc[r] + c + w * lanes);
-  }
-  for (; c < whole; c += lanes) {
-    VF a[NR];
-    for (int r = 0; r < NR; ++r) a[r] = hn::LoadU(df, acc[r] + c);
-    for (Index t = first; t < end; ++t) {
-      const VF v = load_row(df, values[t] + c);
-      for (int r = 0; r < NR; ++r) a[r] = hn::MulAdd(hn::Set(df, p[r][t]), v, a[r]);
-    }
-    for (int r = 0; r < NR; ++r) hn::StoreU(a[r], df, acc[r] + c);
-  }
-  for (Index d = whole; d < dim_v; ++d)
-    for (Index t = first; t < end; ++t)
-      for (int r = 0; r < NR; ++r) acc[r][d] += p[r][t] * load_one(values[t], d);
-}
-
-// Per-thread scratch, sized for the largest task; 64-byte aligned.
+// Per-thread scratch, sized for the largest task (tile::scratch_buffer).
 struct Scratch {
-  static hwy::AlignedFreeUniquePtr<float[]> floats(Index count) {
-    return hwy::AllocateAligned<float>(static_cast<std::size_t>(std::max<Index>(count, 1)));
-  }
   Scratch(Index rows, Index dim, Index dim_v)
-      : queries(floats(rows * dim)),
-        scores(floats(rows * Traits::kKeyTile)),
-        acc(floats(rows * dim_v)),
-        row_max(static_cast<std::size_t>(rows)),
-        row_sum(static_cast<std::size_t>(rows)),
-        slope(static_cast<std::size_t>(rows)),
-        first_key(static_cast<std::size_t>(rows)),
-        end_key(static_cast<std::size_t>(rows)),
-        position(static_cast<std::size_t>(rows)) {}
+      : queries(tile::scratch_buffer<float>(rows * dim)),
+        scores(tile::scratch_buffer<float>(rows * Traits::kKeyTile)),
+        acc(tile::scratch_buffer<float>(rows * dim_v)),
+        row_max(tile::scratch_buffer<float>(rows)),
+        row_sum(tile::scratch_buffer<float>(rows)),
+        slope(tile::scratch_buffer<float>(rows)),
+        first_key(tile::scratch_buffer<Index>(rows)),
+        end_key(tile::scratch_buffer<Index>(rows)),
+        position(tile::scratch_buffer<Index>(rows)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
   hwy::AlignedFreeUniquePtr<float[]> acc;      // [rows][dim_v]: unnormalised context
-  std::vector<float> row_max, row_sum, slope;
-  std::vector<Index> first_key, end_key, position;  // each row's visible keys and position
+  hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, slope;       // [rows]
+  hwy::AlignedFreeUniquePtr<Index[]> first_key, end_key, position;  // [rows]
 };
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
@@ -350,8 +145,8 @@ class TaskKernel {
     }
     const Index all_rows = p_.heads_kv * rows;
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
-    std::copy_n(s_.row_max.begin(), all_rows, partial_.m.data_as<float>() + offset);
-    std::copy_n(s_.row_sum.begin(), all_rows, partial_.l.data_as<float>() + offset);
+    std::copy_n(s_.row_max.get(), all_rows, partial_.m.data_as<float>() + offset);
+    std::copy_n(s_.row_sum.get(), all_rows, partial_.l.data_as<float>() + offset);
     std::copy_n(s_.acc.get(), all_rows * p_.dim_v,
                 partial_.acc.data_as<float>() + offset * p_.dim_v);
   }
@@ -369,11 +164,11 @@ class TaskKernel {
     s_.row_sum[r] = 0.0f;
     std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
     const TensorView& q = p_.q;
-    float* out = s_.queries.get() + r * p_.dim;
     core::with_float_type(q.dtype, [&](auto tag) {
-      const auto* row = core::row_of<decltype(tag)>(q, seq, head, i);
-      for (Index d = 0; d < p_.dim; ++d) {
-        out[d] = static_cast<float>(static_cast<double>(load_one(row, d)) * p_.scale);
+      using Q = decltype(tag);
+      if constexpr (!std::is_same_v<Q, double>) {
+        tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim, static_cast<float>(p_.scale),
+                           s_.queries.get() + r * p_.dim);
       }
     });
   }
@@ -457,11 +252,11 @@ class TaskKernel {
     }
   }
 
-  // Four keys a block for every row count: each chunk of a query row is then loaded once
-  // for four multiply-adds. With two keys a block, GCC folded each query load into both
-  // multiply-adds, and loads, not arithmetic, bound the loop (Hq = 32: 38 against 34 ns per
-  // key and KV head with the cache in the CPU caches).
-  static constexpr int kBlockKeys = 4;
+  // Four keys a block (tile::kDotKeys) for every row count: each chunk of a query row is
+  // then loaded once for four multiply-adds. With two keys a block, GCC folded each query
+  // load into both multiply-adds, and loads, not arithmetic, bound the loop (Hq = 32: 38
+  // against 34 ns per key and KV head with the cache in the CPU caches).
+  static constexpr int kBlockKeys = tile::kDotKeys;
 
   void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const Lookahead* ahead) {
     const T* const* keys = rows.keys;
@@ -495,98 +290,79 @@ class TaskKernel {
     };
     Index k = 0;
     for (; k + kBlockKeys <= count; k += kBlockKeys) {
-      score_block<T, NR, kBlockKeys>(q, keys + k, p_.dim, at(k).data());
+      tile::scores_by_dot<T, NR>(q, keys + k, p_.dim, at(k).data());
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
-    for (; k < count; ++k) {
-      score_block<T, NR, 1>(q, keys + k, p_.dim, at(k).data());
-      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + 1);
+    if (k < count) {
+      // The last keys, the last one repeated to fill the block; the tile's scores have
+      // room, since kKeyTile is a multiple of the block.
+      const T* last[kBlockKeys];
+      for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
+      tile::scores_by_dot<T, NR>(q, last, p_.dim, at(k).data());
     }
-    if (ahead != nullptr) prefetch_ahead(*ahead, count, ahead->count());
+    if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
   }
 
-  // Shapes row r's scores of the tile's keys (int8 scale, softcap, ALiBi, hiding), then
-  // folds them into the row's running state and leaves the weights in place of the scores.
+  // Shapes row r's scores of the tile's keys (the shared shaper: int8 scale, softcap,
+  // ALiBi, hiding), then folds them into the row's running state by the shared online
+  // softmax and leaves the weights in place of the scores.
   void softmax_row(Index r, const TileRows<T>& rows) {
     const Index t0 = rows.t0, t1 = rows.t1;
     float* s = s_.scores.get() + r * Traits::kKeyTile;
     const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
     if (first >= end) return;
-    constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
     const DF df;
-    const Index lanes = static_cast<Index>(hn::Lanes(df)), count = t1 - t0;
-    const Index whole = count - count % lanes;
-    const bool plain = !kInt8 && p_.softcap == 0.0 && p_.alibi_slopes.empty();
-    if (!plain || first > t0 || end < t1) shape_scores(r, s, t0, t1, first, end, rows.key_scale);
-    // A NaN the query sees makes the row NaN, as in the reference; hn::Max may drop it.
-    VF max_v = hn::Set(df, kMinusInfinity);
-    auto nan_seen = hn::FirstN(df, 0);
-    for (Index t = 0; t < whole; t += lanes) {
-      const VF x = hn::LoadU(df, s + t);
-      max_v = hn::Max(max_v, x);
-      nan_seen = hn::Or(nan_seen, hn::IsNaN(x));
+    const Index lanes = tile::lanes(), count = t1 - t0;
+    const Index vectors = (count + lanes - 1) / lanes;
+    // Lanes past the tile's last key are hidden with the keys outside the row's range.
+    const bool hide = first > t0 || end < t1 || count % lanes != 0;
+    if (kInt8 || shaping_.softcap || shaping_.alibi || hide) {
+      if (hide) {
+        shape_row<true>(r, s, t0, first, end, rows.key_scale, vectors);
+      } else {
+        shape_row<false>(r, s, t0, first, end, rows.key_scale, vectors);
+      }
     }
-    float tile_max = hn::GetLane(hn::MaxOfLanes(df, max_v));
-    bool has_nan = !hn::AllFalse(df, nan_seen);
-    for (Index t = whole; t < count; ++t) {
-      tile_max = std::max(tile_max, s[t]);
-      has_nan = has_nan || std::isnan(s[t]);
-    }
-    if (has_nan) tile_max = std::numeric_limits<float>::quiet_NaN();
-    if (tile_max == kMinusInfinity) {
+    const tile::RowUpdate update =
+        tile::online_softmax_keys<true>(s, vectors, s_.row_max[r], s_.row_sum[r]);
+    if (update.tile_max == kMinusInfinity) {
       // Every visible key scored -inf: no weight, no value read.
       s_.first_key[r] = std::max(s_.first_key[r], t1);
       return;
     }
-    float& m = s_.row_max[r];
-    const float new_max = has_nan ? tile_max : std::max(m, tile_max);
-    // exp(0) is exactly 1: skipping the call when the maximum holds changes no bit.
-    const float rescale = m == kMinusInfinity ? 0.0f : m == new_max ? 1.0f : std::exp(m - new_max);
-    m = new_max;
-    VF sum_v = hn::Zero(df);
-    const VF shift = hn::Set(df, new_max);
-    for (Index t = 0; t < whole; t += lanes) {
-      const VF weight = VectorExp(df, hn::Sub(hn::LoadU(df, s + t), shift));
-      sum_v = hn::Add(sum_v, weight);
-      hn::StoreU(weight, df, s + t);
-    }
-    float sum = hn::GetLane(hn::SumOfLanes(df, sum_v));
-    for (Index t = whole; t < count; ++t) {
-      s[t] = std::exp(s[t] - new_max);
-      sum += s[t];
-    }
-    s_.row_sum[r] = s_.row_sum[r] * rescale + sum;
-    if (rescale != 1.0f) {
+    if (update.rescale != 1.0f) {
       float* acc = s_.acc.get() + r * p_.dim_v;
       const Index whole_v = p_.dim_v - p_.dim_v % lanes;
-      const VF factor = hn::Set(df, rescale);
+      const VF factor = hn::Set(df, update.rescale);
       for (Index d = 0; d < whole_v; d += lanes) {
         hn::StoreU(hn::Mul(hn::LoadU(df, acc + d), factor), df, acc + d);
       }
-      for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= rescale;
+      for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= update.rescale;
     }
     if constexpr (kInt8) {
       for (Index t = 0; t < count; ++t) s[t] *= rows.value_scale[t];
     }
   }
 
-  // Scores of row r that need more than the dot product: -inf outside the row's visible
-  // keys [first, end), the int8 key scale, softcap and ALiBi inside.
-  void shape_scores(Index r, float* s, Index t0, Index t1, Index first, Index end,
-                    const float* key_scale) const {
-    for (Index t = t0; t < t1; ++t) {
-      float& x = s[t - t0];
-      if (t < first || t >= end) {
-        x = kMinusInfinity;
-        continue;
-      }
-      if constexpr (std::is_same_v<T, std::int8_t>) x *= key_scale[t - t0];
-      if (p_.softcap > 0.0) {
-        x = static_cast<float>(p_.softcap * std::tanh(static_cast<double>(x) / p_.softcap));
-      }
-      if (!p_.alibi_slopes.empty()) {
-        x -= s_.slope[r] * static_cast<float>(std::abs(s_.position[r] - t));
-      }
+  // The shared shaper over row r's scores of the tile [t0, t0 + vectors * lanes), lanes
+  // being keys; keys outside [first, end) become -inf when kHide.
+  template <bool kHide>
+  void shape_row(Index r, float* s, Index t0, Index first, Index end, const float* key_scale,
+                 Index vectors) const {
+    const DF df;
+    const DI di;
+    const Index lanes = tile::lanes();
+    const auto first_key = hn::Set(di, static_cast<std::int32_t>(first));
+    const auto end_key = hn::Set(di, static_cast<std::int32_t>(end));
+    const auto position = hn::Set(di, static_cast<std::int32_t>(s_.position[r]));
+    const VF slope = hn::Set(df, s_.slope[r]);
+    for (Index v = 0; v < vectors; ++v) {
+      const Index t = t0 + v * lanes;
+      const auto key = hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<std::int32_t>(t)));
+      const VF scale = kInt8 ? hn::LoadU(df, key_scale + v * lanes) : hn::Set(df, 1.0f);
+      hn::Store(tile::shape_scores<kInt8, kHide>(shaping_, hn::Load(df, s + v * lanes), scale, key,
+                                                 position, slope, first_key, end_key),
+                df, s + v * lanes);
     }
   }
 
@@ -614,13 +390,16 @@ class TaskKernel {
       acc[r] = s_.acc.get() + (r0 + r) * p_.dim_v;
       p[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
     }
-    accumulate_rows<T, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
+    tile::context_by_rows<T, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
   }
+
+  static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
 
   const DecodeProblem& p_;
   const Plan& plan_;
   Scratch& s_;
   State& partial_;
+  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
 };
 
 // state[s, head, i] = the partial states of sequence s's parts, merged in key order.
@@ -643,14 +422,7 @@ void merge_parts(const DecodeProblem& p, const Plan& plan, const State& partial,
           const Index rows = static_cast<Index>(plan.parts[part].members.size()) * group * n_q;
           const Index in =
               plan.state_offset[part] + kv_head * rows + (member * group + head % group) * n_q + i;
-          const float mi = pm[in];
-          if (mi == kMinusInfinity) continue;  // an empty part changes nothing
-          const float merged = std::isnan(mi) ? mi : std::max(mo, mi);
-          const float w_out = mo == kMinusInfinity ? 0.0f : std::exp(mo - merged);
-          const float w_in = std::exp(mi - merged);
-          lo = lo * w_out + pl[in] * w_in;
-          for (Index d = 0; d < dim_v; ++d) ao[d] = ao[d] * w_out + pacc[in * dim_v + d] * w_in;
-          mo = merged;
+          merge_state(mo, lo, ao, pm[in], pl[in], pacc + in * dim_v, dim_v);
         }
       }
 }
@@ -661,22 +433,18 @@ void run(const DecodeProblem& p, State& state, int threads) {
   State partial{Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, p.dim_v})};
-  const auto tasks = static_cast<std::int64_t>(plan.parts.size());
+  const auto tasks = static_cast<Index>(plan.parts.size());
   Index key_rows = 0;
   for (const Part& part : plan.parts) key_rows += (part.key_end - part.key_begin) * p.heads_kv;
   const Index useful = std::min<Index>(tasks, key_rows / Traits::kMinKeysPerThread + 1);
-  threads = static_cast<int>(std::max<Index>(1, std::min<Index>(threads, useful)));
+  threads = tile::threads_for(useful, threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(plan.max_rows, p.dim, p.dim_v);
-#pragma omp parallel num_threads(threads)
-  {
-    TaskKernel<T> kernel(p, plan, scratch[static_cast<std::size_t>(omp_get_thread_num())], partial);
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t task = 0; task < tasks; ++task) {
-      kernel.run(task);
-    }
-  }
+  tile::run_items(tasks, threads, [&](int thread) {
+    return [&, kernel = TaskKernel<T>(p, plan, scratch[static_cast<std::size_t>(thread)], partial)](
+               Index task) mutable { kernel.run(task); };
+  });
   merge_parts(p, plan, partial, state);
 }
 

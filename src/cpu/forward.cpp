@@ -1,12 +1,13 @@
 // The fast forward kernel. Work items are (segment, KV head, block of query positions);
 // an item's rows are every query head sharing the KV head at each of its positions, so
 // each K/V tile is read once for the whole GQA group. For each key tile, per chunk of
-// rows:
-//   S^T = K Q^T    keys broadcast against query rows packed transposed (Qt, once per
-//                  item), so neither K nor V needs packing when it is f32
-//   softmax        vectorised over rows: running max m, sum l, rescale corr (DESIGN.md's
-//                  state merge, one tile at a time); P overwrites S in place
-//   O = O corr + P V   P broadcast against V rows
+// rows, with the pieces of cpu/tile-inl.h:
+//   S^T = K Q^T    rows-vectorised: keys broadcast against query rows packed transposed
+//                  (Qt, once per item), so neither K nor V needs packing when it is f32;
+//                  a chunk of few rows (decoding one token) uses the dot kernel instead
+//   shaping        the shared score shaper, lanes being rows
+//   softmax        the shared online softmax, vectorised over rows; P overwrites S
+//   O = O corr + P V   rows-vectorised: P broadcast against V rows
 // Keys that causal / window hide for every row of a chunk are never computed; keys that
 // a mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten
 // with -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or
@@ -16,9 +17,7 @@
 #define HWY_TARGET_INCLUDE "cpu/forward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,23 +34,17 @@
 #include "core/visible_keys.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
+#include "cpu/head_dim.hpp"
 #include "cpu/threads.hpp"
 
-#include <hwy/contrib/math/math-inl.h>
-#include "cpu/to_floats-inl.h"
-#include "cpu/vector_exp-inl.h"
+#include "cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 namespace {
 
-namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using VF = hn::Vec<DF>;
 using core::from_float;
 using core::mask_hides;
-using core::masked_score;
 using core::MaskKind;
 using core::Problem;
 using core::round_up;
@@ -59,8 +52,12 @@ using core::row_of;
 using core::Segment;
 using core::with_element_type;
 using core::with_float_type;
-
-constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
+using tile::DF;
+using tile::DI;
+using tile::kMinusInfinity;
+using tile::scratch_buffer;
+using tile::VF;
+namespace hn = hwy::HWY_NAMESPACE;
 
 // One unit of parallel work; its result depends on nothing else, so any thread count
 // gives the same bits.
@@ -82,35 +79,26 @@ struct RowBlock {
   bool skip_hidden_by_row = false;  // V holds a NaN/inf and some keys are hidden
 };
 
-// Per-thread scratch, allocated before the parallel loop; every buffer is 64-byte aligned
-// (HWY_ALIGNMENT) and padded to whole cache lines so threads never share a line.
+// Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
-  template <class T>
-  static hwy::AlignedFreeUniquePtr<T[]> buffer(Index count) {
-    constexpr Index kLine = 64, kSize = sizeof(T);
-    const Index bytes = round_up(std::max<Index>(count, 1) * kSize, kLine);
-    return hwy::AllocateAligned<T>(static_cast<std::size_t>((bytes + kSize - 1) / kSize));
-  }
-
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys)
-      : queries_t(buffer<float>(dim * rows)),
-        queries(buffer<float>(dim * rows)),
-        scores(buffer<float>((key_tile + score_keys) * rows)),
-        context(buffer<float>(rows * dim_v_padded)),
-        keys(buffer<float>(key_tile * dim)),
-        values(buffer<float>(key_tile * dim_v_padded)),
-        row_max(buffer<float>(rows)),
-        row_sum(buffer<float>(rows)),
-        rescale(buffer<float>(rows)),
-        slope(buffer<float>(rows)),
-        first_key(buffer<std::int32_t>(rows)),
-        end_key(buffer<std::int32_t>(rows)),
-        position(buffer<std::int32_t>(rows)),
-        head(buffer<Index>(rows)),
-        query_row(buffer<Index>(rows)),
-        row_buffer(buffer<float>(std::max(dim, dim_v_padded))),
-        chunks(buffer<Chunk>(rows)),
-        blocks(buffer<RowBlock>(rows)) {}
+      : queries_t(scratch_buffer<float>(dim * rows)),
+        queries(scratch_buffer<float>(dim * rows)),
+        scores(scratch_buffer<float>((key_tile + score_keys) * rows)),
+        context(scratch_buffer<float>(rows * dim_v_padded)),
+        keys(scratch_buffer<float>(key_tile * dim)),
+        values(scratch_buffer<float>(key_tile * dim_v_padded)),
+        row_max(scratch_buffer<float>(rows)),
+        row_sum(scratch_buffer<float>(rows)),
+        rescale(scratch_buffer<float>(rows)),
+        slope(scratch_buffer<float>(rows)),
+        first_key(scratch_buffer<std::int32_t>(rows)),
+        end_key(scratch_buffer<std::int32_t>(rows)),
+        position(scratch_buffer<std::int32_t>(rows)),
+        head(scratch_buffer<Index>(rows)),
+        query_row(scratch_buffer<Index>(rows)),
+        chunks(scratch_buffer<Chunk>(rows)),
+        blocks(scratch_buffer<RowBlock>(rows)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
   hwy::AlignedFreeUniquePtr<float[]> queries;    // [rows][dim]: scale * q, for narrow chunks
@@ -121,63 +109,9 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
-  hwy::AlignedFreeUniquePtr<float[]> row_buffer;                           // [max(dim, dv)]
   hwy::AlignedFreeUniquePtr<Chunk[]> chunks;     // of the current tile (at most one per row)
   hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
 };
-
-// S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kScoreKeys keys and C row vectors.
-// qt: [dim][rows_stride] (at the chunk's first row)  keys: kScoreKeys row pointers
-// out: [kScoreKeys][rows_stride]
-template <int kDim, int C, int kKeys>
-HWY_INLINE void score_block(const float* HWY_RESTRICT qt, Index rows_stride,
-                            const float* const* keys, Index runtime_dim, float* HWY_RESTRICT out) {
-  const DF df;
-  const Index lanes = static_cast<Index>(hn::Lanes(df));
-  const Index dim = kDim > 0 ? kDim : runtime_dim;
-  VF acc[kKeys][C];
-  for (int k = 0; k < kKeys; ++k)
-    for (int c = 0; c < C; ++c) acc[k][c] = hn::Zero(df);
-  for (Index d = 0; d < dim; ++d) {
-    VF q[C];
-    for (int c = 0; c < C; ++c) q[c] = hn::Load(df, qt + d * rows_stride + c * lanes);
-    for (int k = 0; k < kKeys; ++k) {
-      const VF key = hn::Set(df, keys[k][d]);
-      for (int c = 0; c < C; ++c) acc[k][c] = hn::MulAdd(q[c], key, acc[k][c]);
-    }
-  }
-  for (int k = 0; k < kKeys; ++k)
-    for (int c = 0; c < C; ++c) hn::Store(acc[k][c], df, out + k * rows_stride + c * lanes);
-}
-
-// O[r][:C vectors] = O[r] * rescale[r] + sum_{j in [first, end)} P^T[j][r] V[j] for
-// kRows rows. p: P^T at (first key, first row), stride rows_stride
-// v: V at the first key and the block's first column, stride v_stride
-// o: O at (first row, first column), stride o_stride
-template <int C, int kRows>
-HWY_INLINE void context_block(const float* HWY_RESTRICT p, Index rows_stride,
-                              const float* HWY_RESTRICT v, Index v_stride, Index keys,
-                              const float* HWY_RESTRICT rescale, float* HWY_RESTRICT o,
-                              Index o_stride) {
-  const DF df;
-  const Index lanes = static_cast<Index>(hn::Lanes(df));
-  VF acc[kRows][C];
-  for (int r = 0; r < kRows; ++r) {
-    const VF factor = hn::Set(df, rescale[r]);
-    for (int c = 0; c < C; ++c)
-      acc[r][c] = hn::Mul(hn::Load(df, o + r * o_stride + c * lanes), factor);
-  }
-  for (Index j = 0; j < keys; ++j) {
-    VF value[C];
-    for (int c = 0; c < C; ++c) value[c] = hn::LoadU(df, v + j * v_stride + c * lanes);
-    for (int r = 0; r < kRows; ++r) {
-      const VF weight = hn::Set(df, p[j * rows_stride + r]);
-      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(weight, value[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, o + r * o_stride + c * lanes);
-}
 
 template <int kDim>
 class ItemKernel {
@@ -241,7 +175,8 @@ class ItemKernel {
     }
   }
 
-  // Qt[d][r] = scale * q[head r][query r][d]; padding rows are 0.
+  // Q[r] = scale * q[head r][query r] (tile::scaled_query), and Qt[d][r] its transpose;
+  // padding rows are 0.
   void pack_queries() {
     float* qt = s_.queries_t.get();
     const auto scale = static_cast<float>(p_.scale);
@@ -249,11 +184,10 @@ class ItemKernel {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, double>) {
         for (Index r = 0; r < rows_; ++r) {
-          to_floats(row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_,
-                    s_.row_buffer.get());
-          for (Index d = 0; d < dim_; ++d) {
-            qt[d * rows_padded_ + r] = s_.queries[r * dim_ + d] = scale * s_.row_buffer[d];
-          }
+          float* q = s_.queries.get() + r * dim_;
+          tile::scaled_query(row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, scale,
+                             q);
+          for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = q[d];
         }
       }
     });
@@ -373,18 +307,7 @@ class ItemKernel {
   }
 
   bool tile_values_finite(Index keys) const {
-    const DF df;
-    VF zeros = hn::Zero(df);
-    for (Index j = 0; j < keys; ++j) {
-      const float* row = values_ + j * value_stride_;
-      Index d = 0;
-      for (; d + lanes_ <= dim_v_; d += lanes_)
-        zeros = hn::MulAdd(hn::LoadU(df, row + d), hn::Zero(df), zeros);
-      for (; d < dim_v_; ++d) {
-        if (!std::isfinite(row[d])) return false;
-      }
-    }
-    return hn::AllTrue(df, hn::Eq(zeros, hn::Zero(df)));
+    return tile::rows_finite(values_, keys, value_stride_, dim_v_);
   }
 
   const float* key_row(Index j) const { return keys_ + (j - tile_first_) * key_stride_; }
@@ -418,75 +341,66 @@ class ItemKernel {
     for (; j + kKeys <= chunk.end; j += kKeys) {
       const float* keys[kKeys];
       for (int k = 0; k < kKeys; ++k) keys[k] = key_row(j + k);
-      score_block<kDim, C, kKeys>(qt, rows_padded_, keys, dim_, scores_at(j, chunk.first_row));
+      tile::scores_rows_vectorised<kDim, C, kKeys>(qt, rows_padded_, keys, dim_,
+                                                   scores_at(j, chunk.first_row));
     }
     for (; j < chunk.end; ++j) {
       const float* keys[1] = {key_row(j)};
-      score_block<kDim, C, 1>(qt, rows_padded_, keys, dim_, scores_at(j, chunk.first_row));
+      tile::scores_rows_vectorised<kDim, C, 1>(qt, rows_padded_, keys, dim_,
+                                               scores_at(j, chunk.first_row));
     }
   }
 
-  // S^T[j][r] = q_r . k_j for the chunk's real rows, kScoreKeys keys at a time.
+  // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel.
   void compute_scores_by_dot(const Chunk& chunk) {
-    const DF df;
-    constexpr Index kKeys = Traits::kScoreKeys;
+    constexpr Index kKeys = tile::kDotKeys;
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
-    const Index whole = dim_ - dim_ % lanes_;
     for (Index r = chunk.first_row; r < row_end; ++r) {
-      const float* q = s_.queries.get() + r * dim_;
+      const float* q[1] = {s_.queries.get() + r * dim_};
       for (Index j = chunk.first; j < chunk.end; j += kKeys) {
         const Index keys = std::min(kKeys, chunk.end - j);
         const float* k[kKeys];
         for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
-        VF acc[kKeys];
-        for (Index i = 0; i < kKeys; ++i) acc[i] = hn::Zero(df);
-        for (Index d = 0; d < whole; d += lanes_) {
-          const VF qv = hn::LoadU(df, q + d);
-          for (Index i = 0; i < kKeys; ++i)
-            acc[i] = hn::MulAdd(qv, hn::LoadU(df, k[i] + d), acc[i]);
-        }
-        for (Index i = 0; i < keys; ++i) {
-          float dot = hn::GetLane(hn::SumOfLanes(df, acc[i]));
-          for (Index d = whole; d < dim_; ++d) dot += q[d] * k[i][d];
-          *scores_at(j + i, r) = dot;
-        }
+        float dots[kKeys];
+        float* out[1] = {dots};
+        tile::scores_by_dot<float, 1>(q, k, dim_, out);
+        for (Index i = 0; i < keys; ++i) *scores_at(j + i, r) = dots[i];
       }
     }
   }
 
-  // softcap, ALiBi, then hiding: keys outside a row's causal/window range, then the mask.
+  // The shaper of tile-inl.h, lanes being rows: softcap, ALiBi, keys outside a row's
+  // causal/window range, then the mask.
   void shape_scores(const Chunk& chunk) {
-    const DF df;
-    const DI di;
-    const bool softcap = p_.softcap > 0.0, alibi = !p_.alibi_slopes.empty();
-    if (softcap || alibi || !chunk.every_row_sees_all) {
-      const VF cap = hn::Set(df, static_cast<float>(p_.softcap));
-      const VF inverse_cap = hn::Set(df, softcap ? static_cast<float>(1.0 / p_.softcap) : 0.0f);
-      const VF hidden = hn::Set(df, kMinusInfinity);
-      for (Index c = 0; c < chunk.vectors; ++c) {
-        const Index row = chunk.first_row + c * lanes_;
-        const auto first = hn::Load(di, s_.first_key.get() + row);
-        const auto end = hn::Load(di, s_.end_key.get() + row);
-        const auto position = hn::Load(di, s_.position.get() + row);
-        const VF slope = hn::Load(df, s_.slope.get() + row);
-        for (Index j = chunk.first; j < chunk.end; ++j) {
-          float* at = scores_at(j, row);
-          VF s = hn::Load(df, at);
-          if (softcap) s = hn::Mul(cap, hn::Tanh(df, hn::Mul(s, inverse_cap)));
-          const auto key = hn::Set(di, static_cast<std::int32_t>(j));
-          if (alibi) {
-            const VF distance = hn::Abs(hn::ConvertTo(df, hn::Sub(position, key)));
-            s = hn::NegMulAdd(slope, distance, s);
-          }
-          if (!chunk.every_row_sees_all) {
-            const auto shown = hn::AndNot(hn::Lt(key, first), hn::Lt(key, end));
-            s = hn::IfThenElse(hn::RebindMask(df, shown), s, hidden);
-          }
-          hn::Store(s, df, at);
-        }
+    const tile::ScoreShaping& shaping = shaping_;
+    if (shaping.softcap || shaping.alibi || !chunk.every_row_sees_all) {
+      if (chunk.every_row_sees_all) {
+        shape_chunk<false>(chunk);
+      } else {
+        shape_chunk<true>(chunk);
       }
     }
     if (p_.mask_kind != MaskKind::none) apply_mask(chunk);
+  }
+
+  template <bool kHide>
+  void shape_chunk(const Chunk& chunk) {
+    const DF df;
+    const DI di;
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      const auto first = hn::Load(di, s_.first_key.get() + row);
+      const auto end = hn::Load(di, s_.end_key.get() + row);
+      const auto position = hn::Load(di, s_.position.get() + row);
+      const VF slope = hn::Load(df, s_.slope.get() + row);
+      for (Index j = chunk.first; j < chunk.end; ++j) {
+        float* at = scores_at(j, row);
+        const auto key = hn::Set(di, static_cast<std::int32_t>(j));
+        hn::Store(
+            tile::shape_scores<kHide>(shaping_, hn::Load(df, at), key, position, slope, first, end),
+            df, at);
+      }
+    }
   }
 
   void apply_mask(const Chunk& chunk) {
@@ -495,52 +409,19 @@ class ItemKernel {
       using M = decltype(tag);
       for (Index r = chunk.first_row; r < row_end; ++r) {
         const M* row = row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
-        for (Index j = chunk.first; j < chunk.end; ++j) {
-          float* at = scores_at(j, r);
-          *at = masked_score(*at, row[j]);
-        }
+        tile::mask_scores(row, chunk.first, chunk.end, scores_at(chunk.first, r), rows_padded_);
       }
     });
   }
 
-  // The state merge of DESIGN.md with the tile's scores, vectorised over rows; P
-  // overwrites S, and rescale[r] = exp(m_old - m_new) is left for accumulate_context.
+  // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =
+  // exp(m_old - m_new) is left for accumulate_context.
   void update_softmax(const Chunk& chunk) {
-    const DF df;
-    const VF minus_infinity = hn::Set(df, kMinusInfinity);
     for (Index c = 0; c < chunk.vectors; ++c) {
       const Index row = chunk.first_row + c * lanes_;
-      const VF old_max = hn::Load(df, s_.row_max.get() + row);
-      VF new_max = old_max;
-      // Like the reference, the max ignores a NaN score (x86 max returns its second operand
-      // when either is NaN); the NaN still reaches l and O through exp.
-      for (Index j = chunk.first; j < chunk.end; ++j)
-        new_max = hn::Max(hn::Load(df, scores_at(j, row)), new_max);
-      // With nothing visible yet, subtract 0 so that exp(-inf - 0) = 0, not NaN.
-      const VF shift = hn::IfThenZeroElse(hn::Eq(new_max, minus_infinity), new_max);
-      const VF rescale = VectorExp(df, hn::Sub(old_max, shift));
-      VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
-      Index j = chunk.first;
-      for (; j + 2 <= chunk.end; j += 2) {
-        float* at0 = scores_at(j, row);
-        float* at1 = scores_at(j + 1, row);
-        const VF p0 = VectorExp(df, hn::Sub(hn::Load(df, at0), shift));
-        const VF p1 = VectorExp(df, hn::Sub(hn::Load(df, at1), shift));
-        hn::Store(p0, df, at0);
-        hn::Store(p1, df, at1);
-        sum0 = hn::Add(sum0, p0);
-        sum1 = hn::Add(sum1, p1);
-      }
-      if (j < chunk.end) {
-        float* at = scores_at(j, row);
-        const VF p = VectorExp(df, hn::Sub(hn::Load(df, at), shift));
-        hn::Store(p, df, at);
-        sum0 = hn::Add(sum0, p);
-      }
-      const VF old_sum = hn::Load(df, s_.row_sum.get() + row);
-      hn::Store(hn::MulAdd(old_sum, rescale, hn::Add(sum0, sum1)), df, s_.row_sum.get() + row);
-      hn::Store(new_max, df, s_.row_max.get() + row);
-      hn::Store(rescale, df, s_.rescale.get() + row);
+      tile::online_softmax_rows(scores_at(chunk.first, row), chunk.end - chunk.first, rows_padded_,
+                                s_.row_max.get() + row, s_.row_sum.get() + row,
+                                s_.rescale.get() + row);
     }
   }
 
@@ -600,62 +481,49 @@ class ItemKernel {
     const Index keys = block.end - block.first;
     switch (width) {
       case 1:
-        context_block<1, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o, dim_v_padded_);
+        tile::context_rows_vectorised<1, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
+                                                dim_v_padded_);
         return;
       case 2:
-        context_block<2, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o, dim_v_padded_);
+        tile::context_rows_vectorised<2, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
+                                                dim_v_padded_);
         return;
       default:
-        context_block<3, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o, dim_v_padded_);
+        tile::context_rows_vectorised<3, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
+                                                dim_v_padded_);
         return;
     }
   }
 
-  // A V row holding NaN or infinity must not reach rows that do not see its key, where
-  // 0 * NaN would: here each row adds only the keys with a non-zero weight.
   void context_skipping_hidden(const RowBlock& block) {
-    const DF df;
     for (Index r = block.first_row; r < block.first_row + block.rows; ++r) {
-      float* o = s_.context.get() + r * dim_v_padded_;
-      const VF rescale = hn::Set(df, s_.rescale[r]);
-      for (Index d = 0; d < dim_v_padded_; d += lanes_)
-        hn::Store(hn::Mul(hn::Load(df, o + d), rescale), df, o + d);
-      for (Index j = block.first; j < block.end; ++j) {
-        const float weight = *scores_at(j, r);
-        if (weight == 0.0f) continue;
-        const float* v = values_ + (j - tile_first_) * value_stride_;
-        const VF w = hn::Set(df, weight);
-        for (Index d = 0; d < dim_v_padded_; d += lanes_) {
-          hn::Store(hn::MulAdd(w, hn::LoadU(df, v + d), hn::Load(df, o + d)), df, o + d);
-        }
-      }
+      tile::context_skipping_zero_weights(scores_at(block.first, r), rows_padded_,
+                                          values_ + (block.first - tile_first_) * value_stride_,
+                                          value_stride_, block.end - block.first, s_.rescale[r],
+                                          s_.context.get() + r * dim_v_padded_, dim_v_padded_);
     }
   }
 
-  // context = O / l (0 for a row with no visible key), lse = m + log(l) (-inf then).
+  // context = O / l and lse = m + log(l), by the end-of-row rule of tile-inl.h.
   void finish() const {
     for (Index r = 0; r < rows_; ++r) {
-      const float sum = s_.row_sum[r], row_max = s_.row_max[r];
-      const float inverse = row_max == kMinusInfinity ? 0.0f : 1.0f / sum;
+      const RowEnd<float> end = end_of_row(s_.row_max[r], s_.row_sum[r]);
       const float* o = s_.context.get() + r * dim_v_padded_;
       const MutableTensorView& out = p_.outputs.context;
       with_float_type(out.dtype, [&](auto tag) {
         using T = decltype(tag);
         T* row = static_cast<T*>(out.data) + seg_->batch * out.strides[0] +
                  s_.head[r] * out.strides[1] + s_.query_row[r] * out.strides[2];
-        for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d] * inverse);
+        for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d] * end.inverse_l);
       });
       if (p_.outputs.lse) {
         const MutableTensorView& lse = *p_.outputs.lse;
-        const double value = row_max == kMinusInfinity ? -std::numeric_limits<double>::infinity()
-                                                       : static_cast<double>(row_max) +
-                                                             std::log(static_cast<double>(sum));
         const Index at = seg_->batch * lse.strides[0] + s_.head[r] * lse.strides[1] +
                          s_.query_row[r] * lse.strides[2];
         if (lse.dtype == DType::f64) {
-          static_cast<double*>(lse.data)[at] = value;
+          static_cast<double*>(lse.data)[at] = end.lse;
         } else {
-          static_cast<float*>(lse.data)[at] = static_cast<float>(value);
+          static_cast<float*>(lse.data)[at] = static_cast<float>(end.lse);
         }
       }
     }
@@ -663,7 +531,8 @@ class ItemKernel {
 
   const Problem& p_;
   Scratch& s_;
-  const Index lanes_ = static_cast<Index>(hn::Lanes(DF()));
+  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const Index lanes_ = tile::lanes();
   // Context blocks never straddle two row chunks: 4 rows, or 1 on the 1-lane target.
   const Index block_rows_ = lanes_ >= Traits::kContextRows ? Traits::kContextRows : 1;
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
@@ -679,7 +548,7 @@ class ItemKernel {
 template <int kDim>
 void run_kernel(const Problem& p, int threads) {
   using Traits = ForwardTraits<kDim>;
-  const Index lanes = static_cast<Index>(hn::Lanes(DF()));
+  const Index lanes = tile::lanes();
   const Index group = p.group_size();
   const Index positions = std::max<Index>(1, Traits::kRowVectorsPerItem * lanes / group);
   std::vector<WorkItem> items;
@@ -692,7 +561,7 @@ void run_kernel(const Problem& p, int threads) {
     }
   }
   if (items.empty()) return;
-  threads = static_cast<int>(std::min<Index>(threads, static_cast<Index>(items.size())));
+  threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   const Index rows = round_up(positions * group, lanes);
   const Index dim_v_padded = round_up(p.dim_v, lanes);
   std::vector<Scratch> scratch;
@@ -700,47 +569,10 @@ void run_kernel(const Problem& p, int threads) {
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys);
   }
-  const auto count = static_cast<std::int64_t>(items.size());
-#pragma omp parallel num_threads(threads)
-  {
-    ItemKernel<kDim> kernel(p, scratch[static_cast<std::size_t>(omp_get_thread_num())]);
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t i = 0; i < count; ++i) kernel.run(items[static_cast<std::size_t>(i)]);
-  }
-}
-
-// The compile-time head-dim switch: the dims of common models get their own copy of the
-// kernel, with loop bounds known to the compiler; every other dim runs the generic one.
-// Measured: the generic copy runs d=64 and d=128 within 2% of their own copies (the
-// micro-kernels are FMA-bound either way), so the copies are insurance for other compilers.
-// Sanitizer builds (ATTN_GENERIC_HEAD_DIM_ONLY) compile the generic copy alone: the copies
-// differ only in constant loop bounds, and six copies per target cost minutes under ASan.
-template <class Fn>
-void with_head_dim([[maybe_unused]] Index dim_qk, [[maybe_unused]] Index dim_v, Fn&& fn) {
-#ifndef ATTN_GENERIC_HEAD_DIM_ONLY
-  if (dim_qk == dim_v) {
-    switch (dim_qk) {
-      case 64:
-        fn(std::integral_constant<int, 64>{});
-        return;
-      case 80:
-        fn(std::integral_constant<int, 80>{});
-        return;
-      case 96:
-        fn(std::integral_constant<int, 96>{});
-        return;
-      case 128:
-        fn(std::integral_constant<int, 128>{});
-        return;
-      case 256:
-        fn(std::integral_constant<int, 256>{});
-        return;
-      default:
-        break;
-    }
-  }
-#endif
-  fn(std::integral_constant<int, 0>{});
+  tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
+    return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)])](
+               Index i) mutable { kernel.run(items[static_cast<std::size_t>(i)]); };
+  });
 }
 
 }  // namespace

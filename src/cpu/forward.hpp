@@ -1,5 +1,5 @@
-// The fast CPU forward kernel: flash-style tiles merged by the online softmax (DESIGN.md),
-// SIMD through Highway with run-time target choice, threads through OpenMP.
+// The fast CPU forward kernel: flash-style tiles merged by the online softmax
+// (docs/architecture.md), SIMD through Highway with run-time target choice, threads through OpenMP.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,10 @@
 // machine (noise about +-5%); alternatives that lost are noted beside the winner.
 #pragma once
 
+#include <algorithm>
+
+#include "attn/tensor.hpp"
+
 namespace attn::cpu {
 
 // kDim: the head dim fixed at compile time (q, k and v share it), or 0 for "any, read at
@@ -40,5 +44,20 @@ struct ForwardTraits {
   static_assert(kContextRows == 4);
   static_assert(kRowVectorsPerItem % kScoreRowVectors == 0, "items hold whole row chunks");
 };
+
+// Whether the forward kernel scores the query row of position i (of len_q in its segment)
+// and head g of a GQA group of `group` heads by dot products: the row's chunk holds at most a
+// quarter of a vector of real rows (see plan_chunk in forward.cpp). The weights pass asks,
+// so that it computes every score with the micro-kernel forward used for it.
+inline bool forward_scores_by_dot(Index len_q, Index i, Index g, Index group, Index lanes) {
+  using Traits = ForwardTraits<0>;
+  const Index positions = std::max<Index>(1, Traits::kRowVectorsPerItem * lanes / group);
+  const Index first_position = i - i % positions;
+  const Index rows = std::min(positions, len_q - first_position) * group;
+  const Index chunk_rows = Traits::kScoreRowVectors * lanes;
+  const Index row = (i - first_position) * group + g;
+  const Index chunk_first = row - row % chunk_rows;
+  return (std::min(rows, chunk_first + chunk_rows) - chunk_first) * 4 <= lanes;
+}
 
 }  // namespace attn::cpu

@@ -1,15 +1,16 @@
 // The fast weights pass. A work item is up to kItemRows output rows that share a segment
 // and a KV head, so each K tile is read once for the rows of a GQA group. Per item, over
-// key tiles:
-//   S = Q K^T     query rows broadcast against K^T (one transposed f32 copy of K, made
-//                 before the items), row-major so that every output row is written
-//                 contiguously; each score is the same FMA chain over d as in the
-//                 forward kernel, so the scores are its scores
-//   shaping       softcap, ALiBi, then hiding (causal / window range, mask) to -inf, in
-//                 the forward kernel's order
-//   statistics    online max m and sum l per row (DESIGN.md's state merge, a tile at a
-//                 time); top-k keeps a k-sized heap of (score, key) per row in this pass,
-//                 since exp(s - lse) ranks keys as s does
+// key tiles, with the pieces of cpu/tile-inl.h:
+//   S = Q K^T     keys-vectorised: query rows broadcast against K^T (one transposed f32
+//                 copy of K, made before the items), row-major so that every output row
+//                 is written contiguously. Each score is computed by the micro-kernel the
+//                 forward kernel uses for it (the same FMA chain over d, or the dot kernel
+//                 for the rows forward scores by dot products), so the scores are its scores
+//   shaping       the shared score shaper: softcap, ALiBi, hiding (causal / window range,
+//                 mask) to -inf
+//   statistics    the shared online softmax: max m and sum l per row, a tile at a time;
+//                 top-k keeps a k-sized heap of (score, key) per row in this pass, since
+//                 exp(s - lse) ranks keys as s does
 //   emit          alpha = exp(s - m) / l, streamed into the output row by row
 // attn::forward hands over its kernel's lse, and then the statistics pass is skipped.
 // Hidden keys get exactly 0, and a NaN in a hidden key never reaches a weight. Extra memory
@@ -21,7 +22,6 @@
 
 #include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,24 +36,19 @@
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
 #include "core/weight_request.hpp"
+#include "cpu/forward_traits.hpp"
 #include "cpu/threads.hpp"
 #include "cpu/weights.hpp"
 #include "cpu/weights_traits.hpp"
 
-#include <hwy/contrib/math/math-inl.h>
-#include "cpu/to_floats-inl.h"
-#include "cpu/vector_exp-inl.h"
+#include "cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using VF = hn::Vec<DF>;
 using core::from_float;
-using core::masked_score;
 using core::MaskKind;
 using core::Problem;
 using core::round_up;
@@ -63,9 +58,11 @@ using core::WeightRequest;
 using core::WeightRow;
 using core::with_element_type;
 using core::with_float_type;
+using tile::DF;
+using tile::DI;
+using tile::kMinusInfinity;
+using tile::VF;
 using Traits = WeightsTraits;
-
-constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 constexpr Index kKeyTile = Traits::kKeyTile;
 constexpr Index kItemRows = Traits::kItemRows;
 constexpr Index kScoreRows = Traits::kScoreRows;
@@ -96,30 +93,6 @@ void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
   }
 }
 
-// S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys.
-// q: [kRows][dim] (stride dim)  kt: K^T at the block's first key, stride kt_stride (any
-// alignment: packed sequences start anywhere)  out: S at (first row, first key), stride
-// out_stride
-template <int kRows, int C>
-HWY_INLINE void score_block(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt,
-                            Index kt_stride, Index dim, float* HWY_RESTRICT out, Index out_stride) {
-  const DF df;
-  const Index lanes = static_cast<Index>(hn::Lanes(df));
-  VF acc[kRows][C];
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
-  for (Index d = 0; d < dim; ++d) {
-    VF key[C];
-    for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * lanes);
-    for (int r = 0; r < kRows; ++r) {
-      const VF query = hn::Set(df, q[r * dim + d]);
-      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, out + r * out_stride + c * lanes);
-}
-
 // K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
 // plus a tile of padding, so that a tile's last vector may read past the last key. Packing
 // each tile per work item instead cost 20% of the top-k pass (scalar transposes).
@@ -129,27 +102,25 @@ struct KeysTransposed {
         data(hwy::AllocateAligned<float>(
             static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
     const Index dim = p.dim_qk, blocks = (p.total_k + kKeyTile - 1) / kKeyTile;
-    const auto count = static_cast<std::int64_t>(p.batch * p.heads_kv * blocks);
-#pragma omp parallel num_threads(threads)
-    {
-      std::vector<float> row(static_cast<std::size_t>(dim));
-#pragma omp for schedule(static)
-      for (std::int64_t item = 0; item < count; ++item) {
-        const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;
-        const Index first = item % blocks * kKeyTile, end = std::min(first + kKeyTile, p.total_k);
-        float* out = at(b, kv, p.heads_kv, dim);
-        with_float_type(p.k.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          if constexpr (!std::is_same_v<T, double>) {
-            for (Index j = first; j < end; ++j) {
-              to_floats(row_of<T>(p.k, b, kv, j), dim, row.data());
-              for (Index d = 0; d < dim; ++d)
-                out[d * stride + j] = row[static_cast<std::size_t>(d)];
-            }
+    const auto pack = [&](Index item, std::vector<float>& row) {
+      const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;
+      const Index first = item % blocks * kKeyTile, end = std::min(first + kKeyTile, p.total_k);
+      float* out = at(b, kv, p.heads_kv, dim);
+      with_float_type(p.k.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          for (Index j = first; j < end; ++j) {
+            to_floats(row_of<T>(p.k, b, kv, j), dim, row.data());
+            for (Index d = 0; d < dim; ++d) out[d * stride + j] = row[static_cast<std::size_t>(d)];
           }
-        });
-      }
-    }
+        }
+      });
+    };
+    tile::run_items(p.batch * p.heads_kv * blocks, threads, [&](int) {
+      return [&, row = std::vector<float>(static_cast<std::size_t>(dim))](Index item) mutable {
+        pack(item, row);
+      };
+    });
     for (Index plane = 0; plane < p.batch * p.heads_kv * dim; ++plane) {
       std::fill(data.get() + plane * stride + p.total_k, data.get() + (plane + 1) * stride, 0.0f);
     }
@@ -163,20 +134,12 @@ struct KeysTransposed {
   hwy::AlignedFreeUniquePtr<float[]> data;
 };
 
-// Per-thread scratch, allocated before the parallel loop; 64-byte aligned buffers padded
-// to whole cache lines so that threads never share a line.
+// Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
-  template <class T>
-  static hwy::AlignedFreeUniquePtr<T[]> buffer(Index count) {
-    constexpr Index kLine = 64 / sizeof(T);
-    return hwy::AllocateAligned<T>(
-        static_cast<std::size_t>(round_up(std::max<Index>(count, 1), kLine)));
-  }
-
   Scratch(Index dim, Index heap_capacity)
-      : queries(buffer<float>(kItemRows * dim)),
-        scores(buffer<float>(kItemRows * kKeyTile)),
-        out_row(buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
+      : queries(tile::scratch_buffer<float>(kItemRows * dim)),
+        scores(tile::scratch_buffer<float>(kItemRows * kKeyTile)),
+        out_row(tile::scratch_buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
         heap(static_cast<std::size_t>(kItemRows * heap_capacity)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
@@ -237,6 +200,7 @@ class ItemKernel {
     double row_sum = 0.0;
     float shift = 0.0f, factor = 0.0f;  // alpha = exp(s - shift) * factor
     Index heap_size = 0;
+    bool by_dot = false;  // scored by dot products, as the forward kernel scores this row
   };
 
   // Per row: its head, query, visible key range and starting state (the sink, or empty);
@@ -262,18 +226,19 @@ class ItemKernel {
       row.first = std::min(keys.first, seg_->len_k);
       row.end = std::clamp(keys.end, row.first, seg_->len_k);
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
+      row.by_dot = forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(),
+                                         p_.group_size(), lanes_);
       if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
         row.row_max = p_.sinks[row.head];
         row.row_sum = 1.0;
       }
-      float* q = s_.queries.get() + r * dim_;
       with_float_type(p_.q.dtype, [&](auto tag) {
         using T = decltype(tag);
         if constexpr (!std::is_same_v<T, double>) {
-          to_floats(row_of<T>(p_.q, seg_->batch, row.head, row.query_row), dim_, q);
+          tile::scaled_query(row_of<T>(p_.q, seg_->batch, row.head, row.query_row), dim_, scale,
+                             s_.queries.get() + r * dim_);
         }
       });
-      for (Index d = 0; d < dim_; ++d) q[d] *= scale;
     }
     for (Index r = rows_; r < rows_padded_; ++r) {
       row_[r] = Row{};
@@ -331,6 +296,9 @@ class ItemKernel {
       }
     }
     for (Index r = 0; r < rows_; ++r) {
+      if (row_[r].by_dot) compute_scores_by_dot(r, tile, tile_end);
+    }
+    for (Index r = 0; r < rows_; ++r) {
       if (pass == Pass::statistics) {
         row_statistics(r, tile, tile_end);
       } else {
@@ -349,48 +317,67 @@ class ItemKernel {
     const Index stride = keys_.stride;
     switch (end - first) {
       case 1:
-        score_block<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
+        tile::scores_keys_vectorised<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
         return;
       case 2:
-        score_block<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
+        tile::scores_keys_vectorised<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
         return;
       default:
-        score_block<kScoreRows, Traits::kScoreVectors>(q, kt, stride, dim_, out, kKeyTile);
+        tile::scores_keys_vectorised<kScoreRows, Traits::kScoreVectors>(q, kt, stride, dim_, out,
+                                                                        kKeyTile);
         return;
     }
   }
 
-  // softcap, ALiBi, then hiding: keys outside [first, end) (the row's range within the
-  // tile), then the mask. Returns the vectors [first, end) of the tile that cover them.
+  // Row r's scores of the keys it sees in [tile, tile_end) again, by the dot micro-kernel
+  // on K's own rows, for a row the forward kernel scores that way.
+  void compute_scores_by_dot(Index r, Index tile, Index tile_end) {
+    constexpr Index kKeys = tile::kDotKeys;
+    const Index first = std::max(row_[r].first, tile), end = std::min(row_[r].end, tile_end);
+    const float* q[1] = {s_.queries.get() + r * dim_};
+    float* scores = s_.scores.get() + r * kKeyTile - tile;
+    with_float_type(p_.k.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, double>) {
+        for (Index j = first; j < end; j += kKeys) {
+          const Index keys = std::min(kKeys, end - j);
+          const T* k[kKeys];
+          for (Index i = 0; i < kKeys; ++i) {
+            k[i] =
+                row_of<T>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j + std::min(i, keys - 1));
+          }
+          float dots[kKeys];
+          float* out[1] = {dots};
+          tile::scores_by_dot<T, 1>(q, k, dim_, out);
+          std::copy(dots, dots + keys, scores + j);
+        }
+      }
+    });
+  }
+
+  // The shaper of tile-inl.h, lanes being keys: softcap, ALiBi, keys outside [first, end)
+  // (the row's range within the tile), then the mask. Returns the vectors [first, end) of
+  // the tile that cover them.
   std::pair<Index, Index> shape_scores(Index r, Index tile, Index first, Index end) {
     const DF df;
     const DI di;
     const Row& row = row_[r];
     float* s = s_.scores.get() + r * kKeyTile;
     const Index v_first = (first - tile) / lanes_, v_end = (end - tile + lanes_ - 1) / lanes_;
-    const bool softcap = p_.softcap > 0.0, alibi = !p_.alibi_slopes.empty();
-    const VF cap = hn::Set(df, static_cast<float>(p_.softcap));
-    const VF inverse_cap = hn::Set(df, softcap ? static_cast<float>(1.0 / p_.softcap) : 0.0f);
-    const VF hidden = hn::Set(df, kMinusInfinity);
     const auto first_key = hn::Set(di, static_cast<std::int32_t>(first));
     const auto end_key = hn::Set(di, static_cast<std::int32_t>(end));
     const auto position = hn::Set(di, static_cast<std::int32_t>(row.position));
     const VF slope = hn::Set(df, row.slope);
     // Without softcap and ALiBi only the two edge vectors may hold keys to hide.
-    const bool edges_only = !softcap && !alibi;
+    const bool edges_only = !shaping_.softcap && !shaping_.alibi;
     for (Index v = v_first; v < v_end; ++v) {
       if (edges_only && v != v_first && v + 1 != v_end) v = v_end - 1;
       float* at = s + v * lanes_;
-      VF x = hn::Load(df, at);
-      if (softcap) x = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inverse_cap)));
       const auto key =
           hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<std::int32_t>(tile + v * lanes_)));
-      if (alibi) {
-        const VF distance = hn::Abs(hn::ConvertTo(df, hn::Sub(position, key)));
-        x = hn::NegMulAdd(slope, distance, x);
-      }
-      const auto shown = hn::AndNot(hn::Lt(key, first_key), hn::Lt(key, end_key));
-      hn::Store(hn::IfThenElse(hn::RebindMask(df, shown), x, hidden), df, at);
+      hn::Store(tile::shape_scores<true>(shaping_, hn::Load(df, at), key, position, slope,
+                                         first_key, end_key),
+                df, at);
     }
     if (p_.mask_kind != MaskKind::none) apply_mask(r, tile, first, end);
     return {v_first, v_end};
@@ -402,7 +389,7 @@ class ItemKernel {
       using M = decltype(tag);
       const M* mask =
           row_of<M>(p_.mask, seg_->batch, row_[r].head, row_[r].query_row) + seg_->k_begin;
-      for (Index j = first; j < end; ++j) s[j] = masked_score(s[j], mask[j]);
+      tile::mask_scores(mask, first, end, s + first, 1);
     });
   }
 
@@ -412,27 +399,8 @@ class ItemKernel {
     const Index first = std::max(row.first, tile), end = std::min(row.end, tile_end);
     if (first >= end) return;
     const auto [v_first, v_end] = shape_scores(r, tile, first, end);
-    const DF df;
-    const float* s = s_.scores.get() + r * kKeyTile;
-    // Like the forward kernel, the max ignores a NaN score (x86 max returns its second
-    // operand when either is NaN); the NaN still reaches l through exp.
-    VF max = hn::Set(df, kMinusInfinity);
-    for (Index v = v_first; v < v_end; ++v) max = hn::Max(hn::Load(df, s + v * lanes_), max);
-    const float new_max = std::max(row.row_max, hn::GetLane(hn::MaxOfLanes(df, max)));
-    // With nothing visible yet, subtract 0 so that exp(-inf - 0) = 0, not NaN.
-    const float shift = new_max == kMinusInfinity ? 0.0f : new_max;
-    const VF shift_v = hn::Set(df, shift);
-    VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
-    Index v = v_first;
-    for (; v + 2 <= v_end; v += 2) {
-      sum0 = hn::Add(sum0, VectorExp(df, hn::Sub(hn::Load(df, s + v * lanes_), shift_v)));
-      sum1 = hn::Add(sum1, VectorExp(df, hn::Sub(hn::Load(df, s + (v + 1) * lanes_), shift_v)));
-    }
-    if (v < v_end)
-      sum0 = hn::Add(sum0, VectorExp(df, hn::Sub(hn::Load(df, s + v * lanes_), shift_v)));
-    const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
-    row.row_sum = row.row_sum * std::exp(static_cast<double>(row.row_max) - shift) + tile_sum;
-    row.row_max = new_max;
+    float* s = s_.scores.get() + r * kKeyTile + v_first * lanes_;
+    tile::online_softmax_keys<false>(s, v_end - v_first, row.row_max, row.row_sum);
     if (top_k_) offer(r, tile, v_first, v_end);
   }
 
@@ -477,9 +445,9 @@ class ItemKernel {
         row.factor =
             empty ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row.shift) - lse));
       } else {
-        const bool empty = row.row_max == kMinusInfinity;
-        row.shift = empty ? 0.0f : row.row_max;
-        row.factor = empty ? 0.0f : static_cast<float>(1.0 / row.row_sum);
+        const RowEnd<double> end = end_of_row(static_cast<double>(row.row_max), row.row_sum);
+        row.shift = end.inverse_l == 0.0 ? 0.0f : row.row_max;
+        row.factor = static_cast<float>(end.inverse_l);
       }
     }
   }
@@ -512,7 +480,7 @@ class ItemKernel {
       for (Index v = v_first; v < v_end; ++v) {
         const VF x = hn::Load(df, s + v * lanes_);
         const VF alpha = hn::IfThenZeroElse(hn::Eq(x, hidden),
-                                            hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor));
+                                            hn::Mul(tile::softmax_weight(df, x, shift), factor));
         // The buffer holds whole vectors; an f32 output row may end inside this one.
         if ((v + 1) * lanes_ <= keys || direct == nullptr) {
           hn::StoreU(alpha, df, weights + v * lanes_);
@@ -542,7 +510,7 @@ class ItemKernel {
     const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
     for (Index t = 0; t < padded; t += lanes_) {
       const VF x = hn::Load(df, weights + t);
-      hn::Store(hn::Mul(VectorExp(df, hn::Sub(x, shift)), factor), df, weights + t);
+      hn::Store(hn::Mul(tile::softmax_weight(df, x, shift), factor), df, weights + t);
     }
     const Index k = r_.weights.shape[3];
     with_output_row(r, [&](auto* out) {
@@ -562,8 +530,9 @@ class ItemKernel {
   const KeysTransposed& keys_;
   const Index heap_capacity_;
   Scratch& s_;
+  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
   const bool top_k_ = r_.top_k.has_value();
-  const Index lanes_ = static_cast<Index>(hn::Lanes(DF()));
+  const Index lanes_ = tile::lanes();
   const Index dim_ = p_.dim_qk;
   const Segment* seg_ = nullptr;
   const float* tile_keys_ = nullptr;  // K^T at the current tile's first key
@@ -592,18 +561,16 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   // Rows never see more than total_k keys, so a larger k needs no larger heap.
   const Index heap_capacity = request.top_k ? std::min(*request.top_k, p.total_k) : 0;
   const KeysTransposed keys(p, threads);
-  threads = static_cast<int>(std::min<Index>(threads, static_cast<Index>(items.size())));
+  threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.emplace_back(p.dim_qk, heap_capacity);
-  const auto count = static_cast<std::int64_t>(items.size());
-#pragma omp parallel num_threads(threads)
-  {
-    ItemKernel kernel(p, request, rows, keys, heap_capacity,
-                      scratch[static_cast<std::size_t>(omp_get_thread_num())]);
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t i = 0; i < count; ++i) kernel.run(items[static_cast<std::size_t>(i)]);
-  }
+  tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
+    return [&, kernel = ItemKernel(p, request, rows, keys, heap_capacity,
+                                   scratch[static_cast<std::size_t>(thread)])](Index i) mutable {
+      kernel.run(items[static_cast<std::size_t>(i)]);
+    };
+  });
 }
 
 }  // namespace attn::cpu::HWY_NAMESPACE

@@ -214,14 +214,8 @@ class TaskKernel {
   // Asks for rows [begin, end) of the tiles ahead: the keys and values of the one after
   // next to come to L2, then the keys of the next one to L1. The scoring loop asks for as
   // many rows as keys it has scored, so the requests go out spread over the tile's work.
-  // Figures: Hq = 8, one thread, ns per key and KV head, from memory (Lk = 32768 / 262144).
-  // - Spread, not back to back before the tile: back to back, L2 requests for the next
-  //   tile were slower than none at all (39 against 35; 27 spread).
-  // - Against the next tile to L2 alone: 25.4 / 26.8 went to 23.4 / 24.5, so a tile's
-  //   scoring reads its keys from L1; with the cache in the CPU caches (Lk = 512), 15.9
-  //   went to 17.4. Either half alone gained nothing: two tiles ahead to L2, 26.5; the
-  //   next tile to L1, keys and values, 34.
-  // - L2 requests first: with the L1 requests first, 22.0 / 26.4 went to 27.0 / 30.4.
+  // Spread, in this order, this far ahead: every other choice measured was slower from
+  // memory (bench/README.md, "Decode prefetching", has the figures).
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
     const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
     const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));

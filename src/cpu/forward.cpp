@@ -240,9 +240,7 @@ class ItemKernel {
     for (Index r = chunk.first_row; r < row_end && sees_all; ++r) {
       sees_all = s_.first_key[r] <= chunk.first && s_.end_key[r] >= chunk.end;
     }
-    // A chunk with at most a quarter of a vector of real rows (decoding one token) would
-    // waste most lanes broadcasting keys against Qt; dot products read each key once.
-    chunk.narrow = (row_end - chunk.first_row) * 4 <= lanes_;
+    chunk.narrow = chunk_scored_by_dot(row_end - chunk.first_row, lanes_);
     // Narrow scores leave padding rows unwritten; hiding them needs the per-key pass.
     chunk.every_row_sees_all = sees_all && !chunk.narrow;
     return p_.mask_kind == MaskKind::none || mask_shows_any(chunk, row_end);
@@ -548,9 +546,12 @@ class ItemKernel {
 template <int kDim>
 void run_kernel(const Problem& p, int threads) {
   using Traits = ForwardTraits<kDim>;
+  static_assert(Traits::kRowVectorsPerItem == ForwardTraits<0>::kRowVectorsPerItem &&
+                    Traits::kScoreRowVectors == ForwardTraits<0>::kScoreRowVectors,
+                "forward_scores_by_dot assumes the same rows per item and chunk for every dim");
   const Index lanes = tile::lanes();
   const Index group = p.group_size();
-  const Index positions = std::max<Index>(1, Traits::kRowVectorsPerItem * lanes / group);
+  const Index positions = positions_per_item(group, lanes);
   std::vector<WorkItem> items;
   for (std::size_t s = 0; s < p.segments.size(); ++s) {
     const Index len_q = p.segments[s].len_q;

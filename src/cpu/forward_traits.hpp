@@ -45,19 +45,31 @@ struct ForwardTraits {
   static_assert(kRowVectorsPerItem % kScoreRowVectors == 0, "items hold whole row chunks");
 };
 
+// Query positions per work item: kRowVectorsPerItem vectors of rows, each position giving
+// a row per query head of the GQA group.
+inline Index positions_per_item(Index group, Index lanes) {
+  return std::max<Index>(1, ForwardTraits<0>::kRowVectorsPerItem * lanes / group);
+}
+
+// A chunk of `real_rows` query rows (of a vector of `lanes`) is scored by dot products
+// when it holds at most a quarter of a vector: broadcasting keys against Qt would waste
+// most lanes (decoding one token), where dot products read each key once.
+inline bool chunk_scored_by_dot(Index real_rows, Index lanes) {
+  return real_rows * 4 <= lanes;
+}
+
 // Whether the forward kernel scores the query row of position i (of len_q in its segment)
-// and head g of a GQA group of `group` heads by dot products: the row's chunk holds at most a
-// quarter of a vector of real rows (see plan_chunk in forward.cpp). The weights pass asks,
+// and head g of a GQA group of `group` heads by dot products (plan_chunk in forward.cpp
+// decides by chunk_scored_by_dot on the row's chunk). The weights pass asks,
 // so that it computes every score with the micro-kernel forward used for it.
 inline bool forward_scores_by_dot(Index len_q, Index i, Index g, Index group, Index lanes) {
-  using Traits = ForwardTraits<0>;
-  const Index positions = std::max<Index>(1, Traits::kRowVectorsPerItem * lanes / group);
+  const Index positions = positions_per_item(group, lanes);
   const Index first_position = i - i % positions;
   const Index rows = std::min(positions, len_q - first_position) * group;
-  const Index chunk_rows = Traits::kScoreRowVectors * lanes;
+  const Index chunk_rows = ForwardTraits<0>::kScoreRowVectors * lanes;
   const Index row = (i - first_position) * group + g;
   const Index chunk_first = row - row % chunk_rows;
-  return (std::min(rows, chunk_first + chunk_rows) - chunk_first) * 4 <= lanes;
+  return chunk_scored_by_dot(std::min(rows, chunk_first + chunk_rows) - chunk_first, lanes);
 }
 
 }  // namespace attn::cpu

@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 BUILD := build/release
 ASAN_BUILD := build/asan
 
-.PHONY: all deps build run test test-release test-asan test-python install-python python-env test-full bench bench-peers format clean
+.PHONY: all deps build run test test-release test-asan test-python install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -61,6 +61,11 @@ bench: build
 bench-peers: build
 	@scripts/python-env.sh requirements/bench.txt
 	.venv/bin/python bench/peers.py --attn-bench $(BUILD)/bench/attn_bench $(ARGS)
+
+# Plants each bug of mutants/*.patch in a scratch copy of the tree and reruns the tests
+# it names; fails when one survives (scripts/mutants.sh). Slow: a rebuild per mutant.
+mutants: deps
+	@scripts/mutants.sh
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

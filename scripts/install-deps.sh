@@ -9,7 +9,7 @@ packages=(
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libopenblas-dev
   libexpat1-dev chromium
   python3 python3-venv python3-dev
-  clang-format
+  clang-format patch
 )
 
 missing=()

@@ -1,5 +1,6 @@
-// Widening a row of f16/bf16/f32 inputs to float32, written once against Highway and
-// compiled per target (include this header after foreach_target.h).
+// Widening a row of f16/bf16/f32 inputs to float32 and narrowing float32 results back,
+// written once against Highway and compiled per target (include this header after
+// foreach_target.h).
 #if defined(ATTN_CPU_TO_FLOATS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TO_FLOATS_INL_H_
 #undef ATTN_CPU_TO_FLOATS_INL_H_
@@ -14,6 +15,7 @@
 
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
+#include "core/element_type.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
@@ -35,6 +37,16 @@ void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
       hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
     }
     for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
+  }
+}
+
+// out[0 .. n) = in[0 .. n) in the output's dtype (rounded to nearest for the 16-bit types).
+template <class T>
+void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(in, in + n, out);
+  } else {
+    for (Index i = 0; i < n; ++i) out[i] = core::from_float<T>(in[i]);
   }
 }
 

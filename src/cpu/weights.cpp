@@ -38,6 +38,7 @@
 #include "core/weight_request.hpp"
 #include "cpu/forward_traits.hpp"
 #include "cpu/threads.hpp"
+#include "cpu/top_k.hpp"
 #include "cpu/weights.hpp"
 #include "cpu/weights_traits.hpp"
 
@@ -71,27 +72,6 @@ constexpr Index kScoreRows = Traits::kScoreRows;
 struct WorkItem {
   Index first = 0, count = 0;
 };
-
-// One entry of a row's top-k heap; key is relative to the segment.
-struct Candidate {
-  float score = 0.0f;
-  Index key = 0;
-};
-
-// a ranks before b: the larger score, then the lower key index.
-bool ranks_before(const Candidate& a, const Candidate& b) {
-  return a.score > b.score || (a.score == b.score && a.key < b.key);
-}
-
-// out[0 .. n) = in[0 .. n) in the output's dtype.
-template <class T>
-void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(in, in + n, out);
-  } else {
-    for (Index i = 0; i < n; ++i) out[i] = from_float<T>(in[i]);
-  }
-}
 
 // K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
 // plus a tile of padding, so that a tile's last vector may read past the last key. Packing
@@ -199,7 +179,7 @@ class ItemKernel {
     float row_max = kMinusInfinity;
     double row_sum = 0.0;
     float shift = 0.0f, factor = 0.0f;  // alpha = exp(s - shift) * factor
-    Index heap_size = 0;
+    TopK best;
     bool by_dot = false;  // scored by dot products, as the forward kernel scores this row
   };
 
@@ -216,6 +196,7 @@ class ItemKernel {
       const WeightRow& w = list_[static_cast<std::size_t>(item.first + r)];
       Row& row = row_[r];
       row = Row{};
+      row.best = TopK(s_.heap.data() + r * heap_capacity_, heap_capacity_);
       row.head = w.head;
       row.query_row = seg_->q_begin + w.i;
       row.position = p_.query_position(*seg_, w.i);
@@ -404,31 +385,18 @@ class ItemKernel {
     if (top_k_) offer(r, tile, v_first, v_end);
   }
 
-  // Keys are offered in increasing order, so a key that ties the heap's worst entry has
-  // the higher index and loses: ties go to the lower index.
+  // The tile's scores offered to the row's top-k heap in key order; whole vectors below
+  // its threshold are passed over.
   void offer(Index r, Index tile, Index v_first, Index v_end) {
     const DF df;
-    Row& row = row_[r];
-    Candidate* heap = s_.heap.data() + r * heap_capacity_;
+    TopK& best = row_[r].best;
     const float* s = s_.scores.get() + r * kKeyTile;
     for (Index v = v_first; v < v_end; ++v) {
-      float threshold = row.heap_size < heap_capacity_ ? kMinusInfinity : heap[0].score;
-      if (hn::AllFalse(df, hn::Gt(hn::Load(df, s + v * lanes_), hn::Set(df, threshold)))) {
+      if (hn::AllFalse(df, hn::Gt(hn::Load(df, s + v * lanes_), hn::Set(df, best.threshold())))) {
         continue;
       }
       for (Index lane = 0; lane < lanes_; ++lane) {
-        const float score = s[v * lanes_ + lane];
-        if (!(score > threshold)) continue;
-        const Candidate candidate{score, tile + v * lanes_ + lane};
-        if (row.heap_size < heap_capacity_) {
-          heap[row.heap_size++] = candidate;
-          std::push_heap(heap, heap + row.heap_size, ranks_before);
-        } else {
-          std::pop_heap(heap, heap + row.heap_size, ranks_before);
-          heap[row.heap_size - 1] = candidate;
-          std::push_heap(heap, heap + row.heap_size, ranks_before);
-        }
-        threshold = row.heap_size < heap_capacity_ ? kMinusInfinity : heap[0].score;
+        best.offer(s[v * lanes_ + lane], tile + v * lanes_ + lane);
       }
     }
   }
@@ -501,10 +469,9 @@ class ItemKernel {
   void write_top_k(Index r) {
     const DF df;
     Row& row = row_[r];
-    Candidate* heap = s_.heap.data() + r * heap_capacity_;
-    std::sort(heap, heap + row.heap_size, ranks_before);
+    const Candidate* heap = row.best.sorted();
     float* weights = s_.out_row.get();
-    const Index count = row.heap_size, padded = round_up(count, lanes_);
+    const Index count = row.best.size(), padded = round_up(count, lanes_);
     for (Index t = 0; t < count; ++t) weights[t] = heap[t].score;
     std::fill(weights + count, weights + padded, 0.0f);
     const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);

@@ -2,8 +2,8 @@
 // pass, when weights are asked for) or the reference.
 #include <string>
 
+#include "api/backend.hpp"
 #include "attn/attention.hpp"
-#include "core/backend.hpp"
 #include "core/problem.hpp"
 #include "core/rows.hpp"
 #include "core/weight_request.hpp"
@@ -39,7 +39,7 @@ void run(const core::Problem& problem, Backend requested) {
   // The forward kernel computes context and lse; weights come from the weights pass.
   core::Problem kernel_problem = problem;
   kernel_problem.outputs.weights.reset();
-  if (!core::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
+  if (!api::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
     reference::forward(problem);
   } else if (problem.outputs.weights) {
     fast_forward_with_weights(problem, kernel_problem);

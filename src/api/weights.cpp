@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "api/backend.hpp"
 #include "core/argument_checks.hpp"
-#include "core/backend.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/forward.hpp"
@@ -128,7 +128,7 @@ void check_outputs(const Request& r, const MutableTensorView& weights,
 }
 
 void run(const core::Problem& problem, const core::WeightRequest& request, Backend requested) {
-  if (core::use_fast_kernel(requested, cpu::unsupported(problem))) {
+  if (api::use_fast_kernel(requested, cpu::unsupported(problem))) {
     cpu::weights(problem, request);
   } else {
     reference::weights(problem, request);

@@ -48,13 +48,24 @@ void run(const core::Problem& problem, Backend requested) {
   }
 }
 
+// The whole request, checked.
+core::Problem checked_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const Options& options, const Outputs& outputs) {
+  core::Problem problem = core::make_problem(q, k, v, options);
+  core::attach_outputs(problem, outputs);
+  return problem;
+}
+
 }  // namespace
 
 void forward_into(const TensorView& q, const TensorView& k, const TensorView& v,
                   const Options& options, const Outputs& outputs) {
-  core::Problem problem = core::make_problem(q, k, v, options);
-  core::attach_outputs(problem, outputs);
-  run(problem, options.backend);
+  run(checked_problem(q, k, v, options, outputs), options.backend);
+}
+
+void check_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const Options& options, const Outputs& outputs) {
+  checked_problem(q, k, v, options, outputs);
 }
 
 Result forward(const TensorView& q, const TensorView& k, const TensorView& v,

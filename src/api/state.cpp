@@ -1,4 +1,5 @@
-// The attention state monoid (DESIGN.md): empty, merge, finalize, and forward as a state.
+// The attention state monoid (docs/architecture.md): empty, merge, finalize, and forward as
+// a state.
 #include "attn/state.hpp"
 
 #include <cmath>

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attn/kv_cache.hpp"
+#include "cache/huge_pages.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "memory_bandwidth.cpp"
@@ -100,12 +100,12 @@ double MemoryBandwidth::stream() const {
 }
 
 void MemoryBandwidthProbe::FreeHugePages::operator()(float* p) const {
-  detail::free_huge_pages(p);
+  cache::free_huge_pages(p);
 }
 
 MemoryBandwidthProbe::Array MemoryBandwidthProbe::allocate(std::int64_t elements) {
   return Array(static_cast<float*>(
-      detail::allocate_huge_pages(static_cast<std::size_t>(elements) * sizeof(float))));
+      cache::allocate_huge_pages(static_cast<std::size_t>(elements) * sizeof(float))));
 }
 
 MemoryBandwidthProbe::MemoryBandwidthProbe(int max_threads, double bytes_per_array)

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -20,6 +22,9 @@ struct ErrorCase {
   std::string name;
   std::function<void()> call;
   std::vector<std::string> message_parts;
+  // For forward requests: the same request given to check_forward, which must reject it
+  // with the same message.
+  std::function<void()> check = nullptr;
 };
 
 void PrintTo(const ErrorCase& c, std::ostream* out) {
@@ -69,6 +74,7 @@ struct Request {
     return r;
   }
   void run() const { forward_into(q, k, v, options, outputs); }
+  void check() const { check_forward(q, k, v, options, outputs); }
 };
 
 ErrorCase forward_case(std::string name, std::function<void(Request&)> edit,
@@ -79,7 +85,12 @@ ErrorCase forward_case(std::string name, std::function<void(Request&)> edit,
             edit(r);
             r.run();
           },
-          std::move(parts)};
+          std::move(parts),
+          [edit, base] {
+            Request r = base;
+            edit(r);
+            r.check();
+          }};
 }
 
 std::vector<ErrorCase> input_cases() {
@@ -498,16 +509,24 @@ std::vector<ErrorCase> all_cases() {
 
 class Rejects : public ::testing::TestWithParam<ErrorCase> {};
 
+// The message of the attn::Error that call throws; empty when it throws none.
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
 TEST_P(Rejects, WithMessageNamingArgument) {
   const ErrorCase& c = GetParam();
-  std::string message;
-  try {
-    c.call();
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  const std::string message = error_of(c.call);
   ASSERT_FALSE(message.empty()) << "no attn::Error thrown";
   for (const std::string& part : c.message_parts) EXPECT_THAT(message, HasSubstr(part));
+  if (c.check) {
+    EXPECT_EQ(error_of(c.check), message) << "check_forward";
+  }
 }
 
 std::string case_name(const ::testing::TestParamInfo<ErrorCase>& param) {
@@ -518,9 +537,18 @@ INSTANTIATE_TEST_SUITE_P(BadInput, Rejects, ::testing::ValuesIn(all_cases()), ca
 
 // The requests the cases start from are valid: each failure above comes from its one edit.
 TEST(ValidRequests, BaseRequestsAreAccepted) {
+  EXPECT_NO_THROW(Request::plain().check());
+  EXPECT_NO_THROW(Request::packed().check());
   EXPECT_NO_THROW(Request::plain().run());
   EXPECT_NO_THROW(Request::packed().run());
   EXPECT_NO_THROW(scores(lesson_q(), lesson_k()));
+}
+
+TEST(ValidRequests, CheckForwardWritesNothing) {
+  std::fill(output_storage().begin(), output_storage().end(), 7.0);
+  Request::plain().check();
+  EXPECT_EQ(std::count(output_storage().begin(), output_storage().end(), 7.0),
+            static_cast<std::ptrdiff_t>(output_storage().size()));
 }
 
 TEST(ValidRequests, EdgeValuesAreAccepted) {

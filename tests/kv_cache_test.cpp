@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "attn/kv_cache.hpp"
 #include "support/error_message.hpp"
@@ -163,6 +164,50 @@ TEST(KVCache, ForkSharesFullBlocksAndCopiesThePartialOne) {
   parent_tokens.push_back(other[0]);
   expect_contents(cache, child, child_tokens);
   expect_contents(cache, parent, parent_tokens);
+}
+
+// A copy (constructed or assigned) owns its blocks: appends to either leave the other as it
+// was. A moved-to cache holds what the source held.
+TEST(KVCache, CopiesChangeIndependentlyAndMovesKeepContents) {
+  KVCache cache({.heads_kv = kHeads,
+                 .dim = kDim,
+                 .dim_v = kDimV,
+                 .page_size = 4,
+                 .dtype = CacheDType::int8,
+                 .max_blocks = 0});
+  std::mt19937_64 rng(3);
+  std::vector<Token> prompt(6);
+  for (Token& t : prompt) t = random_token(rng);
+  const auto seq = cache.add_sequence();
+  append_tokens(cache, seq, prompt);
+  const Tensor keys = cache.keys(seq), values = cache.values(seq);
+  const auto expect_prompt = [&](const KVCache& c) {
+    const Tensor k = c.keys(seq), v = c.values(seq);
+    ASSERT_EQ(k.shape(), keys.shape());
+    for (Index e = 0; e < k.numel(); ++e)
+      EXPECT_EQ(k.data_as<float>()[e], keys.data_as<float>()[e]);
+    for (Index e = 0; e < v.numel(); ++e)
+      EXPECT_EQ(v.data_as<float>()[e], values.data_as<float>()[e]);
+  };
+
+  KVCache copy(cache);
+  KVCache assigned({.heads_kv = kHeads, .dim = kDim, .dim_v = kDimV});
+  assigned = cache;
+  // Tokens ten times larger: int8 requantises the shared tail block's earlier tokens.
+  std::vector<Token> loud{random_token(rng)};
+  for (float& x : loud[0]) x *= 10.0f;
+  append_tokens(copy, seq, loud);
+  append_tokens(assigned, seq, loud);
+  expect_prompt(cache);
+  EXPECT_EQ(cache.length(seq), 6);
+  EXPECT_EQ(copy.length(seq), 7);
+  EXPECT_EQ(assigned.length(seq), 7);
+
+  const KVCache moved(std::move(cache));
+  expect_prompt(moved);
+  KVCache move_assigned({.heads_kv = kHeads, .dim = kDim, .dim_v = kDimV});
+  move_assigned = KVCache(moved);
+  expect_prompt(move_assigned);
 }
 
 TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {

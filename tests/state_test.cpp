@@ -152,7 +152,8 @@ TEST(State, BadInputThrowsNamingTheArgument) {
             0u);
   EXPECT_EQ(error_message([&] { merge(a, c); }).rfind("b: expected dtype float32", 0), 0u);
   EXPECT_EQ(error_message([&] { merge(a, State{}); }).rfind("b: expected a state", 0), 0u);
-  EXPECT_EQ(error_message([&] { finalize(a, {1.0f}); }).rfind("sinks: expected 2 values", 0), 0u);
+  EXPECT_EQ(error_message([&] { finalize(a, {1.0f}); }),
+            "sinks: expected 2 values (one per query head), given 1");
   EXPECT_EQ(error_message([&] {
               finalize(a, {1.0f, NAN});
             }).rfind("sinks: expected finite", 0),

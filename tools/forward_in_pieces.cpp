@@ -4,8 +4,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/problem.hpp"
-
 namespace attn::tools {
 namespace {
 
@@ -49,8 +47,7 @@ Index count_pieces(const TensorView& q, const TensorView& k) {
 void forward_in_pieces(const TensorView& q, const TensorView& k, const TensorView& v,
                        const Options& options, const Outputs& outputs,
                        const ProgressCallback& progress) {
-  core::Problem whole = core::make_problem(q, k, v, options);
-  core::attach_outputs(whole, outputs);
+  check_forward(q, k, v, options, outputs);
   const Index batch = q.shape[0], heads_kv = k.shape[1], group = q.shape[1] / heads_kv;
   const bool whole_entries = batch >= kManyBatchEntries;
   const Index kv_step = whole_entries ? heads_kv : 1;

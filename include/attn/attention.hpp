@@ -24,6 +24,13 @@ struct Outputs {
 void forward_into(const TensorView& q, const TensorView& k, const TensorView& v,
                   const Options& options, const Outputs& outputs);
 
+// The argument checks of forward_into alone: throws the attn::Error that forward_into
+// would throw for these arguments (shapes, dtypes, strides, option values, outputs), else
+// returns without reading the data. For a caller that splits one request into several
+// calls and wants errors to name the whole request.
+void check_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const Options& options, const Outputs& outputs);
+
 struct Want {
   bool lse = false;
   bool weights = false;

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -35,35 +36,9 @@ struct KVCacheConfig {
   Index max_blocks = 0;  // 0: the pool grows as needed; else appends past it throw
 };
 
-namespace detail {
-// Allocates the cache's block pools 2 MiB-aligned and asks Linux for transparent huge
-// pages there: each KV head's run of a block is only a few KiB, so a step touches a new
-// 4 KiB page every run, and with small pages the TLB misses and the hardware prefetchers
-// (which stop at page boundaries) bound decode well below memory bandwidth.
-template <class T>
-struct HugePageAllocator {
-  using value_type = T;
-  HugePageAllocator() = default;
-  template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}
-  T* allocate(std::size_t count);
-  void deallocate(T* p, std::size_t count);
-  template <class U>
-  bool operator==(const HugePageAllocator<U>&) const {
-    return true;
-  }
-};
-void* allocate_huge_pages(std::size_t bytes);
-void free_huge_pages(void* p);
-template <class T>
-T* HugePageAllocator<T>::allocate(std::size_t count) {
-  return static_cast<T*>(allocate_huge_pages(count * sizeof(T)));
+namespace cache {
+struct BlockAccess;
 }
-template <class T>
-void HugePageAllocator<T>::deallocate(T* p, std::size_t) {
-  free_huge_pages(p);
-}
-}  // namespace detail
 
 class KVCache {
  public:
@@ -71,6 +46,12 @@ class KVCache {
 
   // Throws attn::Error naming the field when a size is not positive.
   explicit KVCache(const KVCacheConfig& config);
+  // A copy holds copies of the blocks: the two caches change independently.
+  KVCache(const KVCache& other);
+  KVCache& operator=(const KVCache& other);
+  KVCache(KVCache&& other) noexcept;
+  KVCache& operator=(KVCache&& other) noexcept;
+  ~KVCache();
 
   const KVCacheConfig& config() const { return config_; }
 
@@ -102,34 +83,25 @@ class KVCache {
   Tensor keys(SequenceId seq) const;
   Tensor values(SequenceId seq) const;
 
-  // Raw block access for kernels. A block holds, per KV head, page_size rows of dim (keys)
-  // or dim_v (values) elements of the cache dtype, contiguous: [Hkv, page_size, dim].
-  std::size_t element_size() const;
-  const std::byte* key_block(std::int32_t block, Index head) const;
-  const std::byte* value_block(std::int32_t block, Index head) const;
-  // int8 only: the dequantisation scale of a block's head (1 for other dtypes).
-  float key_scale(std::int32_t block, Index head) const;
-  float value_scale(std::int32_t block, Index head) const;
-
  private:
   struct Sequence {
     std::vector<std::int32_t> blocks;
     Index length = 0;
   };
 
+  // The bytes of the blocks and their int8 scales (src/cache/kv_cache_blocks.hpp).
+  struct Blocks;
+  friend struct cache::BlockAccess;
+
   const Sequence& sequence(SequenceId seq, const char* argument) const;
-  std::size_t block_offset(std::int32_t block, Index head, bool values) const;
   std::int32_t take_block();
   void release_block(std::int32_t block);
-  void copy_block(std::int32_t from, std::int32_t to);
   void write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                   Index first, Index count);
   Tensor dequantise(SequenceId seq, bool values) const;
 
   KVCacheConfig config_;
-  std::size_t key_block_bytes_ = 0, value_block_bytes_ = 0;
-  std::vector<std::byte, detail::HugePageAllocator<std::byte>> key_pool_, value_pool_;
-  std::vector<float> key_scales_, value_scales_;  // [block][head], int8 only
+  std::unique_ptr<Blocks> blocks_;
   std::vector<std::int32_t> ref_counts_;
   std::vector<std::int32_t> free_blocks_;
   std::map<SequenceId, Sequence> sequences_;

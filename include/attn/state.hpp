@@ -1,8 +1,9 @@
-// attn::State: the attention monoid of DESIGN.md, public. For each query row and head it
-// holds m (largest visible score), l (sum of exp(s - m)) and acc (sum of exp(s - m) v) over
-// some set of keys; states over disjoint key sets merge exactly, and finalize turns a state
-// into the context and log-sum-exp. Users combine attention over parts held separately
-// (a prefix and a suffix, two caches, two machines) by merging their states.
+// attn::State: the attention monoid (docs/architecture.md), public. For each query row and
+// head it holds m (largest visible score), l (sum of exp(s - m)) and acc (sum of
+// exp(s - m) v) over some set of keys; states over disjoint key sets merge exactly, and
+// finalize turns a state into the context and log-sum-exp. Users combine attention over
+// parts held separately (a prefix and a suffix, two caches, two machines) by merging
+// their states.
 #pragma once
 
 #include <vector>

@@ -4,18 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <string>
 
+#include "cache/kv_cache_blocks.hpp"
 #include "core/argument_checks.hpp"
 #include "core/rows.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 namespace attn {
 namespace {
@@ -49,26 +44,39 @@ void check_rows(const char* name, const TensorView& t, Index heads, Index dim, I
 
 }  // namespace
 
-namespace detail {
+KVCache::Blocks::Blocks(const KVCacheConfig& config)
+    : heads_kv(config.heads_kv),
+      page_size(config.page_size),
+      dim(config.dim),
+      dim_v(config.dim_v),
+      int8(config.dtype == CacheDType::int8),
+      element_size(int8 ? 1 : dtype_size(storage_dtype(config.dtype))),
+      key_block_bytes(static_cast<std::size_t>(heads_kv * page_size * dim) * element_size),
+      value_block_bytes(static_cast<std::size_t>(heads_kv * page_size * dim_v) * element_size) {}
 
-void* allocate_huge_pages(std::size_t bytes) {
-  constexpr std::size_t kHugePage = std::size_t{2} << 20;
-  const std::size_t rounded =
-      (std::max<std::size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
-  void* memory = std::aligned_alloc(kHugePage, rounded);
-  if (memory == nullptr) throw std::bad_alloc();
-#if defined(__linux__)
-  // Advice only: where transparent huge pages are off, this fails and small pages serve.
-  madvise(memory, rounded, MADV_HUGEPAGE);
-#endif
-  return memory;
+void KVCache::Blocks::add() {
+  key_pool.resize(key_pool.size() + key_block_bytes);
+  value_pool.resize(value_pool.size() + value_block_bytes);
+  if (int8) {
+    key_scales.resize(key_scales.size() + static_cast<std::size_t>(heads_kv));
+    value_scales.resize(value_scales.size() + static_cast<std::size_t>(heads_kv));
+  }
 }
 
-void free_huge_pages(void* p) {
-  std::free(p);
+void KVCache::Blocks::copy(std::int32_t from, std::int32_t to) {
+  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to);
+  std::memcpy(key_pool.data() + t * key_block_bytes, key_pool.data() + f * key_block_bytes,
+              key_block_bytes);
+  std::memcpy(value_pool.data() + t * value_block_bytes, value_pool.data() + f * value_block_bytes,
+              value_block_bytes);
+  if (int8) {
+    const auto heads = static_cast<std::size_t>(heads_kv);
+    std::copy_n(key_scales.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
+                key_scales.begin() + static_cast<std::ptrdiff_t>(t * heads));
+    std::copy_n(value_scales.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
+                value_scales.begin() + static_cast<std::ptrdiff_t>(t * heads));
+  }
 }
-
-}  // namespace detail
 
 const char* cache_dtype_name(CacheDType dtype) {
   switch (dtype) {
@@ -96,14 +104,25 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
-  const auto rows = static_cast<std::size_t>(config.heads_kv * config.page_size);
-  key_block_bytes_ = rows * static_cast<std::size_t>(config.dim) * element_size();
-  value_block_bytes_ = rows * static_cast<std::size_t>(config.dim_v) * element_size();
+  blocks_ = std::make_unique<Blocks>(config);
 }
 
-std::size_t KVCache::element_size() const {
-  return config_.dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(config_.dtype));
+KVCache::KVCache(const KVCache& other)
+    : config_(other.config_),
+      blocks_(std::make_unique<Blocks>(*other.blocks_)),
+      ref_counts_(other.ref_counts_),
+      free_blocks_(other.free_blocks_),
+      sequences_(other.sequences_),
+      next_id_(other.next_id_) {}
+
+KVCache& KVCache::operator=(const KVCache& other) {
+  if (this != &other) *this = KVCache(other);
+  return *this;
 }
+
+KVCache::KVCache(KVCache&& other) noexcept = default;
+KVCache& KVCache::operator=(KVCache&& other) noexcept = default;
+KVCache::~KVCache() = default;
 
 const KVCache::Sequence& KVCache::sequence(SequenceId seq, const char* argument) const {
   const auto found = sequences_.find(seq);
@@ -161,56 +180,12 @@ std::int32_t KVCache::take_block() {
   }
   const auto block = static_cast<std::int32_t>(ref_counts_.size());
   ref_counts_.push_back(1);
-  key_pool_.resize(key_pool_.size() + key_block_bytes_);
-  value_pool_.resize(value_pool_.size() + value_block_bytes_);
-  if (config_.dtype == CacheDType::int8) {
-    key_scales_.resize(key_scales_.size() + static_cast<std::size_t>(config_.heads_kv));
-    value_scales_.resize(value_scales_.size() + static_cast<std::size_t>(config_.heads_kv));
-  }
+  blocks_->add();
   return block;
 }
 
 void KVCache::release_block(std::int32_t block) {
   if (--ref_counts_[static_cast<std::size_t>(block)] == 0) free_blocks_.push_back(block);
-}
-
-void KVCache::copy_block(std::int32_t from, std::int32_t to) {
-  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to);
-  std::memcpy(key_pool_.data() + t * key_block_bytes_, key_pool_.data() + f * key_block_bytes_,
-              key_block_bytes_);
-  std::memcpy(value_pool_.data() + t * value_block_bytes_,
-              value_pool_.data() + f * value_block_bytes_, value_block_bytes_);
-  if (config_.dtype == CacheDType::int8) {
-    const auto heads = static_cast<std::size_t>(config_.heads_kv);
-    std::copy_n(key_scales_.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
-                key_scales_.begin() + static_cast<std::ptrdiff_t>(t * heads));
-    std::copy_n(value_scales_.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
-                value_scales_.begin() + static_cast<std::ptrdiff_t>(t * heads));
-  }
-}
-
-std::size_t KVCache::block_offset(std::int32_t block, Index head, bool values) const {
-  const Index dim = values ? config_.dim_v : config_.dim;
-  return static_cast<std::size_t>(block) * (values ? value_block_bytes_ : key_block_bytes_) +
-         static_cast<std::size_t>(head * config_.page_size * dim) * element_size();
-}
-
-const std::byte* KVCache::key_block(std::int32_t block, Index head) const {
-  return key_pool_.data() + block_offset(block, head, false);
-}
-
-const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
-  return value_pool_.data() + block_offset(block, head, true);
-}
-
-float KVCache::key_scale(std::int32_t block, Index head) const {
-  if (config_.dtype != CacheDType::int8) return 1.0f;
-  return key_scales_[static_cast<std::size_t>(block * config_.heads_kv + head)];
-}
-
-float KVCache::value_scale(std::int32_t block, Index head) const {
-  if (config_.dtype != CacheDType::int8) return 1.0f;
-  return value_scales_[static_cast<std::size_t>(block * config_.heads_kv + head)];
 }
 
 void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
@@ -250,7 +225,7 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
   if (shared_tail) {
     // Copy-on-write: other sequences keep reading the shared block as it was.
     const std::int32_t copy = take_block();
-    copy_block(s.blocks.back(), copy);
+    blocks_->copy(s.blocks.back(), copy);
     release_block(s.blocks.back());
     s.blocks.back() = copy;
   }
@@ -273,8 +248,7 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
     const Index dim = in.shape[3];
     std::vector<double> row(static_cast<std::size_t>(dim));
     for (Index h = 0; h < config_.heads_kv; ++h) {
-      std::byte* base =
-          (is_value ? value_pool_.data() : key_pool_.data()) + block_offset(block, h, is_value);
+      std::byte* base = blocks_->rows(block, h, is_value);
       if (config_.dtype != CacheDType::int8) {
         const DType dtype = storage_dtype(config_.dtype);
         const MutableTensorView rows(base, dtype, {1, 1, config_.page_size, dim});
@@ -297,9 +271,7 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
         continue;
       }
       auto* q = reinterpret_cast<std::int8_t*>(base);
-      float& scale =
-          (is_value ? value_scales_
-                    : key_scales_)[static_cast<std::size_t>(block * config_.heads_kv + h)];
+      float& scale = blocks_->scale(block, h, is_value);
       if (slot == 0) scale = 0.0f;
       double largest = 0.0;
       for (Index i = 0; i < count; ++i) {
@@ -336,11 +308,11 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
   for (Index h = 0; h < config_.heads_kv; ++h)
     for (Index t = 0; t < s.length; ++t) {
       const std::int32_t block = s.blocks[static_cast<std::size_t>(t / page)];
-      const std::byte* base = values ? value_block(block, h) : key_block(block, h);
+      const std::byte* base = blocks_->rows(block, h, values);
       float* dst = to + (h * s.length + t) * dim;
       if (config_.dtype == CacheDType::int8) {
         const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
-        const float scale = values ? value_scale(block, h) : key_scale(block, h);
+        const float scale = blocks_->scale(block, h, values);
         for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
         continue;
       }

@@ -42,4 +42,28 @@ void check_per_head(const char* name, const std::vector<float>& values, Index he
   }
 }
 
+void check_sinks(const std::vector<float>& sinks, Index heads_q) {
+  check_per_head("sinks", sinks, heads_q, true);
+}
+
+void check_options(const Options& options, Index heads_q) {
+  if (options.scale && !std::isfinite(*options.scale)) {
+    fail("scale", "a finite number", std::to_string(*options.scale));
+  }
+  if (options.window.left < -1) {
+    fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
+  }
+  if (options.window.right < -1) {
+    fail("window.right", "-1 (unbounded) or a count >= 0", std::to_string(options.window.right));
+  }
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
+    fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
+  }
+  check_per_head("alibi_slopes", options.alibi_slopes, heads_q, false);
+  check_sinks(options.sinks, heads_q);
+  if (options.threads < 0) {
+    fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
+  }
+}
+
 }  // namespace attn::core

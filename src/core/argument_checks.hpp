@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/options.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::core {
@@ -26,5 +27,13 @@ void check_output(const char* name, const MutableTensorView& t, const Dims& shap
 // An empty list, or one value per query head, each finite (or -inf when allowed).
 void check_per_head(const char* name, const std::vector<float>& values, Index heads,
                     bool allow_minus_infinity);
+
+// Sinks: none, or one per query head, each finite or -inf.
+void check_sinks(const std::vector<float>& sinks, Index heads_q);
+
+// The option values that every entry point reads the same way: scale, window, softcap,
+// alibi_slopes and sinks (one per query head) and threads. Which of mask, cu_seqlens and
+// backend apply is the entry point's to check.
+void check_options(const Options& options, Index heads_q);
 
 }  // namespace attn::core

@@ -123,29 +123,14 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
          std::to_string(p.heads_kv) + " heads");
   }
 
-  if (options.scale && !std::isfinite(*options.scale)) {
-    fail("scale", "a finite number", std::to_string(*options.scale));
-  }
+  check_options(options, p.heads_q);
   p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.dim_qk));
   p.causal = options.causal;
   p.causal_align = options.causal_align;
-  if (options.window.left < -1) {
-    fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
-  }
-  if (options.window.right < -1) {
-    fail("window.right", "-1 (unbounded) or a count >= 0", std::to_string(options.window.right));
-  }
   p.window = options.window;
-  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
-    fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
-  }
   p.softcap = options.softcap;
-  check_per_head("alibi_slopes", options.alibi_slopes, p.heads_q, false);
-  check_per_head("sinks", options.sinks, p.heads_q, true);
   p.alibi_slopes = options.alibi_slopes;
   p.sinks = options.sinks;
-  if (options.threads < 0)
-    fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
   p.threads = options.threads;
 
   add_segments(p, options);

@@ -24,6 +24,9 @@ struct WeightRequest {
   std::optional<TensorView> lse;
 };
 
+// 0, 1, ..., count - 1: every head or every row.
+std::vector<Index> all_indices(Index count);
+
 // One output row: query `head` at row i (relative to the segment) of segment `segment`,
 // written to weights[batch of the segment, out_head, out_row, :].
 struct WeightRow {

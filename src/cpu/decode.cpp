@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cache/kv_cache_blocks.hpp"
 #include "core/element_type.hpp"
 #include "core/visible_keys.hpp"
 #include "cpu/decode.hpp"
@@ -191,9 +192,10 @@ class TaskKernel {
     rows.t1 = t1;
     for (Index t = t0; t < t1;) {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
-      const T* k = reinterpret_cast<const T*>(cache.key_block(block, kv_head));
-      const T* v = reinterpret_cast<const T*>(cache.value_block(block, kv_head));
-      const float ks = cache.key_scale(block, kv_head), vs = cache.value_scale(block, kv_head);
+      const T* k = reinterpret_cast<const T*>(cache::key_block(cache, block, kv_head));
+      const T* v = reinterpret_cast<const T*>(cache::value_block(cache, block, kv_head));
+      const float ks = cache::key_scale(cache, block, kv_head);
+      const float vs = cache::value_scale(cache, block, kv_head);
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = k + slot * p_.dim;
         rows.values[t - t0] = v + slot * p_.dim_v;

@@ -1,4 +1,5 @@
-// The attention state monoid (DESIGN.md): empty, merge, finalize, and forward as a state.
+// The attention state monoid (docs/architecture.md): empty, merge, finalize, and forward as
+// a state.
 #include "attn/state.hpp"
 
 #include <algorithm>
@@ -122,16 +123,7 @@ State merge(const State& a, const State& b) {
 Finalized finalize(const State& state, const std::vector<float>& sinks) {
   check_state("state", state);
   const Dims& shape = state.acc.shape();
-  if (!sinks.empty() && static_cast<Index>(sinks.size()) != shape[1]) {
-    fail("sinks", std::to_string(shape[1]) + " values (one per head)",
-         std::to_string(sinks.size()));
-  }
-  for (std::size_t h = 0; h < sinks.size(); ++h) {
-    if (!(std::isfinite(sinks[h]) || sinks[h] == -INFINITY)) {
-      fail("sinks", "finite values or -inf",
-           std::to_string(sinks[h]) + " at head " + std::to_string(h));
-    }
-  }
+  core::check_sinks(sinks, shape[1]);
   Finalized out{Tensor(state.dtype(), shape), Tensor(state.dtype(), state.m.shape())};
   if (state.dtype() == DType::f32) {
     finalize_rows<float>(state, sinks, out);

@@ -11,7 +11,6 @@
 namespace attn {
 namespace {
 
-using core::check_per_head;
 using core::fail;
 
 cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
@@ -32,10 +31,7 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
              " KV heads (GQA)",
          std::to_string(q.shape[1]) + " heads");
   }
-  if (q.shape[3] > 1 && q.strides[3] != 1) {
-    fail("q", "a contiguous last dim (stride 1)", "stride " + std::to_string(q.strides[3]));
-  }
-  if (q.data == nullptr) fail("q", "data", "a null pointer");
+  core::check_storage("q", q);
   if (options.mask)
     fail("mask", "none (decode reads which keys a sequence has from the cache)", "a mask");
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
@@ -44,23 +40,7 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   if (options.backend == Backend::reference) {
     fail("backend", "automatic or fast (decode has one kernel)", "reference");
   }
-  if (options.scale && !std::isfinite(*options.scale)) {
-    fail("scale", "a finite number", std::to_string(*options.scale));
-  }
-  if (options.window.left < -1) {
-    fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
-  }
-  if (options.window.right < -1) {
-    fail("window.right", "-1 (unbounded) or a count >= 0", std::to_string(options.window.right));
-  }
-  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
-    fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
-  }
-  check_per_head("alibi_slopes", options.alibi_slopes, q.shape[1], false);
-  check_per_head("sinks", options.sinks, q.shape[1], true);
-  if (options.threads < 0) {
-    fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
-  }
+  core::check_options(options, q.shape[1]);
 
   cpu::DecodeProblem p;
   p.q = q;

@@ -2,8 +2,8 @@
 // pass, when weights are asked for) or the reference.
 #include <string>
 
+#include "api/backend.hpp"
 #include "attn/attention.hpp"
-#include "core/backend.hpp"
 #include "core/problem.hpp"
 #include "core/rows.hpp"
 #include "core/weight_request.hpp"
@@ -39,7 +39,7 @@ void run(const core::Problem& problem, Backend requested) {
   // The forward kernel computes context and lse; weights come from the weights pass.
   core::Problem kernel_problem = problem;
   kernel_problem.outputs.weights.reset();
-  if (!core::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
+  if (!api::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
     reference::forward(problem);
   } else if (problem.outputs.weights) {
     fast_forward_with_weights(problem, kernel_problem);
@@ -48,13 +48,24 @@ void run(const core::Problem& problem, Backend requested) {
   }
 }
 
+// The whole request, checked.
+core::Problem checked_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const Options& options, const Outputs& outputs) {
+  core::Problem problem = core::make_problem(q, k, v, options);
+  core::attach_outputs(problem, outputs);
+  return problem;
+}
+
 }  // namespace
 
 void forward_into(const TensorView& q, const TensorView& k, const TensorView& v,
                   const Options& options, const Outputs& outputs) {
-  core::Problem problem = core::make_problem(q, k, v, options);
-  core::attach_outputs(problem, outputs);
-  run(problem, options.backend);
+  run(checked_problem(q, k, v, options, outputs), options.backend);
+}
+
+void check_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const Options& options, const Outputs& outputs) {
+  checked_problem(q, k, v, options, outputs);
 }
 
 Result forward(const TensorView& q, const TensorView& k, const TensorView& v,

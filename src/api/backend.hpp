@@ -6,7 +6,7 @@
 
 #include "attn/options.hpp"
 
-namespace attn::core {
+namespace attn::api {
 
 Backend resolve_backend(Backend requested);
 
@@ -16,4 +16,4 @@ Backend resolve_backend(Backend requested);
 // throws.
 bool use_fast_kernel(Backend requested, const std::string& missing);
 
-}  // namespace attn::core
+}  // namespace attn::api

@@ -1,11 +1,11 @@
-#include "core/backend.hpp"
+#include "api/backend.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
 #include "attn/error.hpp"
 
-namespace attn::core {
+namespace attn::api {
 
 Backend resolve_backend(Backend requested) {
   const char* forced = std::getenv("ATTN_BACKEND");
@@ -24,4 +24,4 @@ bool use_fast_kernel(Backend requested, const std::string& missing) {
   return false;
 }
 
-}  // namespace attn::core
+}  // namespace attn::api

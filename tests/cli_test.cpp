@@ -355,6 +355,11 @@ TEST_F(CliErrors, BadBlends) {
                "--tokens: expected 4 tokens (one per input), given 2");
   expect_error(good, "--weights: expected weights that sum to 1");
   expect_error(good + " --out b.gif", "--out: expected a file name ending in .svg, .png or .html");
+  expect_error("demo --blend b.txt", "--blend: expected a file name ending in .svg");
+  expect_error("demo --blend b.svg --blend-query 6", "--blend-query");
+  expect_error("demo --generation g.svg",
+               "--generation: expected a file name ending in .html, given 'g.svg'");
+  expect_error("demo --alignment a.gif", "--alignment: expected a file name ending in .svg");
 }
 
 // The blend of `attn viz --blend` adds up to the context `attn run` computed.
@@ -432,6 +437,34 @@ TEST(Cli, DemoDrawsItsSentenceWhenAsked) {
   }
 }
 
+TEST(Cli, DemoDrawsItsBlendsGenerationAndAlignmentWhenAsked) {
+  const TempDir dir;
+  const Outcome demo = run_attn(
+      "demo --heads 1 --tokens 4 --dim 2 --blend b.html --generation g.html --alignment a.svg",
+      dir);
+  ASSERT_EQ(demo.status, 0) << demo.err;
+  for (const char* text :
+       {"drawn as blends of the embeddings: b.html",
+        "with the cache's blocks and each step's blend: g.html", "Part 4. Alignment",
+        "dort  <- sleeping", "(output words down, input words across): a.svg"}) {
+    EXPECT_NE(demo.out.find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"a.svg", "b.html", "g.html"}));
+  const std::string page = dir.read("b.html");
+  EXPECT_NE(page.find("max=\"5\""), std::string::npos) << "one step per word of the sentence";
+  EXPECT_NE(dir.read("g.html").find("block "), std::string::npos);
+  const std::string alignment = dir.read("a.svg");
+  for (const char* word :
+       {">le<", ">chat<", ">noir<", ">dort<", ">the<", ">black<", ">cat<", ">is<", ">sleeping<"}) {
+    EXPECT_NE(alignment.find(word), std::string::npos) << word;
+  }
+
+  const Outcome one =
+      run_attn("demo --heads 1 --tokens 4 --dim 2 --blend c.png --blend-query 2", dir);
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(dir.read("c.png").rfind("\x89PNG\r\n", 0), 0u);
+}
+
 TEST(Cli, HelpDocumentsEveryOption) {
   const TempDir dir;
   const Outcome top = run_attn("--help", dir);
@@ -449,8 +482,9 @@ TEST(Cli, HelpDocumentsEveryOption) {
   }
   const Outcome demo = run_attn("demo --help", dir);
   EXPECT_EQ(demo.status, 0);
-  for (const char* option : {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed",
-                             "--weights-out", "--heatmap"}) {
+  for (const char* option :
+       {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed", "--weights-out",
+        "--heatmap", "--blend", "--blend-query", "--generation", "--alignment"}) {
     EXPECT_NE(demo.out.find(option), std::string::npos) << option;
   }
   const Outcome viz = run_attn("viz --help", dir);

@@ -34,8 +34,14 @@ Format format_of(const std::string& path, const char* argument) {
 
 // weights: [B, H, Lq, Lk]
 std::string render(const TensorView& weights, Format format, const Picture& picture) {
-  const TokenLabels labels =
-      token_labels(picture.tokens, weights.shape[2], weights.shape[3], "tokens");
+  TokenLabels labels;
+  if (picture.key_tokens.empty()) {
+    labels = token_labels(picture.tokens, weights.shape[2], weights.shape[3], "tokens");
+  } else {
+    check_label_count(picture.tokens, weights.shape[2], "tokens", "query row");
+    check_label_count(picture.key_tokens, weights.shape[3], "key_tokens", "key");
+    labels = {picture.tokens, picture.key_tokens};
+  }
   const std::string title =
       picture.title.empty() ? default_title(weights, picture, format) : picture.title;
   // HeatmapOptions or PageOptions, from their defaults; max_cells below 1 keeps the default.

@@ -22,6 +22,9 @@ struct Picture {
   Index batch = 0;
   Index head = 0;                   // the heatmap's head; the HTML page shows them all
   std::vector<std::string> tokens;  // empty, or Lq or Lk tokens (see token_labels)
+  // Cross-attention's input words when they differ from the output words: then `tokens`
+  // labels the queries (Lq of them) and these the keys (Lk). Empty: see `tokens`.
+  std::vector<std::string> key_tokens;
   std::string title;  // empty: one naming the batch entry and head
   Reduce reduce = Reduce::max;
   Index max_cells = 0;  // cells per side at most; 0: 512 for heatmaps, 128 for the page

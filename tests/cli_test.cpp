@@ -354,7 +354,9 @@ TEST_F(CliErrors, BadBlends) {
   expect_error(good + " --tokens " + input("two.txt"),
                "--tokens: expected 4 tokens (one per input), given 2");
   expect_error(good, "--weights: expected weights that sum to 1");
-  expect_error(good + " --out b.gif", "--out: expected a file name ending in .svg, .png or .html");
+  expect_error(
+      "viz --blend --weights " + input("q.npy") + " --value " + input("v4.npy") + " --out b.gif",
+      "--out: expected a file name ending in .svg, .png or .html");
   expect_error("demo --blend b.txt", "--blend: expected a file name ending in .svg");
   expect_error("demo --blend b.svg --blend-query 6", "--blend-query");
   expect_error("demo --generation g.svg",

@@ -88,9 +88,8 @@ void write_colour_bar(std::ostream& out, const BlendLayout& layout) {
         << "\" height=\"" << bar.height << "\" fill=\""
         << hex(diverging_colour_at((i + 0.5) / kBarSegments)) << "\"/>\n";
   }
-  out << "<rect x=\"" << bar.x << "\" y=\"" << bar.y << "\" width=\"" << bar.width
-      << "\" height=\"" << bar.height
-      << "\" fill=\"none\" stroke=\"#555555\" stroke-width=\"0.5\"/>\n</g>\n"
+  out << "<rect x=\"" << bar.x << "\" y=\"" << bar.y << "\" width=\"" << bar.width << "\" height=\""
+      << bar.height << "\" fill=\"none\" stroke=\"#555555\" stroke-width=\"0.5\"/>\n</g>\n"
       << "<g class=\"ticks\" text-anchor=\"middle\" dominant-baseline=\"hanging\">\n";
   for (std::size_t i = 0; i < layout.ticks.size(); ++i) {
     const int x =

@@ -256,10 +256,13 @@ TEST(Blend, NamesBadArguments) {
   const TensorView three_heads(a.v.data(), DType::f32, {1, 3, 1, 6});
   EXPECT_NE(message(a.weights.view(), three_heads, {}).find("value: expected"), std::string::npos);
   // Scores are not weights.
-  const std::vector<double> scores = {2.0, 1.0, 0.5, 0.0, -1.0};
+  const std::vector<double> scores = {2.0, 1.0, 0.5, 0.0, 0.3};
   EXPECT_EQ(message(TensorView(scores.data(), DType::f64, {1, 1, 1, 5}), a.v_view(), {})
                 .rfind("weights: expected weights that sum to 1", 0),
             0u);
+  const std::vector<double> negative = {1.5, -0.5, 0.0, 0.0, 0.0};
+  EXPECT_EQ(message(TensorView(negative.data(), DType::f64, {1, 1, 1, 5}), a.v_view(), {}),
+            "weights: expected weights >= 0, given -0.500000 at key 1 of row 0");
   const std::vector<double> nan_row = {0.5, 0.5, std::nan(""), 0.0, 0.0};
   EXPECT_EQ(message(TensorView(nan_row.data(), DType::f64, {1, 1, 1, 5}), a.v_view(), {}),
             "weights: expected finite values, given nan at [0, 0, 0, 2]");

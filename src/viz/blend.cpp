@@ -81,6 +81,12 @@ Blend make_blend(const TensorView& weights, const TensorView& value, const Blend
   }
   const std::vector<double> alpha =
       load_rows(weights, options.batch, options.head, options.row, 1, names.weights);
+  const auto negative = std::find_if(alpha.begin(), alpha.end(), [](double a) { return a < 0.0; });
+  if (negative != alpha.end()) {
+    throw Error(std::string(names.weights) + ": expected weights >= 0, given " +
+                std::to_string(*negative) + " at key " + std::to_string(negative - alpha.begin()) +
+                " of row " + std::to_string(options.row));
+  }
   const double sum = std::accumulate(alpha.begin(), alpha.end(), 0.0);
   if (sum != 0.0 && std::abs(sum - 1.0) > kRowSumTolerance) {
     throw Error(std::string(names.weights) + ": expected weights that sum to 1 (or 0 where " +
@@ -92,7 +98,6 @@ Blend make_blend(const TensorView& weights, const TensorView& value, const Blend
       load_rows(value, options.batch, value_head, 0, len_k, names.value);
 
   Blend blend;
-  blend.inputs = len_k;
   blend.title = options.title.empty()
                     ? "Query " + std::to_string(options.row) +
                           (w[1] > 1 ? " of head " + std::to_string(options.head) : "") +

@@ -24,7 +24,6 @@ struct BlendRow {
 
 struct Blend {
   std::string title;
-  Index inputs = 0;             // Lk
   std::vector<BlendRow> rows;   // the top inputs in input order, then the rest when any
   std::vector<double> context;  // [Dv] C as attn::context computes it
 };
@@ -52,7 +51,8 @@ struct BlendOptions {
 // weights: [B, H, Lq, Lk]  value: [B, Hkv, Lk, Dv] with H a multiple of Hkv (head h reads
 // value head h / (H / Hkv)) -> the blend of query `row` of head `head`. Throws attn::Error
 // naming the argument (see names) for out-of-range indices, shapes that disagree, a wrong
-// number of tokens, non-finite numbers, or a weights row that does not sum to 1.
+// number of tokens, non-finite numbers, or a weights row with a negative weight or that
+// does not sum to 1.
 Blend make_blend(const TensorView& weights, const TensorView& value, const BlendOptions& options);
 
 // The picture as a standalone SVG document; every cell a <rect> with class value, weight,

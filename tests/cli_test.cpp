@@ -335,6 +335,73 @@ TEST_F(CliErrors, BadPictures) {
   expect_error("demo --heatmap d.txt", "--heatmap: expected a file name ending in .svg");
 }
 
+TEST_F(CliErrors, BadBlends) {
+  // q.npy read as weights: [1, 2, 3, 4], rows of 0.5 that sum to 2.
+  const std::vector<float> values(8, 0.25f);
+  io::write_npy(input("v4.npy"), TensorView(values.data(), DType::f32, {1, 1, 4, 2}), {4, 2});
+  inputs_.write("two.txt", "a\nb\n");
+  const std::string blend = "viz --blend --weights " + input("q.npy") + " --out b.svg";
+  const std::string good = blend + " --value " + input("v4.npy");
+  expect_error(blend, "--value: required with --blend");
+  expect_error("viz --weights " + input("q.npy") + " --out b.svg --value " + input("v4.npy"),
+               "--value requires --blend");
+  expect_error(good + " --row 3", "--row: expected 0 .. 2 (weights [1, 2, 3, 4]), given 3");
+  expect_error(good + " --head 2", "--head: expected 0 .. 1 (weights [1, 2, 3, 4]), given 2");
+  expect_error(good + " --top 0", "--top");
+  expect_error(blend + " --value " + input("v.npy"),
+               "--value: expected [B, Hkv, Lk, Dv] = [1, a divisor of 2, 4, at least 1] to match "
+               "--weights [1, 2, 3, 4], given [1, 2, 3, 4]");
+  expect_error(good + " --tokens " + input("two.txt"),
+               "--tokens: expected 4 tokens (one per input), given 2");
+  expect_error(good, "--weights: expected weights that sum to 1");
+  expect_error(
+      "viz --blend --weights " + input("q.npy") + " --value " + input("v4.npy") + " --out b.gif",
+      "--out: expected a file name ending in .svg, .png or .html");
+  expect_error("demo --blend b.txt", "--blend: expected a file name ending in .svg");
+  expect_error("demo --blend b.svg --blend-query 6", "--blend-query");
+  expect_error("demo --generation g.svg",
+               "--generation: expected a file name ending in .html, given 'g.svg'");
+  expect_error("demo --alignment a.gif", "--alignment: expected a file name ending in .svg");
+}
+
+// The blend of `attn viz --blend` adds up to the context `attn run` computed.
+TEST(Cli, BlendsInEveryFormatAddUpToTheContext) {
+  const TempDir dir;
+  const std::vector<float> q = {0.3f, -1.0f, 2.0f, 0.5f, 1.5f, 0.2f, -0.7f, 0.9f};
+  const std::vector<float> k = {1.0f,  0.0f, -0.5f, 2.0f,  0.4f, 0.4f,
+                                -1.2f, 0.3f, 0.8f,  -0.1f, 0.0f, 1.1f};
+  const std::vector<float> v = {0.5f, -2.0f, 1.0f, 3.0f, 0.25f, -0.75f, 1.5f, 0.0f, -1.0f};
+  io::write_npy(dir.file("q.npy"), TensorView(q.data(), DType::f32, {1, 1, 2, 4}), {2, 4});
+  io::write_npy(dir.file("k.npy"), TensorView(k.data(), DType::f32, {1, 1, 3, 4}), {3, 4});
+  io::write_npy(dir.file("v.npy"), TensorView(v.data(), DType::f32, {1, 1, 3, 3}), {3, 3});
+  dir.write("tokens.txt", "one\n<two>\nthree\n");
+  const Outcome computed = run_attn(
+      "run --query q.npy --key k.npy --value v.npy --out c.npy --weights w.npy --quiet", dir);
+  ASSERT_EQ(computed.status, 0) << computed.err;
+  for (const char* name : {"b.svg", "b.png", "b.html"}) {
+    const Outcome drawn =
+        run_attn("viz --blend --weights w.npy --value v.npy --row 1 --tokens tokens.txt --out " +
+                     std::string(name),
+                 dir);
+    ASSERT_EQ(drawn.status, 0) << drawn.err;
+    EXPECT_EQ(drawn.out + drawn.err, "");
+  }
+  EXPECT_EQ(dir.read("b.png").rfind("\x89PNG\r\n", 0), 0u);
+  EXPECT_EQ(dir.read("b.html").rfind("<!DOCTYPE html>", 0), 0u);
+  const std::string svg = dir.read("b.svg");
+  EXPECT_NE(svg.find("1 &lt;two&gt;"), std::string::npos);
+  const io::NpyArray context = io::read_npy(dir.file("c.npy"));
+  for (Index d = 0; d < 3; ++d) {
+    const std::string cell =
+        "class=\"context\" data-row=\"-1\" data-col=\"" + std::to_string(d) + "\" data-value=\"";
+    const std::size_t at = svg.find(cell);
+    ASSERT_NE(at, std::string::npos) << cell;
+    const double drawn = std::stod(svg.substr(at + cell.size()));
+    const double want = context.tensor.data_as<float>()[3 + d];  // row 1
+    EXPECT_NEAR(drawn, want, 1e-6 * (1.0 + std::abs(want))) << "column " << d;
+  }
+}
+
 TEST_F(CliErrors, PicturesInEveryFormat) {
   const TempDir dir;
   const Outcome computed = run_attn("run " + good_inputs() +
@@ -372,6 +439,34 @@ TEST(Cli, DemoDrawsItsSentenceWhenAsked) {
   }
 }
 
+TEST(Cli, DemoDrawsItsBlendsGenerationAndAlignmentWhenAsked) {
+  const TempDir dir;
+  const Outcome demo = run_attn(
+      "demo --heads 1 --tokens 4 --dim 2 --blend b.html --generation g.html --alignment a.svg",
+      dir);
+  ASSERT_EQ(demo.status, 0) << demo.err;
+  for (const char* text :
+       {"drawn as blends of the embeddings: b.html",
+        "with the cache's blocks and each step's blend: g.html", "Part 4. Alignment",
+        "dort  <- sleeping", "(output words down, input words across): a.svg"}) {
+    EXPECT_NE(demo.out.find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"a.svg", "b.html", "g.html"}));
+  const std::string page = dir.read("b.html");
+  EXPECT_NE(page.find("max=\"5\""), std::string::npos) << "one step per word of the sentence";
+  EXPECT_NE(dir.read("g.html").find("block "), std::string::npos);
+  const std::string alignment = dir.read("a.svg");
+  for (const char* word :
+       {">le<", ">chat<", ">noir<", ">dort<", ">the<", ">black<", ">cat<", ">is<", ">sleeping<"}) {
+    EXPECT_NE(alignment.find(word), std::string::npos) << word;
+  }
+
+  const Outcome one =
+      run_attn("demo --heads 1 --tokens 4 --dim 2 --blend c.png --blend-query 2", dir);
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(dir.read("c.png").rfind("\x89PNG\r\n", 0), 0u);
+}
+
 TEST(Cli, HelpDocumentsEveryOption) {
   const TempDir dir;
   const Outcome top = run_attn("--help", dir);
@@ -389,14 +484,16 @@ TEST(Cli, HelpDocumentsEveryOption) {
   }
   const Outcome demo = run_attn("demo --help", dir);
   EXPECT_EQ(demo.status, 0);
-  for (const char* option : {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed",
-                             "--weights-out", "--heatmap"}) {
+  for (const char* option :
+       {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed", "--weights-out",
+        "--heatmap", "--blend", "--blend-query", "--generation", "--alignment"}) {
     EXPECT_NE(demo.out.find(option), std::string::npos) << option;
   }
   const Outcome viz = run_attn("viz --help", dir);
   EXPECT_EQ(viz.status, 0);
-  for (const char* option : {"--weights", "--out", "--tokens", "--head", "--batch", "--downsample",
-                             "=max", "--max-cells", "--title"}) {
+  for (const char* option :
+       {"--weights", "--out", "--tokens", "--head", "--batch", "--downsample", "=max",
+        "--max-cells", "--title", "--blend", "--value", "--row", "--top"}) {
     EXPECT_NE(viz.out.find(option), std::string::npos) << option;
   }
   EXPECT_TRUE(dir.entries().empty());

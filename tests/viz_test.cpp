@@ -4,7 +4,6 @@
 // break the markup; files appear whole or not at all.
 #include <expat.h>
 #include <gtest/gtest.h>
-#include <png.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "support/decoded_png.hpp"
 #include "support/temp_dir.hpp"
 #include "viz/colormap.hpp"
 #include "viz/downsample.hpp"
@@ -25,6 +25,8 @@
 namespace attn::viz {
 namespace {
 
+using testing::decode_png;
+using testing::DecodedPng;
 using testing::TempDir;
 
 // rows x cols, entry (i, j) = f(i, j)
@@ -96,31 +98,6 @@ std::vector<std::string> expected_fills(const Matrix& cells) {
   for (const double value : cells.values)
     fills.push_back(hex(colour_at((value - low) / (high - low))));
   return fills;
-}
-
-struct DecodedPng {
-  int width = 0, height = 0;
-  std::vector<unsigned char> rgb;
-  Rgb at(int x, int y) const {
-    const std::size_t i = 3 * (static_cast<std::size_t>(y) * width + x);
-    return {rgb[i], rgb[i + 1], rgb[i + 2]};
-  }
-};
-
-DecodedPng decode_png(const std::string& bytes) {
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
-    ADD_FAILURE() << "not a PNG: " << image.message;
-    return {};
-  }
-  image.format = PNG_FORMAT_RGB;
-  DecodedPng decoded{static_cast<int>(image.width), static_cast<int>(image.height), {}};
-  decoded.rgb.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, decoded.rgb.data(), 0, nullptr)) {
-    ADD_FAILURE() << "PNG does not decode: " << image.message;
-  }
-  return decoded;
 }
 
 TEST(Colormap, RunsFromDarkPurpleToYellow) {

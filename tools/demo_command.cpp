@@ -1,6 +1,8 @@
 // `attn demo`: the lesson's process, step by step, on a real sentence, then the same
-// computation at a realistic size. It writes nothing unless asked: --weights-out saves part
-// 1's weights, --heatmap draws them.
+// computation at a realistic size, generation token by token, and a translation's
+// alignment. It writes nothing unless asked: --weights-out saves part 1's weights,
+// --heatmap draws them, --blend draws step 3's blends, --generation pages through part 3
+// and --alignment draws part 4.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "alignment_example.hpp"
 #include "attn/attn.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
@@ -30,6 +33,10 @@ struct DemoArgs {
   ComputeOptions compute;
   std::string weights_out;  // empty: write nothing
   std::string heatmap;      // empty: draw nothing
+  std::string blend;        // empty: draw nothing
+  Index blend_query = 1;    // the query of a .svg or .png blend
+  std::string generation;   // empty: draw nothing
+  std::string alignment;    // empty: draw nothing
 };
 
 // Hand-made 4-d embeddings: each coordinate says how much a word is an article, an animal,
@@ -149,8 +156,43 @@ void show_realistic(std::ostream& out, const DemoArgs& args) {
       << "  checksum   " << sum << "  (sum of the context)\n";
 }
 
+// Step 3's context vectors as blends of the embeddings: every query on an HTML page, or
+// query `args.blend_query` as an SVG or PNG.
+void draw_blends(const DemoArgs& args, const Tensor& alpha) {
+  const auto n = static_cast<Index>(kTokens.size());
+  const TensorView x(kEmbeddings.data(), DType::f64,
+                     {1, 1, n, static_cast<Index>(kFeatures.size())});
+  const viz::Format format = viz::format_of(args.blend, "--blend");
+  std::vector<viz::Blend> blends;
+  for (Index row = 0; row < n; ++row) {
+    if (format != viz::Format::html && row != args.blend_query) continue;
+    viz::BlendOptions options;
+    options.row = row;
+    options.tokens = kTokens;
+    options.title = "Query " + std::to_string(row) + " \"" +
+                    kTokens[static_cast<std::size_t>(row)] +
+                    "\": C = sum_i alpha_i v_i, a blend of the embeddings";
+    blends.push_back(viz::make_blend(alpha.view(), x, options));
+  }
+  const std::string bytes =
+      format == viz::Format::html
+          ? viz::blends_page_html(blends, "Part 1, step 3: each word's context as a blend")
+          : viz::render(blends.front(), format);
+  viz::stage_bytes(bytes, args.blend).commit();
+  std::cout << "\nStep 3's context vectors, drawn as blends of the embeddings: " << args.blend
+            << '\n';
+}
+
 void run_demo(const DemoArgs& args) {
-  if (!args.heatmap.empty()) viz::format_of(args.heatmap, "--heatmap");  // before any output
+  // Bad file names fail before any output.
+  if (!args.heatmap.empty()) viz::format_of(args.heatmap, "--heatmap");
+  if (!args.blend.empty()) viz::format_of(args.blend, "--blend");
+  if (!args.generation.empty() &&
+      viz::format_of(args.generation, "--generation") != viz::Format::html) {
+    throw Error("--generation: expected a file name ending in .html, given '" + args.generation +
+                "'");
+  }
+  if (!args.alignment.empty()) viz::format_of(args.alignment, "--alignment");
   const Tensor alpha = show_lesson(std::cout);
   if (!args.heatmap.empty()) {
     viz::Picture picture;
@@ -160,8 +202,27 @@ void run_demo(const DemoArgs& args) {
     std::cout << "\nStep 2's weights, drawn as a heatmap (query rows, key columns): "
               << args.heatmap << '\n';
   }
+  if (!args.blend.empty()) draw_blends(args, alpha);
   show_realistic(std::cout, args);
-  show_generation(std::cout, kTokens, kEmbeddings, static_cast<Index>(kFeatures.size()));
+  const GenerationTrace trace =
+      trace_generation(kTokens, kEmbeddings, static_cast<Index>(kFeatures.size()));
+  print_generation(std::cout, trace);
+  if (!args.generation.empty()) {
+    viz::stage_bytes(generation_page_html(trace), args.generation).commit();
+    std::cout << "\nThe decode, step by step, with the cache's blocks and each step's blend: "
+              << args.generation << '\n';
+  }
+  const AlignmentExample example = alignment_example();
+  print_alignment(std::cout, example);
+  if (!args.alignment.empty()) {
+    viz::Picture picture;
+    picture.tokens = example.target;
+    picture.key_tokens = example.source;
+    picture.title = "Part 4: alignment of \"le chat noir dort\" with \"the black cat is sleeping\"";
+    viz::draw(example.weights.view(), args.alignment, picture, "--alignment");
+    std::cout << "\nThe alignment matrix (output words down, input words across): "
+              << args.alignment << '\n';
+  }
   if (!args.weights_out.empty()) {
     const auto n = static_cast<Index>(kTokens.size());
     io::write_npy(args.weights_out, alpha.view(), {n, n});
@@ -181,7 +242,9 @@ Command add_demo_command(CLI::App& parent) {
       "self-attention over a six-word sentence. Part 2 runs causal self-attention on random "
       "inputs of the given size and prints the time and a checksum. Part 3 decodes the sentence "
       "one token at a time from a paged KV cache and prints which earlier token each step "
-      "attends to most. Writes nothing unless --weights-out or --heatmap is given.");
+      "attends to most. Part 4 translates a sentence by cross-attention and prints which input "
+      "words each output word attends to. Writes nothing unless --weights-out, --heatmap, "
+      "--blend, --generation or --alignment is given.");
   app->option_defaults()->always_capture_default();
   app->add_option("--heads", args->heads, "Part 2: attention heads")->check(CLI::Range(1, 1024));
   app->add_option("--tokens", args->tokens, "Part 2: sequence length")
@@ -195,6 +258,23 @@ Command add_demo_command(CLI::App& parent) {
   app->add_option("--heatmap", args->heatmap,
                   "Draw part 1's weights with the words on both axes: a heatmap (.svg, .png) "
                   "or a page with the head view (.html) [default: nothing]")
+      ->type_name("FILE");
+  app->add_option("--blend", args->blend,
+                  "Draw step 3's context vectors as blends of the embeddings: a page stepping "
+                  "through every query (.html), or query --blend-query (.svg, .png) "
+                  "[default: nothing]")
+      ->type_name("FILE");
+  app->add_option("--blend-query", args->blend_query,
+                  "The query of a .svg or .png --blend, 0 .. 5 (1 is \"cat\")")
+      ->check(CLI::Range(0, 5))
+      ->type_name("Q");
+  app->add_option("--generation", args->generation,
+                  "Write part 3 as a page (.html) that steps through the decode: the cache's "
+                  "blocks, each step's weights and its blend [default: nothing]")
+      ->type_name("FILE.html");
+  app->add_option("--alignment", args->alignment,
+                  "Draw part 4's alignment matrix, output words down and input words across "
+                  "(.svg, .png, .html) [default: nothing]")
       ->type_name("FILE");
   return {app, [args] { run_demo(*args); }};
 }

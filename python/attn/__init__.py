@@ -5,6 +5,7 @@
     out = attn.scaled_dot_product_attention(query, key, value)    # PyTorch's signature
     s = attn.scores(q, k); w = attn.softmax(s); c = attn.context(w, v)   # the three steps
     attn.viz.heatmap(w, "weights.svg", tokens=words); attn.viz.html(w, "weights.html")
+    attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)      # C as a blend of the values
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation

@@ -1,9 +1,11 @@
-"""Pictures of attention weights: a heatmap of one head (SVG or PNG) and a self-contained
-HTML page of every head with a BertViz-like head view.
+"""Pictures of attention weights: a heatmap of one head (SVG or PNG), a self-contained
+HTML page of every head with a BertViz-like head view, and one query's context vector drawn
+as the blend of the value vectors that it is.
 
     w = attn.attention(q, k, v, return_weights=True)[1]
     attn.viz.heatmap(w, "head0.svg", tokens=words)
     attn.viz.html(w, "layer.html", tokens=words)
+    attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)
 
 Files appear whole or not at all: they are written under a temporary name and renamed.
 """
@@ -32,15 +34,20 @@ def _path(path, suffixes, other):
     return path
 
 
-def _weights(weights):
-    array = _arrays.as_array(weights, "weights")
+def _matrices(array, name, dims):
+    """`array` as the 4-D view the extension reads; dims names its 2-, 3- and 4-D shapes."""
+    array = _arrays.as_array(array, name)
     if array.ndim not in (2, 3, 4):
         raise ValueError(
-            f"weights: expected 2 to 4 dims [Lq, Lk], [H, Lq, Lk] or [B, H, Lq, Lk], given "
-            f"{array.ndim} dims with shape {_arrays.shape(array)}"
+            f"{name}: expected 2 to 4 dims {dims}, given {array.ndim} dims with shape "
+            f"{_arrays.shape(array)}"
         )
     view = _arrays.reshape(array, (1,) * (4 - array.ndim) + _arrays.shape(array))
     return _arrays.for_extension(_arrays.readable(view))
+
+
+def _weights(weights):
+    return _matrices(weights, "weights", "[Lq, Lk], [H, Lq, Lk] or [B, H, Lq, Lk]")
 
 
 def _tokens(tokens):
@@ -109,3 +116,32 @@ def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch:
     """
     _draw(weights, _path(path, _PAGE_SUFFIXES, "heatmap"), tokens, batch, 0, downsample,
           max_cells, title)
+
+
+def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequence[str]] = None,
+          head: int = 0, batch: int = 0, top: int = 10, title: Optional[str] = None) -> None:
+    """Draw query `row`'s context C = sum_i alpha_i v_i as a blend of the value vectors: each
+    input's value vector as a row of cells coloured by value (blue < 0 < red, one scale),
+    its weight alpha_i as a bar, the scaled row alpha_i v_i, and their sum C, which is
+    attn's context for these weights. Inputs past the `top` largest weights are summed into
+    one row, so the picture still adds up to C.
+
+    Shapes:
+        weights: [Lq, Lk] | [H, Lq, Lk] | [B, H, Lq, Lk], float16/bfloat16/float32/float64
+        value:   [Lk, Dv] | [Hkv, Lk, Dv] | [B, Hkv, Lk, Dv], H a multiple of Hkv
+    path: ending in .svg, .png or .html (the format; the page shows numbers on hover).
+    tokens: Lk tokens, one per input; None: indices.
+    row, head, batch: which query's weights to draw.
+    title: None names the query.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+    _index(top, "top")
+    if top < 1:
+        raise ValueError(f"top: expected an int >= 1, given {top}")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title: expected a str or None, given {type(title).__name__}")
+    value = _matrices(value, "value", "[Lk, Dv], [Hkv, Lk, Dv] or [B, Hkv, Lk, Dv]")
+    _attn.draw_blend(_weights(weights), value, os.fspath(path), tokens=_tokens(tokens),
+                     batch=_index(batch, "batch"), head=_index(head, "head"),
+                     row=_index(row, "row"), top=top, title=title or "")

@@ -153,6 +153,26 @@ void draw(const InputArray& weights, const std::string& path, std::vector<std::s
   viz::draw(view, path, picture, "path");
 }
 
+// weights: [B, H, Lq, Lk]  value: [B, Hkv, Lk, Dv] -> query `row`'s context drawn as a
+// blend of the value vectors (format from the path's extension), written whole or not at all.
+void draw_blend(const InputArray& weights, const InputArray& value, const std::string& path,
+                std::vector<std::string> tokens, Index batch, Index head, Index row, Index top,
+                const std::string& title) {
+  viz::BlendOptions options;
+  options.batch = batch;
+  options.head = head;
+  options.row = row;
+  options.tokens = std::move(tokens);
+  options.top = top;
+  options.title = title;
+  const viz::Format format = viz::format_of(path, "path");
+  const TensorView weights_view = input_view(weights, "weights"),
+                   value_view = input_view(value, "value");
+  nb::gil_scoped_release unlocked;
+  viz::stage_bytes(viz::render(viz::make_blend(weights_view, value_view, options), format), path)
+      .commit();
+}
+
 // What the kernels would see of `array`: its address, dtype, shape and element strides.
 // The tests use it to show that inputs are read in place.
 nb::dict describe_view(const InputArray& array, const std::string& name) {
@@ -201,6 +221,9 @@ NB_MODULE(_attn, m) {
   m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "batch"_a, "head"_a,
         "downsample"_a, "max_cells"_a, "title"_a,
         "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
+  m.def("draw_blend", &draw_blend, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "tokens"_a,
+        "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,
+        "Query row's context as a blend of the values, in the format of path's extension.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
   bind_generation(m);

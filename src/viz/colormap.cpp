@@ -1,5 +1,6 @@
 #include "viz/colormap.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -13,38 +14,53 @@ constexpr std::array<const char*, 10> kAnchors = {"#440154", "#482878", "#3e4989
                                                   "#26828e", "#1f9e89", "#35b779", "#6ece58",
                                                   "#b5de2b", "#fde725"};
 
+// ColorBrewer's RdBu (Apache-2.0), eleven classes from blue to red, so that 0.5 falls on
+// its white anchor exactly.
+constexpr std::array<const char*, 11> kDivergingAnchors = {
+    "#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+    "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"};
+
 Rgb parse_hex(const char* text) {
   unsigned r = 0, g = 0, b = 0;
   std::sscanf(text, "#%02x%02x%02x", &r, &g, &b);
   return {static_cast<std::uint8_t>(r), static_cast<std::uint8_t>(g), static_cast<std::uint8_t>(b)};
 }
 
-// kAnchors as colours, parsed once.
-const std::array<Rgb, kAnchors.size()>& anchor_colours() {
-  static const std::array<Rgb, kAnchors.size()> colours = [] {
-    std::array<Rgb, kAnchors.size()> parsed{};
-    for (std::size_t i = 0; i < kAnchors.size(); ++i) parsed[i] = parse_hex(kAnchors[i]);
-    return parsed;
-  }();
-  return colours;
+// `anchors` as colours.
+template <std::size_t N>
+std::array<Rgb, N> parse_all(const std::array<const char*, N>& anchors) {
+  std::array<Rgb, N> parsed{};
+  for (std::size_t i = 0; i < N; ++i) parsed[i] = parse_hex(anchors[i]);
+  return parsed;
 }
 
 std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {
   return static_cast<std::uint8_t>(std::lround(a + (b - a) * f));
 }
 
-}  // namespace
-
-Rgb colour_at(double t) {
-  if (!(t > 0.0)) t = 0.0;
-  if (t > 1.0) t = 1.0;
-  const auto& anchors = anchor_colours();
+// t in [0, 1] -> linear interpolation between equally spaced `anchors`.
+template <std::size_t N>
+Rgb interpolate(const std::array<Rgb, N>& anchors, double t) {
   const double position = t * static_cast<double>(anchors.size() - 1);
   const auto low = static_cast<std::size_t>(position);
   if (low + 1 >= anchors.size()) return anchors.back();
   const double f = position - static_cast<double>(low);
   const Rgb a = anchors[low], b = anchors[low + 1];
   return {mix(a.r, b.r, f), mix(a.g, b.g, f), mix(a.b, b.b, f)};
+}
+
+}  // namespace
+
+Rgb colour_at(double t) {
+  static const auto anchors = parse_all(kAnchors);
+  if (!(t > 0.0)) t = 0.0;
+  return interpolate(anchors, std::min(t, 1.0));
+}
+
+Rgb diverging_colour_at(double t) {
+  static const auto anchors = parse_all(kDivergingAnchors);
+  if (std::isnan(t)) t = 0.5;
+  return interpolate(anchors, std::clamp(t, 0.0, 1.0));
 }
 
 std::string hex(Rgb colour) {

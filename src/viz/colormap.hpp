@@ -1,5 +1,7 @@
-// The colour map of every picture: viridis, perceptually uniform and readable in grey and by
-// colour-blind readers, so equal steps in weight look like equal steps in colour.
+// The colour maps of every picture. Weights (>= 0) use viridis, perceptually uniform and
+// readable in grey and by colour-blind readers, so equal steps in weight look like equal
+// steps in colour. Values of either sign (value and context vectors) use a diverging map,
+// blue below zero, white at zero and red above, so a cell's sign reads at a glance.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +24,8 @@ std::string hex(Rgb colour);
 // The anchors colour_at interpolates between, as "#rrggbb" from t = 0 to t = 1 in equal
 // steps; the HTML page's script uses the same table.
 std::span<const char* const> colour_anchors();
+
+// t in [0, 1] (clamped; NaN reads as 0.5) -> dark blue (0) .. white (0.5) .. dark red (1).
+Rgb diverging_colour_at(double t);
 
 }  // namespace attn::viz

@@ -7,6 +7,7 @@
 
 #include "attn/tensor.hpp"
 #include "io/staged_file.hpp"
+#include "viz/blend.hpp"
 #include "viz/downsample.hpp"
 
 namespace attn::viz {
@@ -21,7 +22,10 @@ struct Picture {
   Index batch = 0;
   Index head = 0;                   // the heatmap's head; the HTML page shows them all
   std::vector<std::string> tokens;  // empty, or Lq or Lk tokens (see token_labels)
-  std::string title;                // empty: one naming the batch entry and head
+  // Cross-attention's input words when they differ from the output words: then `tokens`
+  // labels the queries (Lq of them) and these the keys (Lk). Empty: see `tokens`.
+  std::vector<std::string> key_tokens;
+  std::string title;  // empty: one naming the batch entry and head
   Reduce reduce = Reduce::max;
   Index max_cells = 0;  // cells per side at most; 0: 512 for heatmaps, 128 for the page
 };
@@ -38,5 +42,14 @@ io::StagedFile stage(const TensorView& weights, const std::string& path, const P
 // stage, then commit.
 void draw(const TensorView& weights, const std::string& path, const Picture& picture,
           const char* argument = "out");
+
+// `bytes` written to a temporary file next to `path`; commit() moves it into place.
+io::StagedFile stage_bytes(const std::string& bytes, const std::string& path);
+
+// One blend in `format`; the HTML page holds it as its only step.
+std::string render(const Blend& blend, Format format);
+
+// Several blends (one per query, say) as an HTML page that steps through them.
+std::string blends_page_html(const std::vector<Blend>& blends, const std::string& title);
 
 }  // namespace attn::viz

@@ -21,13 +21,6 @@ constexpr int kTickLength = 4;
 constexpr int kBarWidth = 14;
 constexpr int kBarGap = 18;
 
-// Average advance of a sans-serif glyph, generous so that labels never collide.
-int text_width(const std::string& text, int font_px) {
-  std::size_t chars = 0;
-  for (const char c : text) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return static_cast<int>(std::ceil(static_cast<double>(chars) * 0.62 * font_px));
-}
-
 // The smallest of 1, 2, 5, 10, 20, 50, ... that spaces labels at least `spacing` px apart
 // when each token takes `px_per_token`.
 Index label_step(double px_per_token, int spacing) {
@@ -126,6 +119,13 @@ HeatmapLayout lay_out_heatmap(const Matrix& weights, const HeatmapOptions& optio
   layout.height = std::max(layout.plot.y + layout.plot.height, layout.bar.y + layout.bar.height) +
                   kPad + layout.font_px / 2;
   return layout;
+}
+
+// Average advance of a sans-serif glyph, generous so that labels never collide.
+int text_width(const std::string& text, int font_px) {
+  std::size_t chars = 0;
+  for (const char c : text) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return static_cast<int>(std::ceil(static_cast<double>(chars) * 0.62 * font_px));
 }
 
 double colour_position(const HeatmapLayout& layout, double value) {

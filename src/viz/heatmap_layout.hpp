@@ -48,6 +48,9 @@ double colour_position(const HeatmapLayout& layout, double value);
 // y in px of `value` on the colour bar.
 int bar_y(const HeatmapLayout& layout, double value);
 
+// The width in px that `text` takes at `font_px` in the SVG's sans-serif font, generously.
+int text_width(const std::string& text, int font_px);
+
 // A tick value as printed: at most 3 significant digits, no trailing zeros.
 std::string tick_text(double value);
 

@@ -1,7 +1,4 @@
-// The PNG heatmap: the SVG's layout rasterised into an RGB buffer, encoded by libpng's
-// simplified API (which reports errors by return value, so no longjmp crosses C++ frames).
-#include <png.h>
-
+// The PNG heatmap: the SVG's layout rasterised into an RGB buffer.
 #include <string>
 #include <vector>
 
@@ -68,24 +65,7 @@ std::string heatmap_png(const Matrix& weights, const HeatmapOptions& options) {
   draw_cells(image, layout);
   draw_labels(image, layout);
   draw_colour_bar(image, layout);
-
-  png_image png{};
-  png.version = PNG_IMAGE_VERSION;
-  png.width = static_cast<png_uint_32>(layout.width);
-  png.height = static_cast<png_uint_32>(layout.height);
-  png.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  const auto row_stride = static_cast<png_int_32>(3 * layout.width);
-  if (!png_image_write_to_memory(&png, nullptr, &size, 0, image.pixels(), row_stride, nullptr)) {
-    throw Error(std::string("png: cannot encode the heatmap: ") + png.message);
-  }
-  std::string bytes(size, '\0');
-  if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, image.pixels(), row_stride,
-                                 nullptr)) {
-    throw Error(std::string("png: cannot encode the heatmap: ") + png.message);
-  }
-  bytes.resize(size);
-  return bytes;
+  return image.png();
 }
 
 }  // namespace attn::viz

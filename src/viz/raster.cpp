@@ -1,7 +1,13 @@
+// PNGs are encoded by libpng's simplified API, which reports errors by return value, so no
+// longjmp crosses C++ frames.
 #include "viz/raster.hpp"
+
+#include <png.h>
 
 #include <array>
 #include <cstdint>
+
+#include "attn/error.hpp"
 
 namespace attn::viz {
 namespace {
@@ -198,6 +204,25 @@ void Raster::text_up(int x, int y, const std::string& text, Rgb colour) {
   draw_text(text, colour, [&](int g, int col, int row) {
     return std::pair{left + row, y - (g * kAdvance + col)};
   });
+}
+
+std::string Raster::png() const {
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(width_);
+  png.height = static_cast<png_uint_32>(height_);
+  png.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  const auto row_stride = static_cast<png_int_32>(3 * width_);
+  if (!png_image_write_to_memory(&png, nullptr, &size, 0, pixels(), row_stride, nullptr)) {
+    throw Error(std::string("png: cannot encode the picture: ") + png.message);
+  }
+  std::string bytes(size, '\0');
+  if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, pixels(), row_stride, nullptr)) {
+    throw Error(std::string("png: cannot encode the picture: ") + png.message);
+  }
+  bytes.resize(size);
+  return bytes;
 }
 
 }  // namespace attn::viz

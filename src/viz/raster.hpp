@@ -32,6 +32,9 @@ class Raster {
 
   static int text_width(const std::string& text);
 
+  // The canvas as the bytes of an 8-bit RGB PNG file.
+  std::string png() const;
+
  private:
   void set(int x, int y, Rgb colour);
   template <class Place>

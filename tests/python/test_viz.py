@@ -2,6 +2,7 @@
 the weights attn.attention returns; bad arguments raise naming the argument and leave no
 file behind."""
 
+import re
 import struct
 import xml.etree.ElementTree as ET
 
@@ -87,4 +88,92 @@ def test_bad_arguments_name_themselves_and_write_nothing(tmp_path):
             attn.viz.heatmap(arguments.pop("weights"), arguments.pop("path"), **arguments)
     with pytest.raises(ValueError, match="expected a file name ending in .html or .htm"):
         attn.viz.html(w, tmp_path / "x.svg")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _blend_cells(path):
+    """{class: [(row, col, value)]} of the blend's cells, each with its exact number."""
+    cells = {}
+    for rect in ET.parse(path).getroot().iter(SVG + "rect"):
+        if rect.get("data-value") is not None:
+            cells.setdefault(rect.get("class"), []).append(
+                (int(rect.get("data-row")), int(rect.get("data-col", "0")),
+                 float(rect.get("data-value"))))
+    return cells
+
+
+def _attention_with_weights(n_k, dim_v, seed):
+    rng = np.random.default_rng(seed)
+    q = random_array(rng, (1, 2, 3, 8), "float32")
+    k = random_array(rng, (1, 1, n_k, 8), "float32")
+    v = random_array(rng, (1, 1, n_k, dim_v), "float32")
+    context, w = attn.attention(q, k, v, return_weights=True)
+    return context, w, v
+
+
+def test_blend_parses_back_to_weights_values_and_the_context(tmp_path):
+    context, w, v = _attention_with_weights(6, 5, 4)
+    path = tmp_path / "blend.svg"
+    attn.viz.blend(w, v, path, row=2, head=1, tokens=WORDS)
+    cells = _blend_cells(path)
+    alpha = np.asarray(w, dtype=np.float64)[0, 1, 2]
+    values = np.asarray(v, dtype=np.float64)[0, 0]
+    assert [value for _, _, value in cells["weight"]] == list(alpha)
+    for row, col, value in cells["value"]:
+        assert value == values[row, col]
+    scaled = np.zeros((6, 5))
+    for row, col, value in cells["scaled"]:
+        scaled[row, col] = value
+    np.testing.assert_allclose(scaled, alpha[:, None] * values, rtol=1e-15)
+    drawn_c = np.array([value for _, _, value in cells["context"]])
+    np.testing.assert_allclose(drawn_c, scaled.sum(axis=0), atol=1e-12)
+    np.testing.assert_allclose(drawn_c, np.asarray(context)[0, 1, 2], rtol=1e-5, atol=1e-6)
+    text = ET.tostring(ET.parse(path).getroot(), encoding="unicode")
+    assert "1 cat" in text and "C = sum of the rows" in text
+
+
+def test_blend_sums_the_rest_into_one_row_that_still_adds_up(tmp_path):
+    context, w, v = _attention_with_weights(30, 16, 5)
+    attn.viz.blend(w[0, 0], v[0, 0], tmp_path / "long.svg", top=4)
+    cells = _blend_cells(tmp_path / "long.svg")
+    assert len(cells["weight"]) == 5
+    alpha = np.asarray(w, dtype=np.float64)[0, 0, 0]
+    assert cells["weight"][-1][2] == pytest.approx(np.sort(alpha)[:-4].sum(), rel=1e-12)
+    columns = np.zeros(16)
+    for _, col, value in cells["scaled"]:
+        columns[col] += value
+    drawn_c = np.array([value for _, _, value in cells["context"]])
+    np.testing.assert_allclose(columns, drawn_c, atol=1e-12)
+    np.testing.assert_allclose(drawn_c, np.asarray(context)[0, 0, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_blend_png_and_html(tmp_path):
+    _, w, v = _attention_with_weights(6, 5, 6)
+    attn.viz.blend(w, v, str(tmp_path / "b.png"), row=1)
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    attn.viz.blend(w, v, tmp_path / "b.html", row=1, title="one query")
+    page = (tmp_path / "b.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "one query" in page
+
+
+def test_blend_bad_arguments_name_themselves_and_write_nothing(tmp_path):
+    _, w, v = _attention_with_weights(6, 5, 7)
+    cases = [
+        (dict(row=3), ValueError, "row: expected 0 .. 2"),
+        (dict(row=-1), ValueError, "row: expected an int >= 0"),
+        (dict(head=2), ValueError, "head: expected 0 .. 1"),
+        (dict(top=0), ValueError, "top: expected an int >= 1"),
+        (dict(tokens=WORDS[:4]), ValueError, "tokens: expected 6 tokens (one per input), given 4"),
+        (dict(value=np.ones((5, 5), dtype=np.float32)), ValueError,
+         "value: expected [B, Hkv, Lk, Dv] = [1, a divisor of 2, 6, at least 1]"),
+        (dict(value=np.ones(5)), ValueError, "value: expected 2 to 4 dims"),
+        (dict(weights=np.ones((3, 6))), ValueError, "weights: expected weights that sum to 1"),
+        (dict(path=tmp_path / "x.gif"), ValueError, "path: expected a file name ending in .svg"),
+    ]
+    for changes, error, message in cases:
+        arguments = dict(weights=w, value=v, path=tmp_path / "x.svg")
+        arguments.update(changes)
+        with pytest.raises(error, match=re.escape(message)):
+            attn.viz.blend(arguments.pop("weights"), arguments.pop("value"),
+                           arguments.pop("path"), **arguments)
     assert list(tmp_path.iterdir()) == []

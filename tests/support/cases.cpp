@@ -95,6 +95,42 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
   });
 }
 
+// The head dims with their own copy of the forward kernel (with_head_dim in
+// src/cpu/forward.cpp), on a shape whose rows see keys in three key tiles (128 keys a
+// tile, 64 at d = 256): 37 query rows against 300 keys, or 150 at d = 256.
+constexpr Index kSpecialisedDims[] = {64, 80, 96, 128, 256};
+
+Shape specialised_shape(Index dim) {
+  return {1, 4, 2, 37, dim >= 256 ? 150 : 300, dim, dim};
+}
+
+// A few cases that together turn every option on, with windows and causal alignment that
+// leave each row keys in more than one tile.
+void add_rich_cases(const Shape& shape, std::vector<Case>& out) {
+  const Case base = with_shape(shape);
+  const Index half = shape.len_k / 2;
+  auto add = [&](auto&& edit) {
+    Case c = base;
+    edit(c);
+    out.push_back(c);
+  };
+  add([&](Case& c) {
+    c.causal = true, c.align = CausalAlign::bottom_right, c.window = {half, -1};
+    c.softcap = 3.0, c.alibi = true, c.sinks = true, c.mask = MaskCase::additive;
+  });
+  add([&](Case& c) {
+    c.window = {half, 5}, c.align = CausalAlign::bottom_right, c.softcap = 8.0;
+    c.mask = MaskCase::boolean, c.bshd = true, c.dtype = DType::f16;
+  });
+  // Packing splits the keys into sequences of 2/5, 2/5 and 1/5 of them: twice the keys
+  // leave the first two sequences more than one tile.
+  add([](Case& c) {
+    c.len_k *= 2;
+    c.packed = true, c.causal = true, c.align = CausalAlign::bottom_right, c.sinks = true;
+    c.dtype = DType::bf16;
+  });
+}
+
 }  // namespace
 
 std::vector<Case> quick_cases() {
@@ -104,11 +140,13 @@ std::vector<Case> quick_cases() {
   };
   std::vector<Case> out;
   for (const Shape& s : shapes) add_option_cases(s, out);
+  for (const Index dim : kSpecialisedDims) add_rich_cases(specialised_shape(dim), out);
   return out;
 }
 
 std::vector<Case> full_cases() {
   std::vector<Case> out = quick_cases();
+  for (const Index dim : kSpecialisedDims) add_option_cases(specialised_shape(dim), out);
   const Index lengths[] = {1, 3, 17, 97, 113, 1025};
   const Index dims[] = {1, 40, 59, 64, 72, 128, 256};
   for (const Index len_q : lengths) {

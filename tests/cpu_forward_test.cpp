@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -150,6 +151,26 @@ TEST_P(FastForwardLarger, MatchesReferenceOnEveryTarget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Larger, FastForwardLarger, ::testing::ValuesIn(larger_cases()), case_name);
+
+// An explicit scale, 0.37 and 1.9 times 1/sqrt(d) (scores of the usual size, so the usual
+// bounds hold), on the generic copy (d = 40, and dv != d) and on every head dim with its
+// own copy, over keys in several tiles.
+TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
+  const std::pair<Index, Index> dims[] = {{40, 40}, {64, 24},   {64, 64},  {80, 80},
+                                          {96, 96}, {128, 128}, {256, 256}};
+  for (const auto& [dim, dim_v] : dims) {
+    for (const double factor : {0.37, 1.9}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 21, c.len_k = 300, c.dim = dim, c.dim_v = dim_v;
+      c.causal = true, c.align = CausalAlign::bottom_right;
+      testing::Inputs in = testing::make_inputs(c);
+      in.options.scale = factor / std::sqrt(static_cast<double>(dim));
+      SCOPED_TRACE(c.name() + " scale " + std::to_string(factor) + "/sqrt(d)");
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+    }
+  }
+}
 
 // Hidden keys are skipped, not multiplied by zero: NaN in a hidden k or v row must not
 // reach rows that do not see it (the reference skips it the same way).

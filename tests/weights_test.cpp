@@ -353,6 +353,30 @@ TEST(WeightsHiddenKeys, NanInHiddenKeysNeverReachesWeights) {
   }
 }
 
+// An explicit scale, 0.37 and 1.9 times 1/sqrt(d) (scores of the usual size, so the usual
+// bounds hold), at a generic dim and at those with their own forward kernel copy, over keys
+// in several tiles; from weights and from forward's weights output.
+TEST(WeightsScale, ExplicitScaleAtEveryHeadDim) {
+  for (const Index dim : {40, 64, 80, 96, 128, 256}) {
+    for (const double factor : {0.37, 1.9}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 21, c.len_k = 300, c.dim = dim, c.dim_v = dim;
+      c.causal = true, c.align = CausalAlign::bottom_right;
+      testing::Inputs in = testing::make_inputs(c);
+      in.options.scale = factor / std::sqrt(static_cast<double>(dim));
+      SCOPED_TRACE(c.name() + " scale " + std::to_string(factor) + "/sqrt(d)");
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] {
+        expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(),
+                     "weights");
+      });
+      GuardedTensor context(DType::f32, {1, 4, 21, dim}), alpha(DType::f32, weights_shape(in));
+      forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});
+      expect_close(alpha.const_view(), want.weights.view(), "forward weights");
+    }
+  }
+}
+
 TEST(WeightsThreads, BitwiseIdenticalForAnyThreadCount) {
   Case c;
   c.heads_q = 6, c.heads_kv = 2, c.len_q = 333, c.len_k = 410, c.dim = 64, c.dim_v = 64;

@@ -147,12 +147,12 @@ struct Filled {
 };
 
 Filled filled_cache(const std::vector<Index>& lengths, Index heads_kv, Index dim, Index page,
-                    std::mt19937_64& rng) {
+                    std::mt19937_64& rng, CacheDType storage = CacheDType::f32) {
   Filled f{KVCache({.heads_kv = heads_kv,
                     .dim = dim,
                     .dim_v = dim,
                     .page_size = page,
-                    .dtype = CacheDType::f32,
+                    .dtype = storage,
                     .max_blocks = 0}),
            {}};
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -171,7 +171,8 @@ Filled filled_cache(const std::vector<Index>& lengths, Index heads_kv, Index dim
 }
 
 // Checks decode of q (one row block per sequence) against the reference over each
-// sequence's cached keys, with bottom-right alignment.
+// sequence's cached keys (as the cache holds them: int8 dequantised, so only float32
+// rounding remains), with bottom-right alignment.
 void expect_matches_reference(const KVCache& cache, const std::vector<KVCache::SequenceId>& ids,
                               const TensorView& q, const Options& options, const Decoded& got,
                               double nmse_bound = 1e-12) {
@@ -317,6 +318,28 @@ TEST(Decode, StateMergesWithAttentionHeldElsewhere) {
   const Decoded direct = decode(in.q, whole.cache, whole.ids, options);
   EXPECT_LE(compare(merged.context.view(), direct.context.view()).nmse, 1e-12);
   EXPECT_LE(compare(merged.lse.view(), direct.lse.view()).nmse, 1e-12);
+}
+
+// int8 against the reference on the cache's own dequantised keys and values: the bound of
+// the step tests (1e-3, quantisation included) would let a key or value scale off by 1%
+// through; this one leaves only float32 rounding. Sequences of 1 to 3 parts, each appended
+// in uneven calls, so blocks were requantised as later tokens raised their maxima.
+TEST(Decode, Int8MatchesTheReferenceOnItsDequantisedCache) {
+  for_each_target([] {
+    std::mt19937_64 rng(37);
+    Filled f = filled_cache({1025, 40, 600}, 2, 64, 16, rng, CacheDType::int8);
+    Case shape;
+    shape.batch = 3, shape.heads_q = 4, shape.heads_kv = 2, shape.len_q = 3, shape.dim = 64;
+    const Inputs in = make_inputs(shape, 11);
+    for (const Window window : {Window{}, Window{200, -1}}) {
+      Options options;
+      options.causal = true;
+      options.window = window;
+      options.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+      expect_matches_reference(f.cache, f.ids, in.q, options,
+                               decode(in.q, f.cache, f.ids, options));
+    }
+  });
 }
 
 // An explicit scale, 0.37 and 1.9 times 1/sqrt(d), at a generic dim and at the dims with

@@ -211,6 +211,30 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   }
 }
 
+// A row whose scores are NaN reports NaN (context and lse), as the reference does; lse =
+// -inf means "this row sees no key" and stays for fully masked rows. NaN reaches the scores
+// through a query element, or through an additive mask on the only key a row sees, in
+// the middle of several key tiles.
+TEST(FastForwardNanRows, NanScoresGiveNanLse) {
+  for (const Index dim : {40, 64}) {
+    Case c;
+    c.heads_q = 2, c.heads_kv = 1, c.len_q = 20, c.len_k = 300, c.dim = dim, c.dim_v = dim;
+    c.mask = testing::MaskCase::additive;
+    SCOPED_TRACE(c.name());
+    testing::Inputs in = testing::make_inputs(c);
+    auto* q = static_cast<float*>(const_cast<void*>(in.q.data));
+    q[(1 * c.len_q + 3) * c.dim + 5] = std::numeric_limits<float>::quiet_NaN();
+    float* mask = in.mask_storage.data_as<float>();
+    for (Index j = 0; j < c.len_k; ++j) mask[5 * c.len_k + j] = -INFINITY;
+    mask[5 * c.len_k + 200] = std::numeric_limits<float>::quiet_NaN();
+    const ReferenceResult want = run_reference(in);
+    ASSERT_TRUE(std::isnan(want.lse.data_as<double>()[1 * c.len_q + 3]));
+    ASSERT_TRUE(std::isnan(want.lse.data_as<double>()[5]));
+    ASSERT_EQ(want.lse.data_as<double>()[2], -INFINITY);  // mask row 2 hides every key
+    for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+  }
+}
+
 TEST(FastForwardThreads, BitwiseIdenticalForAnyThreadCount) {
   Case c;
   c.heads_q = 6, c.heads_kv = 2, c.len_q = 333, c.len_k = 410, c.dim = 64, c.dim_v = 64;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include <hwy/targets.h>
@@ -364,6 +365,31 @@ TEST(Decode, ExplicitScaleAtEveryHeadDim) {
       });
     }
   }
+}
+
+// A query row with a NaN element has NaN scores: its context and lse are NaN, as in the
+// reference, from decode and from decode_state after finalize; other rows are untouched.
+TEST(Decode, NanQueryGivesNanRow) {
+  std::mt19937_64 rng(47);
+  Filled f = filled_cache({700, 50}, 2, 64, 16, rng);
+  Case shape;
+  shape.batch = 2, shape.heads_q = 4, shape.heads_kv = 2, shape.len_q = 1, shape.dim = 64;
+  Inputs in = make_inputs(shape, 19);
+  static_cast<float*>(const_cast<void*>(in.q.data))[(0 * 4 + 1) * 64 + 7] =
+      std::numeric_limits<float>::quiet_NaN();
+  Options options;
+  options.causal = true;
+  for_each_target([&] {
+    const Decoded got = decode(in.q, f.cache, f.ids, options);
+    expect_matches_reference(f.cache, f.ids, in.q, options, got);
+    const Finalized state = finalize(decode_state(in.q, f.cache, f.ids, options));
+    for (Index row = 0; row < 8; ++row) {
+      const bool nan_row = row == 1;
+      EXPECT_EQ(std::isnan(got.lse.data_as<float>()[row]), nan_row) << "row " << row;
+      EXPECT_EQ(std::isnan(state.lse.data_as<float>()[row]), nan_row) << "row " << row;
+      EXPECT_EQ(std::isnan(state.context.data_as<float>()[row * 64]), nan_row) << "row " << row;
+    }
+  });
 }
 
 TEST(Decode, BadInputThrowsNamingTheArgument) {

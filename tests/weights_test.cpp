@@ -377,6 +377,30 @@ TEST(WeightsScale, ExplicitScaleAtEveryHeadDim) {
   }
 }
 
+// A row whose scores are NaN (a NaN query element; an additive mask whose only visible key
+// is NaN) has NaN weights, as in the reference, from weights and from forward's weights
+// output; a fully masked row stays 0.
+TEST(WeightsNanRows, NanScoresGiveNanWeights) {
+  Case c;
+  c.heads_q = 2, c.heads_kv = 1, c.len_q = 20, c.len_k = 300, c.dim = 64, c.dim_v = 64;
+  c.mask = testing::MaskCase::additive;
+  testing::Inputs in = testing::make_inputs(c);
+  auto* q = static_cast<float*>(const_cast<void*>(in.q.data));
+  q[(1 * c.len_q + 3) * c.dim + 5] = std::numeric_limits<float>::quiet_NaN();
+  float* mask = in.mask_storage.data_as<float>();
+  for (Index j = 0; j < c.len_k; ++j) mask[5 * c.len_k + j] = -INFINITY;
+  mask[5 * c.len_k + 200] = std::numeric_limits<float>::quiet_NaN();
+  const ReferenceResult want = run_reference(in);
+  ASSERT_TRUE(std::isnan(element(want.weights.view(), 0, 1, 3, 0)));
+  ASSERT_TRUE(std::isnan(element(want.weights.view(), 0, 0, 5, 200)));
+  for_each_target([&] {
+    expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(), "weights");
+    GuardedTensor context(DType::f32, {1, 2, 20, 64}), alpha(DType::f32, weights_shape(in));
+    forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});
+    expect_close(alpha.const_view(), want.weights.view(), "forward weights");
+  });
+}
+
 TEST(WeightsThreads, BitwiseIdenticalForAnyThreadCount) {
   Case c;
   c.heads_q = 6, c.heads_kv = 2, c.len_q = 333, c.len_k = 410, c.dim = 64, c.dim_v = 64;

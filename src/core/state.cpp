@@ -73,10 +73,11 @@ void finalize_rows(const State& s, const std::vector<float>& sinks, Finalized& o
       l = l * acc_weight + part_weight(sink, merged);
       m = merged;
     }
-    const bool seen = l > 0;
-    lse[r] = seen ? m + std::log(l) : kMinusInfinity;
+    // l = 0: no key seen. A NaN l (a NaN score) is not that: the row finalizes to NaN.
+    const bool empty = l == 0;
+    lse[r] = empty ? kMinusInfinity : m + std::log(l);
     for (Index d = 0; d < dim_v; ++d) {
-      context[r * dim_v + d] = seen ? acc[r * dim_v + d] * acc_weight / l : T(0);
+      context[r * dim_v + d] = empty ? T(0) : acc[r * dim_v + d] * acc_weight / l;
     }
   }
 }

@@ -513,7 +513,7 @@ class ItemKernel {
       const VF old_max = hn::Load(df, s_.row_max.get() + row);
       VF new_max = old_max;
       // Like the reference, the max ignores a NaN score (x86 max returns its second operand
-      // when either is NaN); the NaN still reaches l and O through exp.
+      // when either is NaN); the NaN still reaches l and O through exp (see finish).
       for (Index j = chunk.first; j < chunk.end; ++j)
         new_max = hn::Max(hn::Load(df, scores_at(j, row)), new_max);
       // With nothing visible yet, subtract 0 so that exp(-inf - 0) = 0, not NaN.
@@ -632,11 +632,14 @@ class ItemKernel {
     }
   }
 
-  // context = O / l (0 for a row with no visible key), lse = m + log(l) (-inf then).
+  // context = O / l (0 for a row with no visible key), lse = m + log(l) (-inf then). A row
+  // with no visible key has m = -inf and l = 0; a NaN score leaves l NaN even where
+  // hn::Max dropped it from m, and the row reports NaN (context and lse), as the reference.
   void finish() const {
     for (Index r = 0; r < rows_; ++r) {
       const float sum = s_.row_sum[r], row_max = s_.row_max[r];
-      const float inverse = row_max == kMinusInfinity ? 0.0f : 1.0f / sum;
+      const bool empty = row_max == kMinusInfinity && sum == 0.0f;
+      const float inverse = empty ? 0.0f : 1.0f / sum;
       const float* o = s_.context.get() + r * dim_v_padded_;
       const MutableTensorView& out = p_.outputs.context;
       with_float_type(out.dtype, [&](auto tag) {
@@ -647,9 +650,9 @@ class ItemKernel {
       });
       if (p_.outputs.lse) {
         const MutableTensorView& lse = *p_.outputs.lse;
-        const double value = row_max == kMinusInfinity ? -std::numeric_limits<double>::infinity()
-                                                       : static_cast<double>(row_max) +
-                                                             std::log(static_cast<double>(sum));
+        const double value =
+            empty ? -std::numeric_limits<double>::infinity()
+                  : static_cast<double>(row_max) + std::log(static_cast<double>(sum));
         const Index at = seg_->batch * lse.strides[0] + s_.head[r] * lse.strides[1] +
                          s_.query_row[r] * lse.strides[2];
         if (lse.dtype == DType::f64) {

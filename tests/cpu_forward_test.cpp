@@ -174,18 +174,6 @@ TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
 
 // Hidden keys are skipped, not multiplied by zero: NaN in a hidden k or v row must not
 // reach rows that do not see it (the reference skips it the same way).
-void poison_key(testing::Inputs& in, Index key) {
-  auto* k = static_cast<float*>(const_cast<void*>(in.k.data));
-  auto* v = static_cast<float*>(const_cast<void*>(in.v.data));
-  for (Index b = 0; b < in.k.shape[0]; ++b)
-    for (Index h = 0; h < in.k.shape[1]; ++h) {
-      float* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
-      float* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
-      k_row[0] = std::numeric_limits<float>::quiet_NaN();
-      v_row[in.v.shape[3] - 1] = std::numeric_limits<float>::infinity();
-    }
-}
-
 TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   Case c;
   c.heads_q = 4, c.heads_kv = 2, c.len_q = 70, c.len_k = 70, c.dim = 64, c.dim_v = 64;
@@ -205,9 +193,49 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   for (const Case& variant : variants) {
     SCOPED_TRACE(variant.name());
     testing::Inputs in = testing::make_inputs(variant);
-    poison_key(in, 40);
+    testing::poison_key(in, 40);
     const ReferenceResult want = run_reference(in);
     for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+  }
+}
+
+// The same over many key tiles: rows that skip the poisoned tile row by row must rescale
+// what earlier tiles accumulated, and later tiles must rescale that in turn. The poisoned
+// keys lie in middle tiles, hidden by a mask from most rows, which see keys in every tile,
+// or hidden by a causal window from rows that see the tiles before them.
+TEST(FastForwardHiddenKeys, NanInHiddenKeysOfMiddleTilesNeverReachesOutput) {
+  struct Poisoned {
+    Index len_k, dim;
+    std::vector<Index> keys;
+  };
+  const Poisoned layouts[] = {{300, 64, {150}}, {1025, 64, {300, 700}}, {300, 256, {100, 200}}};
+  for (const Poisoned& layout : layouts) {
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = 40, c.len_k = layout.len_k;
+    c.dim = layout.dim, c.dim_v = layout.dim;
+    std::vector<Case> variants;
+    Case boolean = c;
+    boolean.mask = testing::MaskCase::boolean;
+    variants.push_back(boolean);
+    Case additive = c;
+    additive.mask = testing::MaskCase::additive, additive.causal = true;
+    additive.align = CausalAlign::bottom_right, additive.softcap = 4.0;
+    variants.push_back(additive);
+    if (layout.len_k <= 300) {  // every query row, one per key: kept short
+      Case window = c;
+      window.len_q = layout.len_k, window.window = {100, 0};
+      variants.push_back(window);
+    }
+    for (const Case& variant : variants) {
+      SCOPED_TRACE(variant.name());
+      testing::Inputs in = testing::make_inputs(variant);
+      for (const Index key : layout.keys) {
+        testing::poison_key(in, key);
+        if (variant.mask != testing::MaskCase::none) testing::show_key_to_every_fourth_row(in, key);
+      }
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+    }
   }
 }
 

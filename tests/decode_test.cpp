@@ -367,6 +367,56 @@ TEST(Decode, ExplicitScaleAtEveryHeadDim) {
   }
 }
 
+// NaN in a key and infinity in a value row that a row does not see never reach it: one
+// poisoned key just before the window of every row, with the keys the rows see in many
+// tiles (and, at 1025 keys, parts) after it, and one at the newest position, which only
+// the last query row sees (and is NaN, as in the reference).
+TEST(Decode, NanInHiddenKeysOfLongSequencesNeverReachesOutput) {
+  struct Poisoned {
+    Index length, window;
+  };
+  for (const Poisoned layout : {Poisoned{300, 100}, Poisoned{1025, 300}}) {
+    const Index length = layout.length, heads_kv = 2, dim = 64;
+    std::mt19937_64 rng(43);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tensor k(DType::f32, {1, heads_kv, length, dim}), v(DType::f32, {1, heads_kv, length, dim});
+    for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = normal(rng);
+    for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
+    // Hidden from every row by the window; seen by the newest query row alone.
+    for (const Index key : {length - 4 - layout.window, length - 1}) {
+      for (Index h = 0; h < heads_kv; ++h) {
+        k.data_as<float>()[(h * length + key) * dim] = std::numeric_limits<float>::quiet_NaN();
+        v.data_as<float>()[(h * length + key) * dim + dim - 1] =
+            std::numeric_limits<float>::infinity();
+      }
+    }
+    KVCache cache({.heads_kv = heads_kv,
+                   .dim = dim,
+                   .dim_v = dim,
+                   .page_size = 16,
+                   .dtype = CacheDType::f32,
+                   .max_blocks = 0});
+    const KVCache::SequenceId id = cache.add_sequence();
+    cache.append(id, k.view(), v.view());
+    Case shape;
+    shape.heads_q = 4, shape.heads_kv = heads_kv, shape.len_q = 3, shape.dim = dim;
+    const Inputs in = make_inputs(shape, 17);
+    SCOPED_TRACE("length " + std::to_string(length));
+    Options options;
+    options.causal = true;
+    options.window = {layout.window, -1};
+    for_each_target([&] {
+      const Decoded got = decode(in.q, cache, {id}, options);
+      expect_matches_reference(cache, {id}, in.q, options, got);
+      for (Index h = 0; h < shape.heads_q; ++h) {
+        EXPECT_TRUE(std::isfinite(got.lse.data_as<float>()[h * 3])) << "head " << h;
+        EXPECT_TRUE(std::isfinite(got.lse.data_as<float>()[h * 3 + 1])) << "head " << h;
+        EXPECT_TRUE(std::isnan(got.lse.data_as<float>()[h * 3 + 2])) << "head " << h;
+      }
+    });
+  }
+}
+
 // A query row with a NaN element has NaN scores: its context and lse are NaN, as in the
 // reference, from decode and from decode_state after finalize; other rows are untouched.
 TEST(Decode, NanQueryGivesNanRow) {

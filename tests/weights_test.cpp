@@ -353,6 +353,36 @@ TEST(WeightsHiddenKeys, NanInHiddenKeysNeverReachesWeights) {
   }
 }
 
+// The same over many key tiles: the poisoned keys lie in middle tiles, hidden by a mask
+// from most rows, which see keys in every tile, so each row's statistics merge tiles on
+// both sides of them.
+TEST(WeightsHiddenKeys, NanInHiddenKeysOfMiddleTilesNeverReachesWeights) {
+  struct Poisoned {
+    Index len_k;
+    std::vector<Index> keys;
+  };
+  const Poisoned layouts[] = {{300, {150}}, {1025, {300, 700}}};
+  for (const Poisoned& layout : layouts) {
+    for (const testing::MaskCase mask : {testing::MaskCase::boolean, testing::MaskCase::additive}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 40, c.len_k = layout.len_k, c.dim = 64;
+      c.dim_v = 64, c.mask = mask, c.causal = mask == testing::MaskCase::additive;
+      c.align = CausalAlign::bottom_right;
+      SCOPED_TRACE(c.name());
+      testing::Inputs in = testing::make_inputs(c);
+      for (const Index key : layout.keys) {
+        testing::poison_key(in, key);
+        testing::show_key_to_every_fourth_row(in, key);
+      }
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] {
+        expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(),
+                     "weights");
+      });
+    }
+  }
+}
+
 // An explicit scale, 0.37 and 1.9 times 1/sqrt(d) (scores of the usual size, so the usual
 // bounds hold), at a generic dim and at those with their own forward kernel copy, over keys
 // in several tiles; from weights and from forward's weights output.

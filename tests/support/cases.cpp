@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -239,6 +240,32 @@ Inputs make_inputs(const Case& c, unsigned seed) {
     o.cu_seqlens_k = packed_offsets(c.len_k, 1);
   }
   return in;
+}
+
+void poison_key(Inputs& in, Index key) {
+  auto* k = static_cast<float*>(const_cast<void*>(in.k.data));
+  auto* v = static_cast<float*>(const_cast<void*>(in.v.data));
+  for (Index b = 0; b < in.k.shape[0]; ++b)
+    for (Index h = 0; h < in.k.shape[1]; ++h) {
+      float* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
+      float* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
+      k_row[0] = std::numeric_limits<float>::quiet_NaN();
+      v_row[in.v.shape[3] - 1] = std::numeric_limits<float>::infinity();
+    }
+}
+
+void show_key_to_every_fourth_row(Inputs& in, Index key) {
+  const Dims& shape = in.mask_storage.shape();
+  for (Index b = 0; b < shape[0]; ++b)
+    for (Index i = 0; i < shape[2]; ++i) {
+      const bool shown = i % 4 == 0;
+      const Index at = (b * shape[2] + i) * shape[3] + key;
+      if (in.mask_storage.dtype() == DType::boolean) {
+        in.mask_storage.data_as<bool>()[at] = shown;
+      } else {
+        in.mask_storage.data_as<float>()[at] = shown ? 0.0f : -INFINITY;
+      }
+    }
 }
 
 }  // namespace attn::testing

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -151,20 +152,28 @@ TEST_P(FastForwardLarger, MatchesReferenceOnEveryTarget) {
 
 INSTANTIATE_TEST_SUITE_P(Larger, FastForwardLarger, ::testing::ValuesIn(larger_cases()), case_name);
 
-// Hidden keys are skipped, not multiplied by zero: NaN in a hidden k or v row must not
-// reach rows that do not see it (the reference skips it the same way).
-void poison_key(testing::Inputs& in, Index key) {
-  auto* k = static_cast<float*>(const_cast<void*>(in.k.data));
-  auto* v = static_cast<float*>(const_cast<void*>(in.v.data));
-  for (Index b = 0; b < in.k.shape[0]; ++b)
-    for (Index h = 0; h < in.k.shape[1]; ++h) {
-      float* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
-      float* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
-      k_row[0] = std::numeric_limits<float>::quiet_NaN();
-      v_row[in.v.shape[3] - 1] = std::numeric_limits<float>::infinity();
+// An explicit scale, 0.37 and 1.9 times 1/sqrt(d) (scores of the usual size, so the usual
+// bounds hold), on the generic copy (d = 40, and dv != d) and on every head dim with its
+// own copy, over keys in several tiles.
+TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
+  const std::pair<Index, Index> dims[] = {{40, 40}, {64, 24},   {64, 64},  {80, 80},
+                                          {96, 96}, {128, 128}, {256, 256}};
+  for (const auto& [dim, dim_v] : dims) {
+    for (const double factor : {0.37, 1.9}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 21, c.len_k = 300, c.dim = dim, c.dim_v = dim_v;
+      c.causal = true, c.align = CausalAlign::bottom_right;
+      testing::Inputs in = testing::make_inputs(c);
+      in.options.scale = factor / std::sqrt(static_cast<double>(dim));
+      SCOPED_TRACE(c.name() + " scale " + std::to_string(factor) + "/sqrt(d)");
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
     }
+  }
 }
 
+// Hidden keys are skipped, not multiplied by zero: NaN in a hidden k or v row must not
+// reach rows that do not see it (the reference skips it the same way).
 TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   Case c;
   c.heads_q = 4, c.heads_kv = 2, c.len_q = 70, c.len_k = 70, c.dim = 64, c.dim_v = 64;
@@ -184,8 +193,72 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   for (const Case& variant : variants) {
     SCOPED_TRACE(variant.name());
     testing::Inputs in = testing::make_inputs(variant);
-    poison_key(in, 40);
+    testing::poison_key(in, 40);
     const ReferenceResult want = run_reference(in);
+    for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+  }
+}
+
+// The same over many key tiles: rows that skip the poisoned tile row by row must rescale
+// what earlier tiles accumulated, and later tiles must rescale that in turn. The poisoned
+// keys lie in middle tiles, hidden by a mask from most rows, which see keys in every tile,
+// or hidden by a causal window from rows that see the tiles before them.
+TEST(FastForwardHiddenKeys, NanInHiddenKeysOfMiddleTilesNeverReachesOutput) {
+  struct Poisoned {
+    Index len_k, dim;
+    std::vector<Index> keys;
+  };
+  const Poisoned layouts[] = {{300, 64, {150}}, {1025, 64, {300, 700}}, {300, 256, {100, 200}}};
+  for (const Poisoned& layout : layouts) {
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = 40, c.len_k = layout.len_k;
+    c.dim = layout.dim, c.dim_v = layout.dim;
+    std::vector<Case> variants;
+    Case boolean = c;
+    boolean.mask = testing::MaskCase::boolean;
+    variants.push_back(boolean);
+    Case additive = c;
+    additive.mask = testing::MaskCase::additive, additive.causal = true;
+    additive.align = CausalAlign::bottom_right, additive.softcap = 4.0;
+    variants.push_back(additive);
+    if (layout.len_k <= 300) {  // every query row, one per key: kept short
+      Case window = c;
+      window.len_q = layout.len_k, window.window = {100, 0};
+      variants.push_back(window);
+    }
+    for (const Case& variant : variants) {
+      SCOPED_TRACE(variant.name());
+      testing::Inputs in = testing::make_inputs(variant);
+      for (const Index key : layout.keys) {
+        testing::poison_key(in, key);
+        if (variant.mask != testing::MaskCase::none) testing::show_key_to_every_fourth_row(in, key);
+      }
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+    }
+  }
+}
+
+// A row whose scores are NaN reports NaN (context and lse), as the reference does; lse =
+// -inf means "this row sees no key" and stays for fully masked rows. NaN reaches the scores
+// through a query element, or through an additive mask on the only key a row sees, in
+// the middle of several key tiles.
+TEST(FastForwardNanRows, NanScoresGiveNanLse) {
+  for (const Index dim : {40, 64}) {
+    Case c;
+    c.heads_q = 2, c.heads_kv = 1, c.len_q = 20, c.len_k = 300, c.dim = dim, c.dim_v = dim;
+    c.mask = testing::MaskCase::additive;
+    SCOPED_TRACE(c.name());
+    testing::Inputs in = testing::make_inputs(c);
+    auto* q = static_cast<float*>(const_cast<void*>(in.q.data));
+    q[(1 * c.len_q + 3) * c.dim + 5] = std::numeric_limits<float>::quiet_NaN();
+    float* mask = in.mask_storage.data_as<float>();
+    for (Index j = 0; j < c.len_k; ++j) mask[5 * c.len_k + j] = -INFINITY;
+    mask[5 * c.len_k + 200] = std::numeric_limits<float>::quiet_NaN();
+    const ReferenceResult want = run_reference(in);
+    ASSERT_TRUE(std::isnan(want.lse.data_as<double>()[1 * c.len_q + 3]));
+    ASSERT_TRUE(std::isnan(want.lse.data_as<double>()[5]));
+    ASSERT_EQ(want.lse.data_as<double>()[2], -INFINITY);  // mask row 2 hides every key
     for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
   }
 }

@@ -258,6 +258,17 @@ std::vector<ErrorCase> mask_cases() {
                      r.options.mask = input(DType::f32, {1, 2, 3, 5});
                    },
                    {expected + "[1, 2, 3, 5]"}),
+      // Only the key dim wrong: a kernel would read past (or short of) each mask row.
+      forward_case("mask_one_key_short",
+                   [](Request& r) {
+                     r.options.mask = input(DType::boolean, {2, 4, 3, 4});
+                   },
+                   {expected + "[2, 4, 3, 4]"}),
+      forward_case("mask_one_key_long",
+                   [](Request& r) {
+                     r.options.mask = input(DType::f32, {1, 1, 3, 6});
+                   },
+                   {expected + "[1, 1, 3, 6]"}),
       forward_case("mask_rows_and_columns_swapped",
                    [](Request& r) {
                      r.options.mask = input(DType::f32, {2, 4, 5, 3});

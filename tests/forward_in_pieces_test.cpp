@@ -1,6 +1,7 @@
 // `attn run` computes in pieces to show progress (tools/forward_in_pieces.cpp): every output
-// must be bitwise that of one forward_into call, on every case of the list (GQA, masks,
-// ALiBi, sinks, packed varlen, bshd strides), and progress must count every piece.
+// must be bitwise that of one forward_into call and close to the float64 reference, on
+// every case of the list (GQA, masks, ALiBi, sinks, packed varlen, bshd strides), and
+// progress must count every piece.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "attn/attn.hpp"
 #include "forward_in_pieces.hpp"
 #include "support/cases.hpp"
+#include "support/compare.hpp"
 
 namespace attn::tools {
 namespace {
@@ -49,6 +51,52 @@ TEST_P(ForwardInPieces, EqualsOneCallBitwise) {
   EXPECT_EQ(last_total, count_pieces(in.q, in.k));
   EXPECT_EQ(last_done, last_total);
   EXPECT_EQ(calls, last_total + 1);  // 0 of N first, then one call per piece
+}
+
+// Bounds against float64, as for the kernels (tests/cpu_forward_test.cpp and
+// tests/weights_test.cpp), with the rounding of a 16-bit context on top.
+struct Bounds {
+  double nmse, max_abs;
+};
+
+Bounds context_bounds(const Case& c) {
+  switch (c.dtype) {
+    case DType::f16:
+      return {1e-6, 4e-3};
+    case DType::bf16:
+      return {1e-4, 3e-2};
+    case DType::f64:
+      return {1e-24, 1e-12};
+    default:
+      return {c.alibi ? 1e-11 : 2e-12, 1e-5};
+  }
+}
+
+void expect_close(const Tensor& got, const Tensor& want, Bounds bounds, const char* what) {
+  const testing::Comparison c = testing::compare(got.view(), want.view());
+  EXPECT_TRUE(c.hard_failure.empty()) << what << ": " << testing::describe(c);
+  EXPECT_LT(c.nmse, bounds.nmse) << what << ": " << testing::describe(c);
+  EXPECT_LT(c.max_abs, bounds.max_abs) << what << ": " << testing::describe(c);
+}
+
+// The pieces against the float64 reference over the whole request, so that a fault shared
+// by the pieces and the one call is caught too.
+TEST_P(ForwardInPieces, MatchesReference) {
+  const Case& c = GetParam();
+  const testing::Inputs in = testing::make_inputs(c);
+  AllOutputs pieces = make_outputs(in);
+  forward_in_pieces(in.q, in.k, in.v, in.options, pieces.views(), [](Index, Index) {});
+  const Index b = in.q.shape[0], h = in.q.shape[1], lq = in.q.shape[2];
+  AllOutputs want{Tensor(DType::f64, {b, h, lq, in.v.shape[3]}), Tensor(DType::f64, {b, h, lq, 1}),
+                  Tensor(DType::f64, {b, h, lq, in.k.shape[2]})};
+  Options reference = in.options;
+  reference.backend = Backend::reference;
+  forward_into(in.q, in.k, in.v, reference, want.views());
+  const bool wide = c.dtype == DType::f64;
+  expect_close(pieces.context, want.context, context_bounds(c), "context");
+  expect_close(pieces.lse, want.lse, wide ? Bounds{1e-24, 1e-12} : Bounds{1e-9, 2e-5}, "lse");
+  expect_close(pieces.weights, want.weights, wide ? Bounds{1e-24, 1e-12} : Bounds{2e-11, 1e-5},
+               "weights");
 }
 
 // Numbered cases: a failure prints the case by its name (testing::PrintTo).

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "attn/state.hpp"
@@ -100,10 +101,14 @@ TEST(State, MergeIsAssociativeAndCommutativeWithinRounding) {
 }
 
 // Keys [0, Lk) split at the given points; each part's state comes from forward_state, and
-// their merge, finalized with the sinks, must equal forward over all keys.
-void check_split(const Case& c, const std::vector<Index>& cuts, double bound) {
+// their merge, finalized with the sinks, must equal forward over all keys. `edit` changes
+// the inputs first.
+void check_split(
+    const Case& c, const std::vector<Index>& cuts, double bound,
+    const std::function<void(Inputs&)>& edit = [](Inputs&) {}) {
   SCOPED_TRACE(c.name());
-  const Inputs in = make_inputs(c, 11);
+  Inputs in = make_inputs(c, 11);
+  edit(in);
   Options part_options = in.options;
   part_options.sinks.clear();
   State merged = State::empty(c.dtype == DType::f64 ? DType::f64 : DType::f32, c.batch, c.heads_q,
@@ -141,6 +146,38 @@ TEST(State, MergedSplitsEqualAttentionOverAllKeys) {
       check_split(c, {0, 0, 50}, bound);
       check_split(c, {3, 17, 60, 96}, bound);
     }
+  }
+}
+
+// A row whose scores are NaN (a NaN query element) has a NaN state (m NaN), whichever
+// backend computed it, and stays NaN through merges with other parts (an empty one, of no
+// keys, included) and finalize, as forward over all keys is; lse = -inf would claim the
+// row sees no key.
+TEST(State, NanScoresGiveNanStatesThroughMergeAndFinalize) {
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = 5, c.len_k = 300, c.dim = 64, c.dim_v = 64;
+    c.dtype = dtype;
+    const auto nan_query = [&](Inputs& in) {
+      const Index at = (1 * c.len_q + 3) * c.dim + 2;
+      if (dtype == DType::f64) {
+        static_cast<double*>(const_cast<void*>(in.q.data))[at] = NAN;
+      } else {
+        static_cast<float*>(const_cast<void*>(in.q.data))[at] = NAN;
+      }
+    };
+    const double bound = dtype == DType::f64 ? 1e-26 : 1e-12;
+    check_split(c, {}, bound, nan_query);
+    check_split(c, {0, 150}, bound, nan_query);
+    check_split(c, {100, 200}, bound, nan_query);
+
+    Inputs in = make_inputs(c, 11);
+    nan_query(in);
+    const State state = forward_state(in.q, in.k, in.v, in.options);
+    const Index row = 1 * c.len_q + 3;
+    const double m =
+        dtype == DType::f64 ? state.m.data_as<double>()[row] : state.m.data_as<float>()[row];
+    EXPECT_TRUE(std::isnan(m)) << dtype_name(dtype) << ": m = " << m;
   }
 }
 

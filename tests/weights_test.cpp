@@ -353,6 +353,84 @@ TEST(WeightsHiddenKeys, NanInHiddenKeysNeverReachesWeights) {
   }
 }
 
+// The same over many key tiles: the poisoned keys lie in middle tiles, hidden by a mask
+// from most rows, which see keys in every tile, so each row's statistics merge tiles on
+// both sides of them.
+TEST(WeightsHiddenKeys, NanInHiddenKeysOfMiddleTilesNeverReachesWeights) {
+  struct Poisoned {
+    Index len_k;
+    std::vector<Index> keys;
+  };
+  const Poisoned layouts[] = {{300, {150}}, {1025, {300, 700}}};
+  for (const Poisoned& layout : layouts) {
+    for (const testing::MaskCase mask : {testing::MaskCase::boolean, testing::MaskCase::additive}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 40, c.len_k = layout.len_k, c.dim = 64;
+      c.dim_v = 64, c.mask = mask, c.causal = mask == testing::MaskCase::additive;
+      c.align = CausalAlign::bottom_right;
+      SCOPED_TRACE(c.name());
+      testing::Inputs in = testing::make_inputs(c);
+      for (const Index key : layout.keys) {
+        testing::poison_key(in, key);
+        testing::show_key_to_every_fourth_row(in, key);
+      }
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] {
+        expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(),
+                     "weights");
+      });
+    }
+  }
+}
+
+// An explicit scale, 0.37 and 1.9 times 1/sqrt(d) (scores of the usual size, so the usual
+// bounds hold), at a generic dim and at those with their own forward kernel copy, over keys
+// in several tiles; from weights and from forward's weights output.
+TEST(WeightsScale, ExplicitScaleAtEveryHeadDim) {
+  for (const Index dim : {40, 64, 80, 96, 128, 256}) {
+    for (const double factor : {0.37, 1.9}) {
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = 21, c.len_k = 300, c.dim = dim, c.dim_v = dim;
+      c.causal = true, c.align = CausalAlign::bottom_right;
+      testing::Inputs in = testing::make_inputs(c);
+      in.options.scale = factor / std::sqrt(static_cast<double>(dim));
+      SCOPED_TRACE(c.name() + " scale " + std::to_string(factor) + "/sqrt(d)");
+      const ReferenceResult want = run_reference(in);
+      for_each_target([&] {
+        expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(),
+                     "weights");
+      });
+      GuardedTensor context(DType::f32, {1, 4, 21, dim}), alpha(DType::f32, weights_shape(in));
+      forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});
+      expect_close(alpha.const_view(), want.weights.view(), "forward weights");
+    }
+  }
+}
+
+// A row whose scores are NaN (a NaN query element; an additive mask whose only visible key
+// is NaN) has NaN weights, as in the reference, from weights and from forward's weights
+// output; a fully masked row stays 0.
+TEST(WeightsNanRows, NanScoresGiveNanWeights) {
+  Case c;
+  c.heads_q = 2, c.heads_kv = 1, c.len_q = 20, c.len_k = 300, c.dim = 64, c.dim_v = 64;
+  c.mask = testing::MaskCase::additive;
+  testing::Inputs in = testing::make_inputs(c);
+  auto* q = static_cast<float*>(const_cast<void*>(in.q.data));
+  q[(1 * c.len_q + 3) * c.dim + 5] = std::numeric_limits<float>::quiet_NaN();
+  float* mask = in.mask_storage.data_as<float>();
+  for (Index j = 0; j < c.len_k; ++j) mask[5 * c.len_k + j] = -INFINITY;
+  mask[5 * c.len_k + 200] = std::numeric_limits<float>::quiet_NaN();
+  const ReferenceResult want = run_reference(in);
+  ASSERT_TRUE(std::isnan(element(want.weights.view(), 0, 1, 3, 0)));
+  ASSERT_TRUE(std::isnan(element(want.weights.view(), 0, 0, 5, 200)));
+  for_each_target([&] {
+    expect_close(weights(in.q, in.k, in.options).weights.view(), want.weights.view(), "weights");
+    GuardedTensor context(DType::f32, {1, 2, 20, 64}), alpha(DType::f32, weights_shape(in));
+    forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});
+    expect_close(alpha.const_view(), want.weights.view(), "forward weights");
+  });
+}
+
 TEST(WeightsThreads, BitwiseIdenticalForAnyThreadCount) {
   Case c;
   c.heads_q = 6, c.heads_kv = 2, c.len_q = 333, c.len_k = 410, c.dim = 64, c.dim_v = 64;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -95,6 +96,42 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
   });
 }
 
+// The head dims with their own copy of the forward kernel (with_head_dim in
+// src/cpu/forward.cpp), on a shape whose rows see keys in three key tiles (128 keys a
+// tile, 64 at d = 256): 37 query rows against 300 keys, or 150 at d = 256.
+constexpr Index kSpecialisedDims[] = {64, 80, 96, 128, 256};
+
+Shape specialised_shape(Index dim) {
+  return {1, 4, 2, 37, dim >= 256 ? 150 : 300, dim, dim};
+}
+
+// A few cases that together turn every option on, with windows and causal alignment that
+// leave each row keys in more than one tile.
+void add_rich_cases(const Shape& shape, std::vector<Case>& out) {
+  const Case base = with_shape(shape);
+  const Index half = shape.len_k / 2;
+  auto add = [&](auto&& edit) {
+    Case c = base;
+    edit(c);
+    out.push_back(c);
+  };
+  add([&](Case& c) {
+    c.causal = true, c.align = CausalAlign::bottom_right, c.window = {half, -1};
+    c.softcap = 3.0, c.alibi = true, c.sinks = true, c.mask = MaskCase::additive;
+  });
+  add([&](Case& c) {
+    c.window = {half, 5}, c.align = CausalAlign::bottom_right, c.softcap = 8.0;
+    c.mask = MaskCase::boolean, c.bshd = true, c.dtype = DType::f16;
+  });
+  // Packing splits the keys into sequences of 2/5, 2/5 and 1/5 of them: twice the keys
+  // leave the first two sequences more than one tile.
+  add([](Case& c) {
+    c.len_k *= 2;
+    c.packed = true, c.causal = true, c.align = CausalAlign::bottom_right, c.sinks = true;
+    c.dtype = DType::bf16;
+  });
+}
+
 }  // namespace
 
 std::vector<Case> quick_cases() {
@@ -104,11 +141,13 @@ std::vector<Case> quick_cases() {
   };
   std::vector<Case> out;
   for (const Shape& s : shapes) add_option_cases(s, out);
+  for (const Index dim : kSpecialisedDims) add_rich_cases(specialised_shape(dim), out);
   return out;
 }
 
 std::vector<Case> full_cases() {
   std::vector<Case> out = quick_cases();
+  for (const Index dim : kSpecialisedDims) add_option_cases(specialised_shape(dim), out);
   const Index lengths[] = {1, 3, 17, 97, 113, 1025};
   const Index dims[] = {1, 40, 59, 64, 72, 128, 256};
   for (const Index len_q : lengths) {
@@ -201,6 +240,32 @@ Inputs make_inputs(const Case& c, unsigned seed) {
     o.cu_seqlens_k = packed_offsets(c.len_k, 1);
   }
   return in;
+}
+
+void poison_key(Inputs& in, Index key) {
+  auto* k = static_cast<float*>(const_cast<void*>(in.k.data));
+  auto* v = static_cast<float*>(const_cast<void*>(in.v.data));
+  for (Index b = 0; b < in.k.shape[0]; ++b)
+    for (Index h = 0; h < in.k.shape[1]; ++h) {
+      float* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
+      float* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
+      k_row[0] = std::numeric_limits<float>::quiet_NaN();
+      v_row[in.v.shape[3] - 1] = std::numeric_limits<float>::infinity();
+    }
+}
+
+void show_key_to_every_fourth_row(Inputs& in, Index key) {
+  const Dims& shape = in.mask_storage.shape();
+  for (Index b = 0; b < shape[0]; ++b)
+    for (Index i = 0; i < shape[2]; ++i) {
+      const bool shown = i % 4 == 0;
+      const Index at = (b * shape[2] + i) * shape[3] + key;
+      if (in.mask_storage.dtype() == DType::boolean) {
+        in.mask_storage.data_as<bool>()[at] = shown;
+      } else {
+        in.mask_storage.data_as<float>()[at] = shown ? 0.0f : -INFINITY;
+      }
+    }
 }
 
 }  // namespace attn::testing

@@ -44,4 +44,13 @@ struct Inputs {
 };
 Inputs make_inputs(const Case& c, unsigned seed = 1);
 
+// Writes NaN into the key row and infinity into the value row `key` of every batch entry
+// and KV head (f32 inputs only): a row that sees the key gets NaN, a row that does not
+// must not.
+void poison_key(Inputs& in, Index key);
+
+// Hides `key` in the case's mask from every row but each fourth, which sees it; the rows
+// that do not still see keys on both sides of it (the mask hides about one key in five).
+void show_key_to_every_fourth_row(Inputs& in, Index key);
+
 }  // namespace attn::testing

@@ -10,6 +10,7 @@ suffix, two caches, two machines) is the merge of each part's state, finalized o
 import numpy as np
 
 from . import _arrays
+from ._errors import ArgumentTypeError, Error
 from ._attention import _ALIGNMENTS, _input, _mask_view, _threads, _window
 from ._attn import KVCache as _KVCache
 from ._attn import decode as _decode
@@ -37,7 +38,7 @@ class State:
     def __init__(self, m, l, acc):
         self.m, self.l, self.acc = (np.asarray(x) for x in (m, l, acc))
         if self.acc.ndim != 4 or self.m.shape != self.acc.shape[:3] or self.l.shape != self.m.shape:
-            raise ValueError(
+            raise Error(
                 f"State: expected m and l of shape [B, H, Lq] and acc of shape [B, H, Lq, Dv] "
                 f"with the same [B, H, Lq], given m {self.m.shape}, l {self.l.shape}, "
                 f"acc {self.acc.shape}"
@@ -63,7 +64,7 @@ class State:
 
 def _check_state(state, name):
     if not isinstance(state, State):
-        raise TypeError(f"{name}: expected an attn.State, given {type(state).__name__}")
+        raise ArgumentTypeError(f"{name}: expected an attn.State, given {type(state).__name__}")
     return state._for_extension()
 
 
@@ -90,15 +91,15 @@ def attention_state(q, k, v, *, mask=None, causal=False, causal_align="top-left"
     q, k, v = (_arrays.as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 4:
-            raise ValueError(f"{name}: expected 4 dims [B, H, L, D], given shape {_arrays.shape(x)}")
+            raise Error(f"{name}: expected 4 dims [B, H, L, D], given shape {_arrays.shape(x)}")
     if causal_align not in _ALIGNMENTS:
-        raise ValueError(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
+        raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
     q4, k4, v4 = (_input(x, "bhsd") for x in (q, k, v))
     mask4 = None
     if mask is not None:
         m = _arrays.as_array(mask, "mask", allow_bool=True)
         if m.ndim != 4:
-            raise ValueError(f"mask: expected 4 dims [B or 1, H or 1, Lq, Lk], given shape {_arrays.shape(m)}")
+            raise Error(f"mask: expected 4 dims [B or 1, H or 1, Lq, Lk], given shape {_arrays.shape(m)}")
         batch, heads, len_q, _ = _arrays.shape(q4)
         mask4 = _arrays.for_extension(_mask_view(m, (batch, heads), len_q, _arrays.shape(k4)[2], "mask"))
     left, right = _window(window)
@@ -128,7 +129,7 @@ class KVCache:
 
     def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float16", max_blocks=0):
         if dtype not in _CACHE_DTYPES:
-            raise ValueError(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
+            raise Error(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
         sizes = {name: _arrays.integer(value, name, "an int")
                  for name, value in (("heads_kv", heads_kv), ("dim", dim),
                                      ("dim_v", dim if dim_v is None else dim_v),
@@ -153,7 +154,7 @@ class KVCache:
             if x.ndim == 2:
                 x = _arrays.reshape(x, (1,) + _arrays.shape(x))
             if x.ndim != 3:
-                raise ValueError(f"{name}: expected 3 dims [heads_kv, n, dim], given shape {_arrays.shape(x)}")
+                raise Error(f"{name}: expected 3 dims [heads_kv, n, dim], given shape {_arrays.shape(x)}")
             views.append(_arrays.for_extension(_arrays.readable(_arrays.reshape(x, (1,) + _arrays.shape(x)))))
         self._cache.append(seq, *views)
 
@@ -206,16 +207,16 @@ class KVCache:
 def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap, alibi_slopes,
                  sinks, threads):
     if not isinstance(cache, KVCache):
-        raise TypeError(f"cache: expected an attn.KVCache, given {type(cache).__name__}")
+        raise ArgumentTypeError(f"cache: expected an attn.KVCache, given {type(cache).__name__}")
     q = _arrays.as_array(q, "q")
     if q.ndim not in (3, 4):
-        raise ValueError(
+        raise Error(
             f"q: expected 3 dims [S, Hq, D] or 4 dims [S, Hq, n_q, D], given shape {_arrays.shape(q)}"
         )
     one_step = q.ndim == 3
     q4 = _arrays.readable(_arrays.reshape(q, _arrays.shape(q)[:2] + (1,) + _arrays.shape(q)[2:]) if one_step else q)
     if isinstance(seq_ids, (int, np.integer)) or not hasattr(seq_ids, "__len__"):
-        raise TypeError(f"seq_ids: expected a sequence of ids (one per row of q), given {seq_ids!r}")
+        raise ArgumentTypeError(f"seq_ids: expected a sequence of ids (one per row of q), given {seq_ids!r}")
     ids = [_arrays.integer(i, "seq_ids", "sequence ids (ints)") for i in seq_ids]
     left, right = _window(window)
     result = _decode(

@@ -149,7 +149,7 @@ class KVCache:
     """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
     def __init__(
         self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
-        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float16",
+        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float32",
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...

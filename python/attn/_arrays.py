@@ -181,6 +181,12 @@ def from_extension(result, like):
     return result.view(like.dtype) if is_bfloat16 else result
 
 
+def like_kind(array, like):
+    """A NumPy array the extension returned (float32 or float64), as a torch tensor on the
+    same memory when like is a torch tensor."""
+    return _torch().from_numpy(array) if is_torch(like) else array
+
+
 def _small_array(values, name):
     """A short argument (per-head numbers, offsets) as a NumPy array."""
     if is_torch(values):

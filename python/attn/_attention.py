@@ -155,8 +155,9 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
         layout: "bhsd" or "bshd" (see Shapes).
         return_lse, return_weights: also return lse (log-sum-exp of each row's visible
             scores, sinks included) and the softmax weights, in that order.
-        threads: None uses ATTN_NUM_THREADS from the environment, else every core; an int
-            bounds the kernel's threads. Results do not depend on it.
+        threads: None follows torch.get_num_threads() when q is a torch tensor, else uses
+            ATTN_NUM_THREADS from the environment, else every core; an int bounds the
+            kernel's threads. Results do not depend on it.
 
     A row that sees no key gives zeros (and lse = -inf), never NaN. The GIL is released
     while the kernel runs. Bad input raises ValueError or TypeError naming the argument.
@@ -225,7 +226,7 @@ def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, al
         sinks=_arrays.per_head(sinks, "sinks"),
         cu_seqlens_q=[] if cu_seqlens_q is None else _arrays.offsets(cu_seqlens_q, "cu_seqlens_q"),
         cu_seqlens_k=[] if cu_seqlens_k is None else _arrays.offsets(cu_seqlens_k, "cu_seqlens_k"),
-        threads=_threads(threads),
+        threads=_threads(threads, q),
     )
     if packed and (cu_seqlens_q is None or cu_seqlens_k is None):
         missing = "cu_seqlens_k" if cu_seqlens_k is None else "cu_seqlens_q"

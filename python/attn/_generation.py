@@ -108,7 +108,7 @@ def attention_state(q, k, v, *, mask=None, causal=False, causal_align="top-left"
         scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
         bottom_right=causal_align == "bottom-right", window_left=left, window_right=right,
         softcap=_arrays.number(softcap, "softcap"),
-        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"), threads=_threads(threads),
+        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"), threads=_threads(threads, q),
     )
     return State._from_extension(*arrays)
 
@@ -121,13 +121,15 @@ class KVCache:
 
     heads_kv, dim, dim_v: the cached keys are [heads_kv, length, dim] and values
         [heads_kv, length, dim_v] per sequence (dim_v defaults to dim).
-    dtype: "float32", "float16", "bfloat16" or "int8" (per block and head scales,
-        dequantised on the fly).
+    dtype: the storage: "float32" (the default) keeps float16, bfloat16 and float32 keys
+        and values exactly (float64 ones are rounded to float32); "float16", "bfloat16"
+        and "int8" (per block and head scales, dequantised on the fly) trade precision for
+        memory, by the caller's choice only.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError.
     Not thread-safe: do not append from one thread while another decodes.
     """
 
-    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float16", max_blocks=0):
+    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float32", max_blocks=0):
         if dtype not in _CACHE_DTYPES:
             raise Error(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
         sizes = {name: _arrays.integer(value, name, "an int")
@@ -135,6 +137,7 @@ class KVCache:
                                      ("dim_v", dim if dim_v is None else dim_v),
                                      ("page_size", page_size), ("max_blocks", max_blocks))}
         self._cache = _KVCache(dtype=dtype, **sizes)
+        self._torch_out = False  # keys() and values() return the kind appended last
 
     def add_sequence(self):
         """A new empty sequence's id (ids are never reused)."""
@@ -148,6 +151,7 @@ class KVCache:
         """Appends n tokens to sequence seq. k: [heads_kv, n, dim]  v: [heads_kv, n, dim_v]
         (or [n, dim] and [n, dim_v] when heads_kv is 1), any float dtype."""
         seq = _arrays.integer(seq, "seq", "a sequence id (int)")
+        self._torch_out = _arrays.is_torch(k)
         views = []
         for name, x in (("k", k), ("v", v)):
             x = _arrays.as_array(x, name)
@@ -180,13 +184,18 @@ class KVCache:
         """How many sequences hold the block (0: free)."""
         return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)"))
 
+    def _out(self, array):
+        return _arrays._torch().from_numpy(array) if self._torch_out else array
+
     def keys(self, seq):
-        """The sequence's keys as float32 [heads_kv, length, dim] (dequantised)."""
-        return self._cache.keys(_arrays.integer(seq, "seq", "a sequence id (int)"))[0]
+        """The sequence's keys as float32 [heads_kv, length, dim] (dequantised); a torch
+        tensor when the last append was given torch tensors, else a NumPy array."""
+        return self._out(self._cache.keys(_arrays.integer(seq, "seq", "a sequence id (int)"))[0])
 
     def values(self, seq):
-        """The sequence's values as float32 [heads_kv, length, dim_v] (dequantised)."""
-        return self._cache.values(_arrays.integer(seq, "seq", "a sequence id (int)"))[0]
+        """The sequence's values as float32 [heads_kv, length, dim_v] (dequantised), of the
+        kind keys() returns."""
+        return self._out(self._cache.values(_arrays.integer(seq, "seq", "a sequence id (int)"))[0])
 
     blocks_allocated = property(lambda self: self._cache.blocks_allocated)
     blocks_free = property(lambda self: self._cache.blocks_free)
@@ -224,7 +233,7 @@ def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap,
         scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
         window_left=left, window_right=right, softcap=_arrays.number(softcap, "softcap"),
         alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"),
-        sinks=_arrays.per_head(sinks, "sinks"), threads=_threads(threads), as_state=as_state,
+        sinks=_arrays.per_head(sinks, "sinks"), threads=_threads(threads, q), as_state=as_state,
     )
     return result, one_step
 
@@ -237,7 +246,7 @@ def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), soft
         q:   [S, Hq, D] (one new query per sequence) or [S, Hq, n_q, D] (n_q new queries,
              e.g. speculative decoding), any float dtype; Hq a multiple of cache.heads_kv
         seq_ids: S sequence ids of the cache, one per row of q
-        out: [S, Hq, Dv] or [S, Hq, n_q, Dv], float32 (a NumPy array)
+        out: [S, Hq, Dv] or [S, Hq, n_q, Dv], float32 (a torch tensor when q is one)
         lse: [S, Hq] or [S, Hq, n_q], float32 (with return_lse=True)
     The new tokens' keys and values are appended first: query i of a sequence of length L
     sits at key position L - n_q + i. causal hides, for each new query, the new keys after
@@ -247,7 +256,7 @@ def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), soft
     result, one_step = _decode_call(q, cache, seq_ids, False, causal=causal, scale=scale,
                                     window=window, softcap=softcap, alibi_slopes=alibi_slopes,
                                     sinks=sinks, threads=threads)
-    out, lse = result
+    out, lse = (_arrays.like_kind(x, q) for x in result)
     out, lse = (out[:, :, 0], lse[:, :, 0, 0]) if one_step else (out, lse[..., 0])
     return (out, lse) if _arrays.flag(return_lse, "return_lse") else out
 

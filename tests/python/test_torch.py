@@ -2,6 +2,9 @@
 and torch tensors go in and come out (torch is in the test requirements; see also
 test_sdpa_torch.py for PyTorch's edge cases)."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -193,3 +196,21 @@ def test_threads_follow_torch_for_torch_inputs(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == [1, 1, 1, 2, 0]
+
+
+def test_a_cache_held_at_exit_leaks_nothing_nanobind_reports():
+    """nanobind prints "leaked instances" at interpreter exit when a bound object outlives
+    the module; a cache kept in a global, a cycle and the atexit list must not."""
+    script = (
+        "import atexit, torch, attn\n"
+        "cache = attn.KVCache(2, 4)\n"
+        "seq = cache.add_sequence()\n"
+        "cache.append(seq, torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))\n"
+        "out = attn.decode(torch.zeros(1, 2, 4), cache, [seq])\n"
+        "class Holder: pass\n"
+        "holder = Holder(); holder.self = holder; holder.cache = cache\n"
+        "atexit.register(lambda: cache.length(seq))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "leak" not in result.stderr, result.stderr

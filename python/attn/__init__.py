@@ -12,16 +12,21 @@
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
+Bad input raises attn.Error (a ValueError) or attn.ArgumentTypeError (a TypeError); both
+are RuntimeErrors too, as PyTorch raises for the same mistakes.
 """
 
 from ._attention import attention, describe_input, scaled_dot_product_attention
 from ._attn import version as __version__
+from ._errors import ArgumentTypeError, Error
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 from ._weights import weights
 from . import viz
 
 __all__ = [
+    "ArgumentTypeError",
+    "Error",
     "KVCache",
     "State",
     "__version__",

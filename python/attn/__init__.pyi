@@ -11,6 +11,12 @@ from . import viz as viz
 __version__: str
 __all__: list[str]
 
+class Error(ValueError, RuntimeError):
+    """Bad input to attn: a ValueError and a RuntimeError."""
+
+class ArgumentTypeError(TypeError, RuntimeError):
+    """An argument of the wrong type: a TypeError and a RuntimeError."""
+
 @overload
 def attention(
     q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
@@ -91,7 +97,7 @@ def weights(
 
 def scaled_dot_product_attention(
     query: Array, key: Array, value: Array, attn_mask: Optional[Array] = None,
-    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[Union[float, Array]] = None,
     enable_gqa: bool = False,
 ) -> Array:
     """PyTorch's scaled_dot_product_attention: [..., Hq, L, E] x [..., Hkv, S, E] -> [..., Hq, L, Ev]."""
@@ -143,7 +149,7 @@ class KVCache:
     """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
     def __init__(
         self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
-        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float16",
+        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float32",
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...

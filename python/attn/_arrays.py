@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from ._errors import ArgumentTypeError, Error
+
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _PLAIN_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
@@ -44,7 +46,7 @@ def _check_dtype(x, name, allow_bool):
     allowed = _FLOAT_NAMES + (("bool",) if allow_bool else ())
     if given not in allowed:
         expected = ", ".join(allowed[:-1]) + " or " + allowed[-1]
-        raise TypeError(f"{name}: expected dtype {expected}, given {given}")
+        raise ArgumentTypeError(f"{name}: expected dtype {expected}, given {given}")
 
 
 def as_array(x, name, allow_bool=False):
@@ -53,23 +55,28 @@ def as_array(x, name, allow_bool=False):
     if type(x) is np.ndarray and x.dtype in _PLAIN_FLOATS:
         return x  # the common case, checked first because every call pays for it
     if x is None:
-        raise TypeError(f"{name}: expected an array, given None")
+        raise ArgumentTypeError(f"{name}: expected an array, given None")
     if is_torch(x):
+        if type(x) not in (_torch().Tensor, _torch().nn.Parameter):
+            raise ArgumentTypeError(
+                f"{name}: expected a plain torch.Tensor, given the subclass {type(x).__name__}, "
+                f"whose meaning attn cannot know (pass x.as_subclass(torch.Tensor) to read its data)"
+            )
         if x.device.type != "cpu":
-            raise ValueError(f"{name}: expected a tensor on the CPU, given one on {x.device}")
+            raise Error(f"{name}: expected a tensor on the CPU, given one on {x.device}")
         if x.layout != _torch().strided:
-            raise ValueError(f"{name}: expected a dense (strided) tensor, given {x.layout}")
+            raise Error(f"{name}: expected a dense (strided) tensor, given {x.layout}")
         _check_dtype(x, name, allow_bool)
         return x.detach()
     if isinstance(x, np.ma.MaskedArray):
-        raise TypeError(f"{name}: expected a plain array, given a masked array (pass mask= instead)")
+        raise ArgumentTypeError(f"{name}: expected a plain array, given a masked array (pass mask= instead)")
     if isinstance(x, np.ndarray):
         array = x if type(x) is np.ndarray else np.asarray(x)  # np.matrix reshapes oddly
     elif hasattr(x, "__dlpack__"):
         try:
             array = np.from_dlpack(x)
         except (BufferError, TypeError, ValueError, RuntimeError) as error:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{name}: expected a CPU array NumPy can read through DLPack, "
                 f"given {type(x).__name__} ({error})"
             ) from None
@@ -77,7 +84,7 @@ def as_array(x, name, allow_bool=False):
         try:
             array = np.asarray(x)
         except (TypeError, ValueError) as error:
-            raise TypeError(f"{name}: expected an array, given {type(x).__name__} ({error})") from None
+            raise ArgumentTypeError(f"{name}: expected an array, given {type(x).__name__} ({error})") from None
     _check_dtype(array, name, allow_bool)
     return array
 
@@ -137,6 +144,28 @@ def empty(like, new_shape, dtype_of):
     return np.empty(new_shape, dtype=np.dtype(dtype_of))
 
 
+def empty_in_layout(like, new_shape, dtype_of):
+    """empty() whose dims but the last lie in memory in the order of like's (same rank):
+    largest stride outermost, broadcast (stride 0) and size-1 dims first. A query read from
+    [B, L, H, E] memory gives an output in [B, L, H, Ev] memory, as PyTorch does."""
+    strides = like.stride() if is_torch(like) else like.strides
+    dims = like.ndim - 1
+
+    def outermost_first(i):
+        moves = like.shape[i] > 1 and strides[i] != 0
+        return (-strides[i] if moves else -math.inf, i)
+
+    order = sorted(range(dims), key=outermost_first) + [dims]
+    out = empty(like, tuple(new_shape[i] for i in order), dtype_of)
+    return permute(out, tuple(order.index(i) for i in range(dims + 1)))
+
+
+def zeros(like, new_shape, dtype_of):
+    out = empty(like, new_shape, dtype_of)
+    out[...] = 0
+    return out
+
+
 def stats_dtype(x):
     """The dtype of lse and weights: float64 for float64 inputs, else float32."""
     return "float64" if dtype_name(x) == "float64" else "float32"
@@ -152,6 +181,12 @@ def from_extension(result, like):
     return result.view(like.dtype) if is_bfloat16 else result
 
 
+def like_kind(array, like):
+    """A NumPy array the extension returned (float32 or float64), as a torch tensor on the
+    same memory when like is a torch tensor."""
+    return _torch().from_numpy(array) if is_torch(like) else array
+
+
 def _small_array(values, name):
     """A short argument (per-head numbers, offsets) as a NumPy array."""
     if is_torch(values):
@@ -161,7 +196,7 @@ def _small_array(values, name):
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected a 1-D sequence of numbers ({error})") from None
+        raise ArgumentTypeError(f"{name}: expected a 1-D sequence of numbers ({error})") from None
 
 
 def per_head(values, name):
@@ -170,9 +205,9 @@ def per_head(values, name):
         return []
     array = _small_array(values, name)
     if array.dtype == object or array.dtype.kind not in "iuf":
-        raise TypeError(f"{name}: expected a sequence of numbers, given dtype {array.dtype}")
+        raise ArgumentTypeError(f"{name}: expected a sequence of numbers, given dtype {array.dtype}")
     if array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D sequence (one value per query head), given shape {array.shape}")
+        raise Error(f"{name}: expected a 1-D sequence (one value per query head), given shape {array.shape}")
     return [float(x) for x in array]
 
 
@@ -180,32 +215,35 @@ def offsets(values, name):
     """cu_seqlens: a 1-D sequence of integers as a list of ints."""
     array = _small_array(values, name)
     if array.dtype == object or array.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected a sequence of integers, given dtype {array.dtype}")
+        raise ArgumentTypeError(f"{name}: expected a sequence of integers, given dtype {array.dtype}")
     if array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D sequence of offsets, given shape {array.shape}")
+        raise Error(f"{name}: expected a 1-D sequence of offsets, given shape {array.shape}")
     return [int(x) for x in array]
 
 
 def number(value, name, *, allow_none=False):
-    """A real number argument as a float, with a TypeError naming it otherwise."""
+    """A real number argument (or a 0-d array of one) as a float, with a TypeError naming
+    it otherwise."""
     if value is None and allow_none:
         return None
+    if (is_torch(value) or isinstance(value, np.ndarray)) and value.ndim == 0:
+        value = value.item()  # a 0-d tensor or array, e.g. a scale computed with torch
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a number, given {type(value).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a number, given {type(value).__name__}")
     result = float(value)
     if not math.isfinite(result):
-        raise ValueError(f"{name}: expected a finite number, given {result}")
+        raise Error(f"{name}: expected a finite number, given {result}")
     return result
 
 
 def integer(value, name, expected):
     """An int argument (Python or NumPy integer), with a TypeError naming it otherwise."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected {expected}, given {value!r}")
+        raise ArgumentTypeError(f"{name}: expected {expected}, given {value!r}")
     return int(value)
 
 
 def flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, given {type(value).__name__}")
+        raise ArgumentTypeError(f"{name}: expected True or False, given {type(value).__name__}")
     return bool(value)

@@ -3,8 +3,12 @@
 allocate the outputs, and let the extension write into them."""
 
 import math
+import sys
+
+import numpy as np
 
 from . import _arrays
+from ._errors import ArgumentTypeError, Error
 from ._attn import describe_view as _describe_view
 from ._attn import forward as _forward
 
@@ -17,7 +21,7 @@ def _rank_error(name, x, layout):
         forms = "[L, D], [H, L, D] or [B, H, L, D]"
     else:
         forms = "[L, D], [L, H, D] or [B, L, H, D]"
-    return ValueError(
+    return Error(
         f"{name}: expected 2, 3 or 4 dims ({forms} for layout '{layout}'), "
         f"given {x.ndim} dims with shape {_arrays.shape(x)}"
     )
@@ -67,7 +71,7 @@ def _mask_view(mask, heads_shape, len_q, len_k, name):
         and dims[3] in (1, len_k)
     )
     if not fits:
-        raise ValueError(
+        raise Error(
             f"{name}: expected a shape broadcastable to [{batch}, {heads}, {len_q}, {len_k}] "
             f"(batch, query heads, query length, key length), given {dims}"
         )
@@ -76,18 +80,21 @@ def _mask_view(mask, heads_shape, len_q, len_k, name):
 
 def _window(window):
     if not isinstance(window, (tuple, list)) or len(window) != 2:
-        raise TypeError(f"window: expected a pair (left, right) of ints, given {window!r}")
+        raise ArgumentTypeError(f"window: expected a pair (left, right) of ints, given {window!r}")
     expected = "an int (-1 for unbounded)"
     return (_arrays.integer(window[0], "window.left", expected),
             _arrays.integer(window[1], "window.right", expected))
 
 
-def _threads(threads):
+def _threads(threads, like=None):
+    """The extension's thread count: threads, or for None, torch.get_num_threads() when
+    like is a torch tensor (so attn follows torch.set_num_threads), else 0 (the kernel's
+    default: ATTN_NUM_THREADS or every core)."""
     if threads is None:
-        return 0
+        return _arrays._torch().get_num_threads() if _arrays.is_torch(like) else 0
     threads = _arrays.integer(threads, "threads", "None or a positive int")
     if threads < 1:
-        raise ValueError(f"threads: expected None or a positive int, given {threads}")
+        raise Error(f"threads: expected None or a positive int, given {threads}")
     return threads
 
 
@@ -148,8 +155,9 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
         layout: "bhsd" or "bshd" (see Shapes).
         return_lse, return_weights: also return lse (log-sum-exp of each row's visible
             scores, sinks included) and the softmax weights, in that order.
-        threads: None uses ATTN_NUM_THREADS from the environment, else every core; an int
-            bounds the kernel's threads. Results do not depend on it.
+        threads: None follows torch.get_num_threads() when q is a torch tensor, else uses
+            ATTN_NUM_THREADS from the environment, else every core; an int bounds the
+            kernel's threads. Results do not depend on it.
 
     A row that sees no key gives zeros (and lse = -inf), never NaN. The GIL is released
     while the kernel runs. Bad input raises ValueError or TypeError naming the argument.
@@ -192,15 +200,15 @@ def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, al
     q = _arrays.as_array(q, "q")
     others = [(name, _arrays.as_array(x, name)) for name, x in others]
     if layout not in _LAYOUTS:
-        raise ValueError(f"layout: expected 'bhsd' or 'bshd', given {layout!r}")
+        raise Error(f"layout: expected 'bhsd' or 'bshd', given {layout!r}")
     if causal_align not in _ALIGNMENTS:
-        raise ValueError(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
+        raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
     rank = q.ndim
     if rank not in (2, 3, 4):
         raise _rank_error("q", q, layout)
     for name, x in others:
         if x.ndim != rank:
-            raise ValueError(
+            raise Error(
                 f"{name}: expected {rank} dims (as q), given {x.ndim} dims with shape "
                 f"{_arrays.shape(x)}"
             )
@@ -218,11 +226,11 @@ def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, al
         sinks=_arrays.per_head(sinks, "sinks"),
         cu_seqlens_q=[] if cu_seqlens_q is None else _arrays.offsets(cu_seqlens_q, "cu_seqlens_q"),
         cu_seqlens_k=[] if cu_seqlens_k is None else _arrays.offsets(cu_seqlens_k, "cu_seqlens_k"),
-        threads=_threads(threads),
+        threads=_threads(threads, q),
     )
     if packed and (cu_seqlens_q is None or cu_seqlens_k is None):
         missing = "cu_seqlens_k" if cu_seqlens_k is None else "cu_seqlens_q"
-        raise ValueError(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
+        raise Error(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
     return q, [x for _, x in others], options, lambda x: _input(x, layout)
 
 
@@ -233,12 +241,106 @@ def mask_view(mask, heads_shape, len_q, len_k):
         return None
     m = _arrays.as_array(mask, "mask", allow_bool=True)
     if not 2 <= m.ndim <= 4:
-        raise ValueError(
+        raise Error(
             f"mask: expected 2 to 4 dims ([..., Lq, Lk]), given {m.ndim} dims with shape "
             f"{_arrays.shape(m)}"
         )
     m4 = _arrays.reshape(m, (1,) * (4 - m.ndim) + _arrays.shape(m))
     return _mask_view(m4, heads_shape, len_q, len_k, "mask")
+
+
+def _refuse_gradients(arrays):
+    """attn has no backward pass yet: a result detached from the graph would train nothing
+    without a word, so inputs that need gradients are refused while autograd records."""
+    torch = _arrays._torch()
+    if torch is None or not torch.is_grad_enabled():
+        return
+    for name, x in arrays:
+        if _arrays.is_torch(x) and x.requires_grad:
+            raise NotImplementedError(
+                f"{name}: requires_grad=True while gradients are recorded, but attn has no "
+                f"backward pass; call it under torch.no_grad() or torch.inference_mode(), "
+                f"or pass {name}.detach()"
+            )
+
+
+def _causal_bias(mask):
+    """(bottom_right, (L, S)) for torch.nn.attention.bias.causal_upper_left(L, S) or
+    causal_lower_right(L, S), else None."""
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if bias is None or not isinstance(mask, bias.CausalBias):
+        return None
+    return mask.variant == bias.CausalVariant.LOWER_RIGHT, (mask.seq_len_q, mask.seq_len_kv)
+
+
+def _autocast(arrays):
+    """Inside torch.autocast("cpu", dtype), PyTorch computes attention in that dtype: its
+    floating inputs other than float64 are cast to it, and so is the result."""
+    torch = _arrays._torch()
+    if torch is None or not torch.is_autocast_enabled("cpu"):
+        return arrays
+    low = torch.get_autocast_dtype("cpu")
+
+    def cast(x):
+        eligible = _arrays.is_torch(x) and x.is_floating_point() and x.dtype != torch.float64
+        return x.to(low) if eligible else x
+
+    return [cast(x) for x in arrays]
+
+
+def _broadcast_leads(leads, names, what):
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*leads))
+    except ValueError:
+        given = ", ".join(f"{n} {lead}" for n, lead in zip(names, leads))
+        raise Error(f"{', '.join(names)}: expected {what} that broadcast together, given {given}") from None
+
+
+def _sdpa_shapes(q, k, v, enable_gqa):
+    """The output's leading dims and the [B, Hq] / [B, Hkv] shapes q, k and v are expanded to,
+    following PyTorch: leading dims broadcast as in matmul; with enable_gqa and 3 or more
+    dims, Hq is a multiple of Hkv and only the dims before the heads broadcast."""
+    lead_q, lead_k, lead_v = (_arrays.shape(x)[:-2] for x in (q, k, v))
+    if _arrays.shape(k)[-2] != _arrays.shape(v)[-2]:
+        raise Error(f"value: expected the length S of key ({_arrays.shape(k)[-2]}), given shape "
+                    f"{_arrays.shape(v)}")
+    if enable_gqa and lead_q and lead_k and lead_v:
+        heads_q, heads_k, heads_v = lead_q[-1], lead_k[-1], lead_v[-1]
+        if heads_k != heads_v or heads_k == 0 or heads_q % heads_k:
+            raise Error(
+                f"key, value: expected the same number of heads, dividing query's {heads_q} "
+                f"(enable_gqa=True), given key {_arrays.shape(k)} and value {_arrays.shape(v)}")
+        batch = _broadcast_leads((lead_q[:-1], lead_k[:-1], lead_v[:-1]),
+                                 ("query", "key", "value"), "batch dims (before the heads)")
+        return batch + (heads_q,), batch + (heads_k,)
+    lead = _broadcast_leads((lead_q, lead_k, lead_v), ("query", "key", "value"),
+                            "leading dims (heads may differ only with enable_gqa=True)")
+    return lead, lead
+
+
+def _sdpa_mask(attn_mask, q, lead, len_q, len_k):
+    """attn_mask broadcastable to lead + [L, S] -> a [B or 1, Hq or 1, L, S] view."""
+    m = _arrays.as_array(attn_mask, "attn_mask", allow_bool=True)
+    mask_dtype, q_dtype = _arrays.dtype_name(m), _arrays.dtype_name(q)
+    if mask_dtype not in ("bool", "float32", q_dtype):
+        raise ArgumentTypeError(
+            f"attn_mask: expected dtype bool, float32 or query's {q_dtype} (as PyTorch), "
+            f"given {mask_dtype}")
+    given = _arrays.shape(m)
+    full = lead + (len_q, len_k)
+    if not 2 <= m.ndim <= len(full) or any(d not in (1, f) for d, f in zip(given[::-1], full[::-1])):
+        raise Error(f"attn_mask: expected 2 or more dims broadcastable to {full}, given {given}")
+    batch_dims, heads = lead[:-1], (lead[-1] if lead else 1)
+    padded = (1,) * (len(full) - m.ndim) + given
+    m = _arrays.reshape(m, padded)
+    mask_heads = padded[-3] if lead else 1
+    if any(d != 1 for d in padded[:-3]):
+        m = _arrays.broadcast(m, batch_dims + padded[-3:])
+        mask_batch = math.prod(batch_dims)
+    else:
+        mask_batch = 1
+    m4 = _arrays.reshape(m, (mask_batch, mask_heads) + padded[-2:])
+    return _mask_view(m4, (math.prod(batch_dims), heads), len_q, len_k, "attn_mask")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -248,93 +350,87 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Shapes, as in PyTorch:
         query: [..., Hq, L, E]   key: [..., Hkv, S, E]   value: [..., Hkv, S, Ev]
         attn_mask: broadcastable to [..., Hq, L, S]; bool (True = may attend) or float
-            (added to the scores)
-        returns: [..., Hq, L, Ev] in query's dtype (a torch tensor when query is one)
-    The leading dims of query, key and value are equal; Hq may differ from Hkv (a
-    multiple of it) only with enable_gqa=True, as in PyTorch. is_causal hides keys after
-    the query's position, top-left aligned when L != S (query i sees keys 0..i), and
-    cannot be combined with attn_mask. scale defaults to 1/sqrt(E).
+            (added to the scores), or torch.nn.attention.bias.causal_upper_left(L, S) /
+            causal_lower_right(L, S)
+        returns: [..., Hq, L, Ev] in query's dtype (a torch tensor when query is one), its
+            memory in the order of query's (a [B, L, H, E] query gives [B, L, H, Ev] memory)
+    The leading dims of query, key and value broadcast against each other (as in matmul);
+    with enable_gqa=True, Hkv may instead divide Hq (grouped-query attention). is_causal
+    hides keys after the query's position, top-left aligned when L != S (query i sees keys
+    0..i), and cannot be combined with attn_mask; causal_lower_right aligns bottom-right
+    (query i sees keys 0..i + S - L). scale (a number or a 0-d tensor) defaults to
+    1/sqrt(E). Inside torch.autocast("cpu", dtype) floating inputs other than float64 are
+    computed in that dtype, as PyTorch does. E = 0 gives every visible key the same weight;
+    S = 0 gives zeros.
+
+    Refused as PyTorch refuses them: query, key and value of different dtypes; a float
+    attn_mask other than float32 or query's dtype; a 1-D attn_mask. Errors are attn.Error /
+    attn.ArgumentTypeError, which are RuntimeErrors as PyTorch's are.
 
     Differences from PyTorch:
-        - A row that a mask hides entirely gives zeros here; PyTorch gives NaN for such
-          rows in some versions and backends (and zeros in others).
+        - No autograd: a tensor that requires grad while gradients are recorded raises
+          NotImplementedError (use torch.no_grad(), or detach it).
         - dropout_p other than 0.0 raises NotImplementedError: attn has no dropout.
-        - The leading dims are not broadcast between query, key and value.
-        - No autograd: a torch result does not track gradients (inputs are detached).
+        - A NaN in query gives NaN in that output row here (PyTorch's CPU kernel may give
+          zeros); a row that a mask hides entirely gives zeros in both.
+        - torch tensor subclasses other than the causal biases and nn.Parameter are
+          refused, not interpreted.
     """
     dropout_p = _arrays.number(dropout_p, "dropout_p")
     if dropout_p != 0.0:
         raise NotImplementedError(
             f"dropout_p: attn has no dropout; expected 0.0, given {dropout_p}"
         )
+    is_causal = _arrays.flag(is_causal, "is_causal")
+    enable_gqa = _arrays.flag(enable_gqa, "enable_gqa")
+    if is_causal and attn_mask is not None:
+        raise Error("attn_mask: expected None when is_causal=True (as in PyTorch), given a mask")
+    bottom_right = False
+    causal_bias = _causal_bias(attn_mask)
+    if causal_bias is not None:
+        bottom_right, bias_lengths = causal_bias
+        is_causal, attn_mask = True, None
+    _refuse_gradients((("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)))
+    query, key, value, attn_mask = _autocast([query, key, value, attn_mask])
     q = _arrays.as_array(query, "query")
     k = _arrays.as_array(key, "key")
     v = _arrays.as_array(value, "value")
-    is_causal = _arrays.flag(is_causal, "is_causal")
-    enable_gqa = _arrays.flag(enable_gqa, "enable_gqa")
-    rank = q.ndim
-    if rank < 2:
-        raise ValueError(f"query: expected at least 2 dims [..., L, E], given shape {_arrays.shape(q)}")
-    for name, x in (("key", k), ("value", v)):
-        if x.ndim != rank:
-            raise ValueError(
-                f"{name}: expected {rank} dims (as query), given shape {_arrays.shape(x)}"
-            )
-    lead = _arrays.shape(q)[:-2]
-    batch_dims = lead[:-1]
-    heads_q = lead[-1] if lead else 1
-    k_lead, v_lead = _arrays.shape(k)[:-2], _arrays.shape(v)[:-2]
-    expected_k = batch_dims + k_lead[-1:] if enable_gqa and lead else lead
-    if k_lead != expected_k:
-        what = "the leading dims of query" if not enable_gqa else "the batch dims of query"
-        raise ValueError(
-            f"key: expected leading dims {expected_k} ({what}; heads may differ only with "
-            f"enable_gqa=True), given shape {_arrays.shape(k)}"
-        )
-    if v_lead != k_lead or _arrays.shape(v)[-2] != _arrays.shape(k)[-2]:
-        raise ValueError(
-            f"value: expected shape {k_lead + (_arrays.shape(k)[-2], 'Ev')} (leading dims and "
-            f"length of key), given {_arrays.shape(v)}"
-        )
-    if is_causal and attn_mask is not None:
-        raise ValueError("attn_mask: expected None when is_causal=True (as in PyTorch), given a mask")
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if x.ndim < 2:
+            raise Error(f"{name}: expected at least 2 dims [..., L, E], given shape {_arrays.shape(x)}")
+    dtypes = [_arrays.dtype_name(x) for x in (q, k, v)]
+    if len(set(dtypes)) > 1:
+        raise ArgumentTypeError(
+            f"key, value: expected query's dtype (as PyTorch), given query {dtypes[0]}, "
+            f"key {dtypes[1]} and value {dtypes[2]}")
+    len_q, dim = _arrays.shape(q)[-2:]
+    len_k, dim_k = _arrays.shape(k)[-2:]
+    dim_v = _arrays.shape(v)[-1]
+    if dim_k != dim:
+        raise Error(f"key: expected E = {dim} (query's last dim), given shape {_arrays.shape(k)}")
+    if causal_bias is not None and bias_lengths != (len_q, len_k):
+        raise Error(f"attn_mask: expected a causal bias for (L, S) = {(len_q, len_k)}, given one "
+                    f"for {bias_lengths}")
+    lead, lead_kv = _sdpa_shapes(q, k, v, enable_gqa)
+    batch = math.prod(lead[:-1])
+    heads_q, heads_kv = (lead[-1], lead_kv[-1]) if lead else (1, 1)
 
-    batch = math.prod(batch_dims)
-    heads_kv = k_lead[-1] if k_lead else 1
+    def to4(x, x_lead, heads):
+        length, last = _arrays.shape(x)[-2:]
+        full = _arrays.broadcast(x, x_lead + (length, last))
+        return _arrays.readable(_arrays.reshape(full, (batch, heads, length, last)))
 
-    def to4(x, heads):
-        length, dim = _arrays.shape(x)[-2:]
-        return _arrays.readable(_arrays.reshape(x, (batch, heads, length, dim)))
-
-    q4, k4, v4 = to4(q, heads_q), to4(k, heads_kv), to4(v, heads_kv)
-    len_q, len_k, dim_v = _arrays.shape(q4)[2], _arrays.shape(k4)[2], _arrays.shape(v4)[3]
-    out = _arrays.empty(q, lead + (len_q, dim_v), _arrays.dtype_name(q))
-
-    mask4 = None
-    if attn_mask is not None:
-        m = _arrays.as_array(attn_mask, "attn_mask", allow_bool=True)
-        given = _arrays.shape(m)
-        wrong_shape = ValueError(
-            f"attn_mask: expected a shape broadcastable to {lead + (len_q, len_k)}, given {given}"
-        )
-        if not 1 <= m.ndim <= rank:
-            raise wrong_shape
-        padded = (1,) * (rank - m.ndim) + given
-        m = _arrays.reshape(m, padded)
-        mask_batch_dims = padded[:-3] if rank >= 3 else ()
-        mask_heads = padded[-3] if rank >= 3 else 1
-        if mask_heads not in (1, heads_q) or padded[-2] not in (1, len_q) or padded[-1] not in (1, len_k):
-            raise wrong_shape
-        if any(d != 1 for d in mask_batch_dims):
-            if any(d not in (1, b) for d, b in zip(mask_batch_dims, batch_dims)):
-                raise wrong_shape
-            m = _arrays.broadcast(m, batch_dims + padded[-3:])
-            mask_batch = batch
-        else:
-            mask_batch = 1
-        m4 = _arrays.reshape(m, (mask_batch, mask_heads) + padded[-2:])
-        mask4 = _mask_view(m4, (batch, heads_q), len_q, len_k, "attn_mask")
-
-    _run(q4, k4, v4, _arrays.reshape(out, (batch, heads_q, len_q, dim_v)), mask=mask4,
-         scale=_arrays.number(scale, "scale", allow_none=True), causal=is_causal)
+    q4, k4, v4 = to4(q, lead, heads_q), to4(k, lead_kv, heads_kv), to4(v, lead_kv, heads_kv)
+    out4 = _arrays.empty_in_layout(q4, (batch, heads_q, len_q, dim_v), dtypes[0])
+    out = _arrays.reshape(out4, lead + (len_q, dim_v))  # splits B: a view of out4
+    mask4 = None if attn_mask is None else _sdpa_mask(attn_mask, q, lead, len_q, len_k)
+    scale = _arrays.number(scale, "scale", allow_none=True)
+    if _arrays.shape(out4).count(0) or len_k == 0:
+        out[...] = 0  # no output, or no key to attend to: zeros, as PyTorch
+        return out
+    if dim == 0:  # every score is 0 (PyTorch's too, whatever the scale): uniform weights
+        q4, k4 = (_arrays.zeros(x, _arrays.shape(x)[:3] + (1,), dtypes[0]) for x in (q4, k4))
+        scale = 1.0
+    _run(q4, k4, v4, out4, mask=mask4, scale=scale, causal=is_causal, bottom_right=bottom_right,
+         threads=_threads(None, query))
     return out

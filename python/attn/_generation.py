@@ -10,6 +10,7 @@ suffix, two caches, two machines) is the merge of each part's state, finalized o
 import numpy as np
 
 from . import _arrays
+from ._errors import ArgumentTypeError, Error
 from ._attention import _ALIGNMENTS, _input, _mask_view, _threads, _window
 from ._attn import KVCache as _KVCache
 from ._attn import decode as _decode
@@ -37,7 +38,7 @@ class State:
     def __init__(self, m, l, acc):
         self.m, self.l, self.acc = (np.asarray(x) for x in (m, l, acc))
         if self.acc.ndim != 4 or self.m.shape != self.acc.shape[:3] or self.l.shape != self.m.shape:
-            raise ValueError(
+            raise Error(
                 f"State: expected m and l of shape [B, H, Lq] and acc of shape [B, H, Lq, Dv] "
                 f"with the same [B, H, Lq], given m {self.m.shape}, l {self.l.shape}, "
                 f"acc {self.acc.shape}"
@@ -63,7 +64,7 @@ class State:
 
 def _check_state(state, name):
     if not isinstance(state, State):
-        raise TypeError(f"{name}: expected an attn.State, given {type(state).__name__}")
+        raise ArgumentTypeError(f"{name}: expected an attn.State, given {type(state).__name__}")
     return state._for_extension()
 
 
@@ -90,15 +91,15 @@ def attention_state(q, k, v, *, mask=None, causal=False, causal_align="top-left"
     q, k, v = (_arrays.as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 4:
-            raise ValueError(f"{name}: expected 4 dims [B, H, L, D], given shape {_arrays.shape(x)}")
+            raise Error(f"{name}: expected 4 dims [B, H, L, D], given shape {_arrays.shape(x)}")
     if causal_align not in _ALIGNMENTS:
-        raise ValueError(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
+        raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
     q4, k4, v4 = (_input(x, "bhsd") for x in (q, k, v))
     mask4 = None
     if mask is not None:
         m = _arrays.as_array(mask, "mask", allow_bool=True)
         if m.ndim != 4:
-            raise ValueError(f"mask: expected 4 dims [B or 1, H or 1, Lq, Lk], given shape {_arrays.shape(m)}")
+            raise Error(f"mask: expected 4 dims [B or 1, H or 1, Lq, Lk], given shape {_arrays.shape(m)}")
         batch, heads, len_q, _ = _arrays.shape(q4)
         mask4 = _arrays.for_extension(_mask_view(m, (batch, heads), len_q, _arrays.shape(k4)[2], "mask"))
     left, right = _window(window)
@@ -107,7 +108,7 @@ def attention_state(q, k, v, *, mask=None, causal=False, causal_align="top-left"
         scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
         bottom_right=causal_align == "bottom-right", window_left=left, window_right=right,
         softcap=_arrays.number(softcap, "softcap"),
-        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"), threads=_threads(threads),
+        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"), threads=_threads(threads, q),
     )
     return State._from_extension(*arrays)
 
@@ -120,20 +121,23 @@ class KVCache:
 
     heads_kv, dim, dim_v: the cached keys are [heads_kv, length, dim] and values
         [heads_kv, length, dim_v] per sequence (dim_v defaults to dim).
-    dtype: "float32", "float16", "bfloat16" or "int8" (per block and head scales,
-        dequantised on the fly).
+    dtype: the storage: "float32" (the default) keeps float16, bfloat16 and float32 keys
+        and values exactly (float64 ones are rounded to float32); "float16", "bfloat16"
+        and "int8" (per block and head scales, dequantised on the fly) trade precision for
+        memory, by the caller's choice only.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError.
     Not thread-safe: do not append from one thread while another decodes.
     """
 
-    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float16", max_blocks=0):
+    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float32", max_blocks=0):
         if dtype not in _CACHE_DTYPES:
-            raise ValueError(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
+            raise Error(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
         sizes = {name: _arrays.integer(value, name, "an int")
                  for name, value in (("heads_kv", heads_kv), ("dim", dim),
                                      ("dim_v", dim if dim_v is None else dim_v),
                                      ("page_size", page_size), ("max_blocks", max_blocks))}
         self._cache = _KVCache(dtype=dtype, **sizes)
+        self._torch_out = False  # keys() and values() return the kind appended last
 
     def add_sequence(self):
         """A new empty sequence's id (ids are never reused)."""
@@ -147,13 +151,14 @@ class KVCache:
         """Appends n tokens to sequence seq. k: [heads_kv, n, dim]  v: [heads_kv, n, dim_v]
         (or [n, dim] and [n, dim_v] when heads_kv is 1), any float dtype."""
         seq = _arrays.integer(seq, "seq", "a sequence id (int)")
+        self._torch_out = _arrays.is_torch(k)
         views = []
         for name, x in (("k", k), ("v", v)):
             x = _arrays.as_array(x, name)
             if x.ndim == 2:
                 x = _arrays.reshape(x, (1,) + _arrays.shape(x))
             if x.ndim != 3:
-                raise ValueError(f"{name}: expected 3 dims [heads_kv, n, dim], given shape {_arrays.shape(x)}")
+                raise Error(f"{name}: expected 3 dims [heads_kv, n, dim], given shape {_arrays.shape(x)}")
             views.append(_arrays.for_extension(_arrays.readable(_arrays.reshape(x, (1,) + _arrays.shape(x)))))
         self._cache.append(seq, *views)
 
@@ -179,13 +184,18 @@ class KVCache:
         """How many sequences hold the block (0: free)."""
         return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)"))
 
+    def _out(self, array):
+        return _arrays._torch().from_numpy(array) if self._torch_out else array
+
     def keys(self, seq):
-        """The sequence's keys as float32 [heads_kv, length, dim] (dequantised)."""
-        return self._cache.keys(_arrays.integer(seq, "seq", "a sequence id (int)"))[0]
+        """The sequence's keys as float32 [heads_kv, length, dim] (dequantised); a torch
+        tensor when the last append was given torch tensors, else a NumPy array."""
+        return self._out(self._cache.keys(_arrays.integer(seq, "seq", "a sequence id (int)"))[0])
 
     def values(self, seq):
-        """The sequence's values as float32 [heads_kv, length, dim_v] (dequantised)."""
-        return self._cache.values(_arrays.integer(seq, "seq", "a sequence id (int)"))[0]
+        """The sequence's values as float32 [heads_kv, length, dim_v] (dequantised), of the
+        kind keys() returns."""
+        return self._out(self._cache.values(_arrays.integer(seq, "seq", "a sequence id (int)"))[0])
 
     blocks_allocated = property(lambda self: self._cache.blocks_allocated)
     blocks_free = property(lambda self: self._cache.blocks_free)
@@ -206,16 +216,16 @@ class KVCache:
 def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap, alibi_slopes,
                  sinks, threads):
     if not isinstance(cache, KVCache):
-        raise TypeError(f"cache: expected an attn.KVCache, given {type(cache).__name__}")
+        raise ArgumentTypeError(f"cache: expected an attn.KVCache, given {type(cache).__name__}")
     q = _arrays.as_array(q, "q")
     if q.ndim not in (3, 4):
-        raise ValueError(
+        raise Error(
             f"q: expected 3 dims [S, Hq, D] or 4 dims [S, Hq, n_q, D], given shape {_arrays.shape(q)}"
         )
     one_step = q.ndim == 3
     q4 = _arrays.readable(_arrays.reshape(q, _arrays.shape(q)[:2] + (1,) + _arrays.shape(q)[2:]) if one_step else q)
     if isinstance(seq_ids, (int, np.integer)) or not hasattr(seq_ids, "__len__"):
-        raise TypeError(f"seq_ids: expected a sequence of ids (one per row of q), given {seq_ids!r}")
+        raise ArgumentTypeError(f"seq_ids: expected a sequence of ids (one per row of q), given {seq_ids!r}")
     ids = [_arrays.integer(i, "seq_ids", "sequence ids (ints)") for i in seq_ids]
     left, right = _window(window)
     result = _decode(
@@ -223,7 +233,7 @@ def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap,
         scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
         window_left=left, window_right=right, softcap=_arrays.number(softcap, "softcap"),
         alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"),
-        sinks=_arrays.per_head(sinks, "sinks"), threads=_threads(threads), as_state=as_state,
+        sinks=_arrays.per_head(sinks, "sinks"), threads=_threads(threads, q), as_state=as_state,
     )
     return result, one_step
 
@@ -236,7 +246,7 @@ def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), soft
         q:   [S, Hq, D] (one new query per sequence) or [S, Hq, n_q, D] (n_q new queries,
              e.g. speculative decoding), any float dtype; Hq a multiple of cache.heads_kv
         seq_ids: S sequence ids of the cache, one per row of q
-        out: [S, Hq, Dv] or [S, Hq, n_q, Dv], float32 (a NumPy array)
+        out: [S, Hq, Dv] or [S, Hq, n_q, Dv], float32 (a torch tensor when q is one)
         lse: [S, Hq] or [S, Hq, n_q], float32 (with return_lse=True)
     The new tokens' keys and values are appended first: query i of a sequence of length L
     sits at key position L - n_q + i. causal hides, for each new query, the new keys after
@@ -246,7 +256,7 @@ def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), soft
     result, one_step = _decode_call(q, cache, seq_ids, False, causal=causal, scale=scale,
                                     window=window, softcap=softcap, alibi_slopes=alibi_slopes,
                                     sinks=sinks, threads=threads)
-    out, lse = result
+    out, lse = (_arrays.like_kind(x, q) for x in result)
     out, lse = (out[:, :, 0], lse[:, :, 0, 0]) if one_step else (out, lse[..., 0])
     return (out, lse) if _arrays.flag(return_lse, "return_lse") else out
 

@@ -2,6 +2,7 @@
 They compute in float64 and hand back the extension's result without a copy."""
 
 from . import _arrays
+from ._errors import Error
 from . import _attn
 
 _KINDS = ("dot", "scaled_dot", "general", "additive")
@@ -9,7 +10,7 @@ _KINDS = ("dot", "scaled_dot", "general", "additive")
 
 def _to_4d(x, name, ranks=(2, 3, 4), form="[..., L, D]"):
     if x.ndim not in ranks:
-        raise ValueError(
+        raise Error(
             f"{name}: expected {' or '.join(map(str, ranks))} dims {form}, given {x.ndim} dims "
             f"with shape {_arrays.shape(x)}"
         )
@@ -19,7 +20,7 @@ def _to_4d(x, name, ranks=(2, 3, 4), form="[..., L, D]"):
 
 def _same_rank(name, x, first_name, first):
     if x.ndim != first.ndim:
-        raise ValueError(
+        raise Error(
             f"{name}: expected {first.ndim} dims (as {first_name}), given {x.ndim} dims with "
             f"shape {_arrays.shape(x)}"
         )
@@ -30,15 +31,15 @@ def _parameter(value, name, kind, wanted_shape, described):
     refused for the others. Returns the 4-D [1, 1, rows, cols] view the extension reads."""
     if kind not in described:
         if value is not None:
-            raise ValueError(f"{name}: expected None for kind={kind!r} (used by kind={described[0]!r})")
+            raise Error(f"{name}: expected None for kind={kind!r} (used by kind={described[0]!r})")
         return None
     if value is None:
-        raise ValueError(f"{name}: expected an array of shape {wanted_shape} for kind={kind!r}, given None")
+        raise Error(f"{name}: expected an array of shape {wanted_shape} for kind={kind!r}, given None")
     array = _arrays.as_array(value, name)
     given = _arrays.shape(array)
     if any(w is not None and w != g for w, g in zip(wanted_shape, given)) or len(given) != len(wanted_shape):
         shown = tuple("A" if w is None else w for w in wanted_shape)
-        raise ValueError(f"{name}: expected shape {shown}, given {given}")
+        raise Error(f"{name}: expected shape {shown}, given {given}")
     return _to_4d(array, name, ranks=(len(wanted_shape),), form=str(wanted_shape))
 
 
@@ -59,13 +60,13 @@ def scores(q, k, kind="scaled_dot", scale=None, weight=None, query_projection=No
     Parameters a kind does not use must stay None.
     """
     if kind not in _KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(map(repr, _KINDS))}, given {kind!r}")
+        raise Error(f"kind: expected one of {', '.join(map(repr, _KINDS))}, given {kind!r}")
     q = _arrays.as_array(q, "q")
     k = _arrays.as_array(k, "k")
     _same_rank("k", k, "q", q)
     q4, k4 = _to_4d(q, "q"), _to_4d(k, "k")
     if scale is not None and kind != "scaled_dot":
-        raise ValueError(f"scale: expected None for kind={kind!r} (used by kind='scaled_dot')")
+        raise Error(f"scale: expected None for kind={kind!r} (used by kind='scaled_dot')")
     dim_q, dim_k = _arrays.shape(q)[-1], _arrays.shape(k)[-1]
     hidden = None  # A, the additive score's hidden size, read off energy: [A]
     if kind == "additive" and energy is not None:

@@ -4,6 +4,7 @@ keywords, without v; all of them, chosen heads or query rows, or the top k per r
 import numpy as np
 
 from . import _arrays
+from ._errors import ArgumentTypeError, Error
 from ._attention import ext, mask_view, prepare
 from ._attn import weights as _weights
 
@@ -14,13 +15,13 @@ def _chosen(values, name, count, what):
         return []
     array = np.asarray(values.detach().cpu().numpy() if _arrays.is_torch(values) else values)
     if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"{name}: expected a non-empty 1-D sequence of {what}, given shape {array.shape}")
+        raise Error(f"{name}: expected a non-empty 1-D sequence of {what}, given shape {array.shape}")
     if array.dtype == object or array.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected a sequence of ints, given dtype {array.dtype}")
+        raise ArgumentTypeError(f"{name}: expected a sequence of ints, given dtype {array.dtype}")
     bad = (array < 0) | (array >= count)
     if bad.any():
         at = int(np.argmax(bad))
-        raise ValueError(f"{name}: expected {what} in [0, {count}), given {int(array[at])} at position {at}")
+        raise Error(f"{name}: expected {what} in [0, {count}), given {int(array[at])} at position {at}")
     return [int(x) for x in array]
 
 
@@ -55,7 +56,7 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
     if top_k is not None:
         top_k = _arrays.integer(top_k, "top_k", "None or an int >= 1")
         if top_k < 1:
-            raise ValueError(f"top_k: expected None or an int >= 1, given {top_k}")
+            raise Error(f"top_k: expected None or an int >= 1, given {top_k}")
     rank = q.ndim
     q4, k4 = layout_view(q), layout_view(k)
     batch, heads_q, len_q, _ = _arrays.shape(q4)

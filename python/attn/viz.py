@@ -14,6 +14,7 @@ import os
 from typing import Optional, Sequence, Union
 
 from . import _arrays
+from ._errors import ArgumentTypeError, Error
 from . import _attn
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -24,10 +25,10 @@ _PAGE_SUFFIXES = (".html", ".htm")
 
 def _path(path, suffixes, other):
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
     path = os.fspath(path)
     if not path.lower().endswith(suffixes):
-        raise ValueError(
+        raise Error(
             f"path: expected a file name ending in {' or '.join(suffixes)}, given {path!r} "
             f"(use attn.viz.{other} for the other formats)"
         )
@@ -38,7 +39,7 @@ def _matrices(array, name, dims):
     """`array` as the 4-D view the extension reads; dims names its 2-, 3- and 4-D shapes."""
     array = _arrays.as_array(array, name)
     if array.ndim not in (2, 3, 4):
-        raise ValueError(
+        raise Error(
             f"{name}: expected 2 to 4 dims {dims}, given {array.ndim} dims with shape "
             f"{_arrays.shape(array)}"
         )
@@ -54,31 +55,31 @@ def _tokens(tokens):
     if tokens is None:
         return []
     if isinstance(tokens, str):
-        raise TypeError("tokens: expected a sequence of str, given a single str")
+        raise ArgumentTypeError("tokens: expected a sequence of str, given a single str")
     tokens = list(tokens)
     for i, token in enumerate(tokens):
         if not isinstance(token, str):
-            raise TypeError(f"tokens: expected str items, given {type(token).__name__} at {i}")
+            raise ArgumentTypeError(f"tokens: expected str items, given {type(token).__name__} at {i}")
     return tokens
 
 
 def _index(value, name):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, given {type(value).__name__}")
+        raise ArgumentTypeError(f"{name}: expected an int, given {type(value).__name__}")
     if value < 0:
-        raise ValueError(f"{name}: expected an int >= 0, given {value}")
+        raise Error(f"{name}: expected an int >= 0, given {value}")
     return value
 
 
 def _draw(weights, path, tokens, batch, head, downsample, max_cells, title):
     if downsample not in ("max", "mean"):
-        raise ValueError(f"downsample: expected 'max' or 'mean', given {downsample!r}")
+        raise Error(f"downsample: expected 'max' or 'mean', given {downsample!r}")
     if max_cells is not None:
         _index(max_cells, "max_cells")
         if max_cells < 1:
-            raise ValueError(f"max_cells: expected an int >= 1 or None, given {max_cells}")
+            raise Error(f"max_cells: expected an int >= 1 or None, given {max_cells}")
     if title is not None and not isinstance(title, str):
-        raise TypeError(f"title: expected a str or None, given {type(title).__name__}")
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
     _attn.draw(_weights(weights), path, tokens=_tokens(tokens), batch=_index(batch, "batch"),
                head=_index(head, "head"), downsample=downsample, max_cells=max_cells or 0,
                title=title or "")
@@ -135,12 +136,12 @@ def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequenc
     title: None names the query.
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
     _index(top, "top")
     if top < 1:
-        raise ValueError(f"top: expected an int >= 1, given {top}")
+        raise Error(f"top: expected an int >= 1, given {top}")
     if title is not None and not isinstance(title, str):
-        raise TypeError(f"title: expected a str or None, given {type(title).__name__}")
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
     value = _matrices(value, "value", "[Lk, Dv], [Hkv, Lk, Dv] or [B, Hkv, Lk, Dv]")
     _attn.draw_blend(_weights(weights), value, os.fspath(path), tokens=_tokens(tokens),
                      batch=_index(batch, "batch"), head=_index(head, "head"),

@@ -194,13 +194,21 @@ NB_MODULE(_attn, m) {
   m.doc() = "attn's compiled core; use the functions of the attn package instead.";
   m.attr("version") = attn::version;
 
-  nb::register_exception_translator([](const std::exception_ptr& error, void*) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const attn::Error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    }
-  });
+  // attn.Error is a ValueError (bad input) and a RuntimeError, which is what PyTorch raises
+  // for the same mistakes, so code written for either catches it.
+  PyObject* error_type = PyErr_NewExceptionWithDoc(
+      "attn.Error", "Bad input to attn: a ValueError and a RuntimeError.",
+      nb::make_tuple(nb::handle(PyExc_ValueError), nb::handle(PyExc_RuntimeError)).ptr(), nullptr);
+  m.attr("Error") = nb::steal(error_type);
+  nb::register_exception_translator(
+      [](const std::exception_ptr& error, void* type) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const attn::Error& e) {
+          PyErr_SetString(static_cast<PyObject*>(type), e.what());
+        }
+      },
+      error_type);
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, nb::kw_only(), "out"_a, "lse"_a.none(),
         "weights"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,

@@ -125,7 +125,7 @@ def test_fully_masked_rows_are_zeros():
 def test_gqa_needs_enable_gqa():
     q = np.zeros((4, 3, 8), np.float32)
     kv = np.zeros((2, 3, 8), np.float32)
-    with pytest.raises(ValueError, match="key: expected leading dims"):
+    with pytest.raises(ValueError, match="heads may differ only with enable_gqa=True"):
         attn.scaled_dot_product_attention(q, kv, kv)
     assert attn.scaled_dot_product_attention(q, kv, kv, enable_gqa=True).shape == (4, 3, 8)
 

@@ -1,5 +1,9 @@
-"""With torch importable (not in CI): attn.scaled_dot_product_attention matches
-torch.nn.functional.scaled_dot_product_attention, and torch tensors go in and come out."""
+"""attn.scaled_dot_product_attention matches torch.nn.functional.scaled_dot_product_attention,
+and torch tensors go in and come out (torch is in the test requirements; see also
+test_sdpa_torch.py for PyTorch's edge cases)."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -111,10 +115,11 @@ def test_torch_inputs_are_read_in_place():
     assert attn.describe_input(transposed)["data"] != transposed.data_ptr()
 
 
-def test_tensors_that_require_grad_and_strided_tensors():
+def test_tensors_that_require_grad_under_no_grad_and_strided_tensors():
     q = torch.randn(2, 3, 6, 8, requires_grad=True)
-    want = F.scaled_dot_product_attention(q, q, q).detach()
-    _assert_matches_torch(attn.scaled_dot_product_attention(q, q, q), want, "float32")
+    with torch.no_grad():
+        _assert_matches_torch(attn.scaled_dot_product_attention(q, q, q),
+                              F.scaled_dot_product_attention(q, q, q), "float32")
     t = torch.randn(2, 3, 8, 6).transpose(-1, -2)
     _assert_matches_torch(attn.scaled_dot_product_attention(t, t, t),
                           F.scaled_dot_product_attention(t, t, t), "float32")
@@ -143,3 +148,69 @@ def test_weights_return_torch_for_torch():
     weights, indices = attn.weights(q, q, top_k=3)
     assert isinstance(weights, torch.Tensor) and indices.dtype == torch.int64
     np.testing.assert_array_equal(attn.weights(q.numpy(), q.numpy()), attn.weights(q, q).numpy())
+
+
+def test_decode_and_cache_give_torch_for_torch():
+    cache = attn.KVCache(2, 8)
+    seq = cache.add_sequence()
+    k, v = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    cache.append(seq, k, v)
+    assert torch.equal(cache.keys(seq), k) and torch.equal(cache.values(seq), v)
+    q = torch.randn(1, 4, 8)
+    out, lse = attn.decode(q, cache, [seq], return_lse=True)
+    assert isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor)
+    np.testing.assert_array_equal(out.numpy(), attn.decode(q.numpy(), cache, [seq]))
+    cache.append(seq, k[:, :1].numpy(), v[:, :1].numpy())
+    assert isinstance(cache.keys(seq), np.ndarray)  # the kind appended last
+
+
+def test_default_cache_keeps_float32_exactly():
+    """The default storage is float32: float32 keys are not rounded to float16 behind the
+    caller's back (float16 is an explicit dtype="float16")."""
+    cache = attn.KVCache(1, 4)
+    seq = cache.add_sequence()
+    k = torch.tensor([[[1 + 2**-20, 1e-8, 70000.0, -3.3]]])
+    cache.append(seq, k, k)
+    assert cache.dtype == "float32" and torch.equal(cache.keys(seq), k)
+    half = attn.KVCache(1, 4, dtype="float16")
+    half.append(half.add_sequence(), k, k)
+    assert not torch.equal(half.keys(0), k)
+
+
+def test_threads_follow_torch_for_torch_inputs(monkeypatch):
+    seen = []
+    forward, decode = attn._attention._forward, attn._generation._decode
+    monkeypatch.setattr(attn._attention, "_forward", lambda *a, **kw: seen.append(kw["threads"]) or forward(*a, **kw))
+    monkeypatch.setattr(attn._generation, "_decode", lambda *a, **kw: seen.append(kw["threads"]) or decode(*a, **kw))
+    q = torch.randn(1, 2, 3, 4)
+    cache = attn.KVCache(2, 4)
+    cache.append(cache.add_sequence(), q[0], q[0])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        attn.scaled_dot_product_attention(q, q, q)
+        attn.attention(q, q, q)
+        attn.decode(q[:, :, 0], cache, [0])
+        attn.attention(q, q, q, threads=2)
+        attn.attention(q.numpy(), q.numpy(), q.numpy())
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 1, 1, 2, 0]
+
+
+def test_a_cache_held_at_exit_leaks_nothing_nanobind_reports():
+    """nanobind prints "leaked instances" at interpreter exit when a bound object outlives
+    the module; a cache kept in a global, a cycle and the atexit list must not."""
+    script = (
+        "import atexit, torch, attn\n"
+        "cache = attn.KVCache(2, 4)\n"
+        "seq = cache.add_sequence()\n"
+        "cache.append(seq, torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))\n"
+        "out = attn.decode(torch.zeros(1, 2, 4), cache, [seq])\n"
+        "class Holder: pass\n"
+        "holder = Holder(); holder.self = holder; holder.cache = cache\n"
+        "atexit.register(lambda: cache.length(seq))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "leak" not in result.stderr, result.stderr

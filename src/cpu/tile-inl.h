@@ -184,7 +184,7 @@ struct ScoreShaping {
 };
 
 // One vector of scores, shaped in float32 in this order: the int8 key scale (kDequantise),
-// softcap (cap tanh(x / cap)), ALiBi (- slope |position - key|), then -inf for keys outside
+// softcap (cap tanh(x * (1 / cap))), ALiBi (- slope |position - key|), then -inf for keys outside
 // [first, end) (kHide). Lanes are whatever the layout puts there: rows-vectorised kernels
 // pass a broadcast key and per-row position, slope and range; keys-vectorised ones pass
 // per-lane keys and a broadcast row.

@@ -2,10 +2,12 @@
 // attn::forward on the same arrays; every kind of bad input must exit 2 with exactly one
 // line on stderr and leave no output file behind.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -307,6 +309,50 @@ TEST_F(CliErrors, FailedWritesLeaveNoOutputs) {
   expect_error("run " + good_inputs() + " --out c.npy --weights no/such/dir/w.npy",
                "no/such/dir/w.npy: cannot create");
   expect_error("run " + good_inputs() + " --out no/such/dir/c.npy", "cannot create");
+}
+
+// The case: the --lse target is a directory. The run must fail before replacing
+// --out, which keeps its old contents.
+TEST_F(CliErrors, AFailedOutputLeavesEveryOtherOutputAsItWas) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path() / "out" / "l.npy");
+  dir.write("out/c.npy", "OLD\n");
+  const Outcome outcome =
+      run_attn("run " + good_inputs() + " --out out/c.npy --lse out/l.npy", dir);
+  EXPECT_EQ(outcome.status, 2);
+  EXPECT_EQ(outcome.err,
+            "attn: error: out/l.npy: expected a regular file or a new path, given a directory "
+            "(attn replaces only regular files)\n");
+  EXPECT_EQ(dir.read("out/c.npy"), "OLD\n");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out"});
+}
+
+// Outputs that exist must be regular files: a FIFO or a symlink to a device is refused and
+// stays as it was; a symlink to a regular file stays a link and its target gets the result.
+TEST_F(CliErrors, SpecialFilesAreNeverReplaced) {
+  const TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/null", dir.file("null.npy"));
+  dir.write("real.npy", "OLD");
+  std::filesystem::create_symlink("real.npy", dir.file("link.npy"));
+  const std::string run = "run " + good_inputs() + " --out ";
+  for (const auto& [out, kind] :
+       {std::pair{"fifo.npy", "a FIFO"}, std::pair{"null.npy", "a character device"}}) {
+    const Outcome refused = run_attn(run + out, dir);
+    EXPECT_EQ(refused.status, 2) << out;
+    EXPECT_EQ(refused.err, "attn: error: " + std::string(out) +
+                               ": expected a regular file or a new path, given " + kind +
+                               " (attn replaces only regular files)\n");
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(dir.file("fifo.npy")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("null.npy")));
+
+  const Outcome linked = run_attn(run + "link.npy", dir);
+  ASSERT_EQ(linked.status, 0) << linked.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link.npy")));
+  EXPECT_EQ(io::read_npy(dir.file("real.npy")).shape, (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(dir.entries(),
+            (std::vector<std::string>{"fifo.npy", "link.npy", "null.npy", "real.npy"}));
 }
 
 TEST_F(CliErrors, BadPictures) {

@@ -1,7 +1,8 @@
 // `attn run`: attention on .npy files. Everything is read and checked, then computed, then
 // written: outputs are staged under temporary names and renamed into place only after
-// every one of them was written, so a failure leaves no output file at all. On a terminal,
-// a job that takes more than a second shows a progress bar on stderr.
+// every one of them was written and every target was checked, so a failure leaves every
+// output path as it was. On a terminal, a job that takes more than a second shows a
+// progress bar on stderr.
 #include <charconv>
 #include <filesystem>
 #include <memory>
@@ -51,14 +52,16 @@ std::optional<Window> parse_window(const std::string& text) {
   return window;
 }
 
-// Two outputs at one path would silently keep only the last.
-void check_distinct_outputs(const RunArgs& args) {
+// Two outputs at one path would silently keep only the last; an output that is a directory
+// or a device is refused before any work.
+void check_outputs(const RunArgs& args) {
   const std::vector<std::pair<const char*, const std::string*>> outputs = {
       {"--out", &args.out},
       {"--weights", &args.weights},
       {"--lse", &args.lse},
       {"--viz", &args.viz}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].second->empty()) io::check_output_path(*outputs[i].second);
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       const std::string& a = *outputs[i].second;
       const std::string& b = *outputs[j].second;
@@ -109,7 +112,7 @@ io::StagedFile stage(const std::string& path, const Output& output) {
 }
 
 void run(const RunArgs& args) {
-  check_distinct_outputs(args);
+  check_outputs(args);
   if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
   const Layout layout = parse_layout(args.layout);
   const Input q = read_input(args.query, layout);
@@ -171,7 +174,7 @@ void run(const RunArgs& args) {
   if (lse) staged.push_back(stage(args.lse, *lse));
   if (!args.weights.empty()) staged.push_back(stage(args.weights, *weights));
   if (!args.viz.empty()) staged.push_back(viz::stage(weights->view, args.viz, picture, "--viz"));
-  for (io::StagedFile& file : staged) file.commit();
+  io::commit_all(staged);
 }
 
 }  // namespace
@@ -184,7 +187,9 @@ Command add_run_command(CLI::App& parent) {
       ".npy files of float16, float32 or float64; 2-D [L, D] and 3-D [H, L, D] files have "
       "leading dims of 1. The context has the query's dtype and rank; lse and weights are "
       "float32 (float64 for a float64 query). Outputs appear only once all of them are "
-      "computed and written; on bad input attn prints one line and exits with status 2.");
+      "computed and written; an output path that exists must be a regular file (a symlink to one "
+      "is followed; devices and directories are refused). On bad input attn prints one line "
+      "and exits with status 2.");
   app->option_defaults()->always_capture_default();
 
   app->add_option("--query", args->query, "Q: [B, Hq, Lq, D] (in --layout order)")

@@ -1,12 +1,14 @@
 #include "io/staged_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "attn/error.hpp"
@@ -21,14 +23,51 @@ constexpr std::size_t kBufferBytes = std::size_t{1} << 20;
   throw Error(path + ": " + what + ": " + std::strerror(error));
 }
 
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The file that writing `path` replaces: `path` itself, or the regular file a symlink leads
+// to, so that the link stays. Anything else that exists there is refused.
+std::string target_of(const std::string& path) {
+  struct stat followed {};
+  if (::stat(path.c_str(), &followed) != 0) {
+    struct stat link {};
+    if (errno == ENOENT && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      throw Error(path +
+                  ": expected a regular file or a new path, given a symlink to a missing "
+                  "file (attn does not replace links)");
+    }
+    return path;  // missing, or an unreadable directory: creating the file says what is wrong
+  }
+  if (!S_ISREG(followed.st_mode)) {
+    throw Error(path + ": expected a regular file or a new path, given " +
+                kind_of(followed.st_mode) + " (attn replaces only regular files)");
+  }
+  struct stat link {};
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    return std::filesystem::canonical(path).string();
+  }
+  return path;
+}
+
 }  // namespace
 
-StagedFile::StagedFile(std::string path) : path_(std::move(path)) {
+void check_output_path(const std::string& path) {
+  target_of(path);
+}
+
+StagedFile::StagedFile(std::string path) : path_(std::move(path)), target_(target_of(path_)) {
   static std::atomic<unsigned> counter{0};
   // O_EXCL makes a name clash with another writer a retry, never a shared file; mode 0666
   // lets the umask decide the permissions as for any newly created file.
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    temp_path_ = path_ + ".attn-tmp-" + std::to_string(::getpid()) + "-" +
+    temp_path_ = target_ + ".attn-tmp-" + std::to_string(::getpid()) + "-" +
                  std::to_string(counter.fetch_add(1));
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) fail(path_, "cannot create a file there", errno);
@@ -39,6 +78,7 @@ StagedFile::StagedFile(std::string path) : path_(std::move(path)) {
 
 StagedFile::StagedFile(StagedFile&& other) noexcept
     : path_(std::move(other.path_)),
+      target_(std::move(other.target_)),
       temp_path_(std::move(other.temp_path_)),
       fd_(std::exchange(other.fd_, -1)),
       committed_(std::exchange(other.committed_, true)),
@@ -83,12 +123,32 @@ void StagedFile::finish() {
   if (::close(fd) != 0) fail(path_, "cannot write", errno);
 }
 
-void StagedFile::commit() {
-  finish();
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+void StagedFile::check_target() const {
+  if (target_of(path_) != target_) {
+    throw Error(path_ + ": changed into a different file while attn was writing it");
+  }
+  const std::filesystem::path directory = std::filesystem::path(target_).parent_path();
+  const std::string where = directory.empty() ? "." : directory.string();
+  if (::access(where.c_str(), W_OK) != 0) fail(path_, "cannot replace it", errno);
+}
+
+void StagedFile::rename_into_place() {
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) {
     fail(path_, "cannot move the finished file into place", errno);
   }
   committed_ = true;
+}
+
+void StagedFile::commit() {
+  finish();
+  check_target();
+  rename_into_place();
+}
+
+void commit_all(std::vector<StagedFile>& files) {
+  for (StagedFile& file : files) file.finish();
+  for (const StagedFile& file : files) file.check_target();
+  for (StagedFile& file : files) file.rename_into_place();
 }
 
 }  // namespace attn::io

@@ -1,11 +1,14 @@
 // The attn command end to end: the built binary on small .npy files. Results must equal
 // attn::forward on the same arrays; every kind of bad input must exit 2 with exactly one
 // line on stderr and leave no output file behind.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -45,6 +48,32 @@ Outcome run_attn(const std::string& arguments, const TempDir& workdir) {
   outcome.out = logs.read("out");
   outcome.err = logs.read("err");
   return outcome;
+}
+
+// Starts `attn <arguments>` in `workdir` without waiting for it; its output is discarded.
+pid_t start_attn(const std::vector<std::string>& arguments, const TempDir& workdir) {
+  std::vector<std::string> words = {ATTN_CLI_PATH};
+  words.insert(words.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (::chdir(workdir.path().c_str()) != 0 || null < 0) ::_exit(127);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+bool holds_staged_file(const TempDir& dir) {
+  for (const std::string& name : dir.entries()) {
+    if (name.find(".attn-tmp-") != std::string::npos) return true;
+  }
+  return false;
 }
 
 Shape shape_of(const Dims& dims) {
@@ -353,6 +382,52 @@ TEST_F(CliErrors, SpecialFilesAreNeverReplaced) {
   EXPECT_EQ(io::read_npy(dir.file("real.npy")).shape, (Shape{1, 2, 3, 4}));
   EXPECT_EQ(dir.entries(),
             (std::vector<std::string>{"fifo.npy", "link.npy", "null.npy", "real.npy"}));
+}
+
+// SIGTERM or SIGINT while the outputs are written removes the staged files and exits with
+// 128 + the signal. Not timing-dependent: the run is stopped (SIGSTOP) as soon as a staged
+// file shows, and signalled only if one is still there, so the signal lands mid-write; a run
+// that finished writing before the poll saw a staged file is retried with larger outputs.
+TEST(Cli, SignalsWhileWritingRemoveStagedFiles) {
+  for (const int signal_number : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(signal_number);
+    bool signalled = false;
+    for (Index len = 2048; len <= 8192 && !signalled; len *= 2) {
+      const TempDir dir;
+      const std::vector<float> values(static_cast<std::size_t>(len) * 8, 0.25f);
+      const TensorView t(values.data(), DType::f32, {1, 1, len, 8});
+      for (const char* name : {"q.npy", "k.npy", "v.npy"})
+        io::write_npy(dir.file(name), t, {len, 8});
+      const pid_t pid =
+          start_attn({"run", "--query", "q.npy", "--key", "k.npy", "--value", "v.npy", "--out",
+                      "c.npy", "--lse", "l.npy", "--weights", "w.npy", "--quiet"},
+                     dir);
+      ASSERT_GT(pid, 0);
+      int status = 0;
+      while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (!holds_staged_file(dir)) {
+          ::usleep(100);
+          continue;
+        }
+        ::kill(pid, SIGSTOP);
+        ::waitpid(pid, &status, WUNTRACED);
+        if (WIFSTOPPED(status)) {
+          if (holds_staged_file(dir)) {
+            ::kill(pid, signal_number);
+            signalled = true;
+          }
+          ::kill(pid, SIGCONT);
+          ::waitpid(pid, &status, 0);
+        }
+        break;
+      }
+      if (!signalled) continue;
+      EXPECT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 128 + signal_number);
+      EXPECT_FALSE(holds_staged_file(dir));
+    }
+    EXPECT_TRUE(signalled) << "no run was caught while writing its outputs";
+  }
 }
 
 TEST_F(CliErrors, BadPictures) {

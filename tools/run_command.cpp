@@ -189,7 +189,8 @@ Command add_run_command(CLI::App& parent) {
       "float32 (float64 for a float64 query). Outputs appear only once all of them are "
       "computed and written; an output path that exists must be a regular file (a symlink to one "
       "is followed; devices and directories are refused). On bad input attn prints one line "
-      "and exits with status 2.");
+      "and exits with status 2; on SIGINT or SIGTERM it removes its unfinished files and exits "
+      "with 128 + the signal number.");
   app->option_defaults()->always_capture_default();
 
   app->add_option("--query", args->query, "Q: [B, Hq, Lq, D] (in --layout order)")

@@ -48,6 +48,7 @@ class StagedFile {
   std::string target_;  // the file replaced: path_, or the regular file a symlink leads to
   std::string temp_path_;
   int fd_ = -1;
+  int signal_slot_ = -1;  // where remove_staged_files_on_signals() finds temp_path_
   bool committed_ = false;
   std::vector<char> buffer_;
 };
@@ -56,5 +57,10 @@ class StagedFile {
 // is replaced together: a missing directory, a directory or device at a target, or a full
 // disk leaves every earlier file as it was.
 void commit_all(std::vector<StagedFile>& files);
+
+// Makes SIGINT and SIGTERM remove every temporary file not yet committed, then end the
+// process with status 128 + the signal number. For programs (the attn command); a library
+// does not take over signals.
+void remove_staged_files_on_signals();
 
 }  // namespace attn::io

@@ -7,9 +7,12 @@
 // write into a shared block.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <shared_mutex>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -36,41 +39,35 @@ struct KVCacheConfig {
 };
 
 namespace detail {
-// Allocates the cache's block pools 2 MiB-aligned and asks Linux for transparent huge
+// Allocates the cache's block slabs 2 MiB-aligned and asks Linux for transparent huge
 // pages there: each KV head's run of a block is only a few KiB, so a step touches a new
 // 4 KiB page every run, and with small pages the TLB misses and the hardware prefetchers
 // (which stop at page boundaries) bound decode well below memory bandwidth.
-template <class T>
-struct HugePageAllocator {
-  using value_type = T;
-  HugePageAllocator() = default;
-  template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}
-  T* allocate(std::size_t count);
-  void deallocate(T* p, std::size_t count);
-  template <class U>
-  bool operator==(const HugePageAllocator<U>&) const {
-    return true;
-  }
-};
-void* allocate_huge_pages(std::size_t bytes);
-void free_huge_pages(void* p);
-template <class T>
-T* HugePageAllocator<T>::allocate(std::size_t count) {
-  return static_cast<T*>(allocate_huge_pages(count * sizeof(T)));
-}
-template <class T>
-void HugePageAllocator<T>::deallocate(T* p, std::size_t) {
-  free_huge_pages(p);
-}
+std::byte* allocate_huge_pages(std::size_t bytes);
+void free_huge_pages(std::byte* p);
 }  // namespace detail
 
+// Threads: operations on different sequences of one cache may run at once from any number
+// of threads (add_sequence, fork, append, drop, keys, values, decode, and the queries
+// below); appends to different sequences and decodes run in parallel, and a decode holds
+// no lock on the cache as a whole while it computes, only read locks on its own sequences.
+// Operations on the same sequence from several threads are serialised: an append or drop
+// waits for running decodes (and reads) of that sequence, and they wait for it. A fork
+// reads its parent like a decode. The copy constructor, the move constructor and
+// destruction must not overlap other operations on the cache they read.
 class KVCache {
+  struct Sequence;
+
  public:
   using SequenceId = std::int64_t;
 
   // Throws attn::Error naming the field when a size is not positive.
   explicit KVCache(const KVCacheConfig& config);
+  KVCache(const KVCache& other);
+  KVCache(KVCache&& other) noexcept;
+  KVCache& operator=(const KVCache&) = delete;
+  KVCache& operator=(KVCache&&) = delete;
+  ~KVCache();
 
   const KVCacheConfig& config() const { return config_; }
 
@@ -84,16 +81,16 @@ class KVCache {
   // Forgets the sequence; blocks no other sequence holds return to the free list.
   void drop(SequenceId seq);
 
-  bool contains(SequenceId seq) const { return sequences_.count(seq) != 0; }
+  bool contains(SequenceId seq) const;
   Index length(SequenceId seq) const;
   std::vector<SequenceId> sequence_ids() const;
   // The sequence's blocks in token order: token t lives in block table[t / page_size] at
   // slot t % page_size.
-  const std::vector<std::int32_t>& block_table(SequenceId seq) const;
+  std::vector<std::int32_t> block_table(SequenceId seq) const;
 
-  Index blocks_allocated() const { return static_cast<Index>(ref_counts_.size()); }
-  Index blocks_free() const { return static_cast<Index>(free_blocks_.size()); }
-  Index blocks_in_use() const { return blocks_allocated() - blocks_free(); }
+  Index blocks_allocated() const;
+  Index blocks_free() const;
+  Index blocks_in_use() const;
   // How many sequences hold the block (0: on the free list).
   std::int32_t ref_count(std::int32_t block) const;
 
@@ -102,8 +99,31 @@ class KVCache {
   Tensor keys(SequenceId seq) const;
   Tensor values(SequenceId seq) const;
 
-  // Raw block access for kernels. A block holds, per KV head, page_size rows of dim (keys)
-  // or dim_v (values) elements of the cache dtype, contiguous: [Hkv, page_size, dim].
+  // Sequences held still for a kernel: while a Reading lives, the lengths and block tables
+  // of its sequences stay as they are and no one writes their blocks (appends to and drops
+  // of them wait); other sequences go on. Do not append to or drop a held sequence from
+  // the thread holding the Reading (it would wait for itself).
+  class Reading {
+   public:
+    Reading(Reading&&) noexcept;
+    Reading& operator=(Reading&&) noexcept;
+    ~Reading();
+    // Of ids[i] as given to read().
+    Index length(std::size_t i) const;
+    const std::vector<std::int32_t>& block_table(std::size_t i) const;
+
+   private:
+    friend class KVCache;
+    Reading() = default;
+    std::vector<std::shared_ptr<Sequence>> sequences_;  // one per id, in the given order
+    std::vector<std::shared_ptr<Sequence>> locked_;     // each distinct one, by id
+  };
+  // Throws attn::Error naming `argument` and the index for an id not in the cache.
+  Reading read(const std::vector<SequenceId>& ids, const char* argument) const;
+
+  // Raw block access for kernels, valid for the blocks of sequences held by a Reading. A
+  // block holds, per KV head, page_size rows of dim (keys) or dim_v (values) elements of
+  // the cache dtype, contiguous: [Hkv, page_size, dim]. Blocks never move once allocated.
   std::size_t element_size() const;
   const std::byte* key_block(std::int32_t block, Index head) const;
   const std::byte* value_block(std::int32_t block, Index head) const;
@@ -112,27 +132,46 @@ class KVCache {
   float value_scale(std::int32_t block, Index head) const;
 
  private:
-  struct Sequence {
-    std::vector<std::int32_t> blocks;
-    Index length = 0;
+  struct HugePageFree {
+    void operator()(std::byte* p) const { detail::free_huge_pages(p); }
   };
+  // Blocks live in slabs that are allocated once and never move, so a decode reads its
+  // blocks while appends to other sequences allocate new ones. Slab s holds 2^s times as
+  // many blocks as slab 0 (a power of two of them, about 2 MiB), so 32 slabs cover every
+  // int32 block index and finding a block's slab is a shift and a bit count.
+  struct Slab {
+    std::unique_ptr<std::byte, HugePageFree> keys, values;
+    std::unique_ptr<float[]> key_scales, value_scales;  // [block][head], int8 only
+    Index capacity = 0;                                 // blocks allocated in this slab
+  };
+  static constexpr int kSlabs = 32;
+  struct Place {
+    int slab;
+    Index index;  // within the slab
+  };
+  Place place(std::int32_t block) const;
 
-  const Sequence& sequence(SequenceId seq, const char* argument) const;
-  std::size_t block_offset(std::int32_t block, Index head, bool values) const;
+  std::shared_ptr<Sequence> find(SequenceId seq, const char* argument) const;
   std::int32_t take_block();
   void release_block(std::int32_t block);
   void copy_block(std::int32_t from, std::int32_t to);
+  std::byte* block_data(std::int32_t block, Index head, bool values) const;
+  float& scale_of(std::int32_t block, Index head, bool values) const;
   void write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                   Index first, Index count);
   Tensor dequantise(SequenceId seq, bool values) const;
 
   KVCacheConfig config_;
   std::size_t key_block_bytes_ = 0, value_block_bytes_ = 0;
-  std::vector<std::byte, detail::HugePageAllocator<std::byte>> key_pool_, value_pool_;
-  std::vector<float> key_scales_, value_scales_;  // [block][head], int8 only
+  int slab_shift_ = 0;  // slab 0 holds 2^slab_shift_ blocks
+  // mutex_ guards the sequence map, next_id_, the reference counts, the free list and the
+  // allocation of slabs; each sequence's own lock guards its length, its table and the
+  // contents of the blocks only it holds. Lock order: a sequence's lock, then mutex_.
+  mutable std::shared_mutex mutex_;
+  std::array<Slab, kSlabs> slabs_;
   std::vector<std::int32_t> ref_counts_;
   std::vector<std::int32_t> free_blocks_;
-  std::map<SequenceId, Sequence> sequences_;
+  std::map<SequenceId, std::shared_ptr<Sequence>> sequences_;
   SequenceId next_id_ = 0;
 };
 

@@ -123,7 +123,12 @@ class KVCache:
     dtype: "float32", "float16", "bfloat16" or "int8" (per block and head scales,
         dequantised on the fly).
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError.
-    Not thread-safe: do not append from one thread while another decodes.
+
+    Threads: operations on different sequences may run from several threads at once;
+    append and decode release the GIL, so appends to different sequences and decodes run
+    in parallel. Operations on the same sequence from several threads are serialised (an
+    append or drop waits for the decodes of that sequence that are running, and they wait
+    for it), never interleaved.
     """
 
     def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float16", max_blocks=0):

@@ -256,6 +256,26 @@ TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {
   EXPECT_EQ(error_message([&] { cache.drop(99); }).rfind("seq: expected", 0), 0u);
 }
 
+// The block size heads_kv * page_size * dim * element size is computed with overflow
+// checks: a size that wraps must be an error naming the argument, not a tiny block that
+// appends then write far past.
+TEST(KVCache, ImpossibleBlockSizesThrowNamingTheArgument) {
+  const Index huge = Index{1} << 60;
+  for (const KVCacheConfig& config :
+       {KVCacheConfig{.heads_kv = 1, .dim = 8, .dim_v = 8, .page_size = huge},
+        KVCacheConfig{.heads_kv = huge, .dim = 8, .dim_v = 8, .page_size = 16},
+        KVCacheConfig{.heads_kv = 1, .dim = 8, .dim_v = huge, .page_size = 16},
+        KVCacheConfig{.heads_kv = Index{1} << 20,
+        .dim = Index{1} << 20,
+        .dim_v = 8,
+        .page_size = Index{1} << 20,
+        .dtype = CacheDType::int8}}) {
+    const std::string message = error_message([&] { KVCache cache(config); });
+    EXPECT_EQ(message.rfind("page_size: expected a block of heads_kv * page_size * dim", 0), 0u)
+        << message;
+  }
+}
+
 // A decode reads blocks while other sequences' appends add blocks, so blocks must stay where
 // they are as the pool grows (here 2 MiB blocks: each new one past the first slab's).
 TEST(KVCache, BlocksStayInPlaceAsThePoolGrows) {

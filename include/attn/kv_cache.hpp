@@ -61,7 +61,8 @@ class KVCache {
  public:
   using SequenceId = std::int64_t;
 
-  // Throws attn::Error naming the field when a size is not positive.
+  // Throws attn::Error naming the field when a size is not positive or a block would not
+  // fit in memory (heads_kv * page_size * dim * element size bytes).
   explicit KVCache(const KVCacheConfig& config);
   KVCache(const KVCache& other);
   KVCache(KVCache&& other) noexcept;

@@ -122,7 +122,9 @@ class KVCache:
         [heads_kv, length, dim_v] per sequence (dim_v defaults to dim).
     dtype: "float32", "float16", "bfloat16" or "int8" (per block and head scales,
         dequantised on the fly).
-    max_blocks: 0 lets the pool grow; else appends past it raise ValueError.
+    max_blocks: 0 lets the pool grow; else appends past it raise ValueError. Sizes whose
+        block (heads_kv * page_size * dim * element size) could not fit in memory raise
+        ValueError naming page_size.
 
     Threads: operations on different sequences may run from several threads at once;
     append and decode release the GIL, so appends to different sequences and decodes run

@@ -55,6 +55,7 @@ namespace detail {
 
 std::byte* allocate_huge_pages(std::size_t bytes) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  if (bytes > std::numeric_limits<std::size_t>::max() - kHugePage) throw std::bad_alloc();
   const std::size_t rounded =
       (std::max<std::size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
   void* memory = std::aligned_alloc(kHugePage, rounded);
@@ -93,6 +94,28 @@ struct KVCache::Sequence {
   bool dropped = false;  // set by drop(), for operations that found it just before
 };
 
+namespace {
+
+// A block's bytes: heads_kv * page_size * dim * element size, refused past 2^48 (256 TiB,
+// more than any machine holds) so that no later product of block counts and sizes wraps.
+std::size_t block_bytes(const KVCacheConfig& config, Index dim, const char* dim_name,
+                        std::size_t element) {
+  constexpr Index kMaxBlockBytes = Index{1} << 48;
+  Index bytes = static_cast<Index>(element);
+  for (const Index factor : {config.heads_kv, config.page_size, dim}) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes) || bytes > kMaxBlockBytes) {
+      fail("page_size",
+           std::string("a block of heads_kv * page_size * ") + dim_name + " * " +
+               std::to_string(element) + " bytes below 2^48",
+           "heads_kv " + std::to_string(config.heads_kv) + ", page_size " +
+               std::to_string(config.page_size) + ", " + dim_name + " " + std::to_string(dim));
+    }
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+}  // namespace
+
 KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
   const auto positive = [](const char* name, Index value) {
     if (value < 1) fail(name, "a positive count", std::to_string(value));
@@ -105,9 +128,8 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
-  const auto rows = static_cast<std::size_t>(config.heads_kv * config.page_size);
-  key_block_bytes_ = rows * static_cast<std::size_t>(config.dim) * element_size();
-  value_block_bytes_ = rows * static_cast<std::size_t>(config.dim_v) * element_size();
+  key_block_bytes_ = block_bytes(config, config.dim, "dim", element_size());
+  value_block_bytes_ = block_bytes(config, config.dim_v, "dim_v", element_size());
   constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
   const std::size_t largest = std::max(key_block_bytes_, value_block_bytes_);
   while (slab_shift_ < 20 && (largest << (slab_shift_ + 1)) <= kSlabBytes) ++slab_shift_;
@@ -308,6 +330,9 @@ std::int32_t KVCache::take_block() {
     free_blocks_.pop_back();
     ref_counts_[static_cast<std::size_t>(block)] = 1;
     return block;
+  }
+  if (ref_counts_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    fail("k", "room for another block (at most 2^31 - 1 blocks)", "a full cache");
   }
   const auto block = static_cast<std::int32_t>(ref_counts_.size());
   const Place at = place(block);

@@ -49,6 +49,17 @@ def test_merged_splits_equal_attention_over_all_keys(cuts):
     assert nmse(out, want) < 1e-26 and nmse(lse, want_lse) < 1e-26
 
 
+def test_kv_cache_sizes_past_memory_raise_value_error_naming_the_argument():
+    # heads_kv * page_size * dim * 2 bytes wraps in 64 bits: the append would write far
+    # past a tiny block instead of failing.
+    k = np.ones((1, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="page_size: expected a block of heads_kv \\* page_size"):
+        cache = attn.KVCache(1, 8, page_size=2**60)
+        cache.append(cache.add_sequence(), k, k)
+    with pytest.raises(ValueError, match="page_size:"):
+        attn.KVCache(2**40, 2**30, page_size=2**20)
+
+
 def test_threads_on_different_sequences_of_one_cache():
     """Four threads append to four sequences (the pool grows under them) while a fifth
     decodes a finished one: every decode equals the first, every sequence holds what its

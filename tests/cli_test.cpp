@@ -37,9 +37,11 @@ std::string quoted(const std::string& text) {
 
 // Runs `attn <arguments>` with `workdir` as the working directory; stdout and stderr are
 // captured in `logs`, so that `workdir` only holds what attn itself wrote.
-Outcome run_attn(const std::string& arguments, const TempDir& workdir) {
+// `shell` runs first in the same shell (e.g. a ulimit).
+Outcome run_attn(const std::string& arguments, const TempDir& workdir,
+                 const std::string& shell = "true") {
   const TempDir logs;
-  const std::string command = "cd " + quoted(workdir.path().string()) + " && " +
+  const std::string command = "cd " + quoted(workdir.path().string()) + " && " + shell + " && " +
                               quoted(ATTN_CLI_PATH) + " " + arguments + " >" +
                               quoted(logs.file("out")) + " 2>" + quoted(logs.file("err"));
   const int raw = std::system(command.c_str());
@@ -428,6 +430,29 @@ TEST(Cli, SignalsWhileWritingRemoveStagedFiles) {
     }
     EXPECT_TRUE(signalled) << "no run was caught while writing its outputs";
   }
+}
+
+// Weights that cannot fit in the memory left (here under `ulimit -v` of 2 GiB: 4 GiB of
+// them) are refused with their size and what to do instead, before anything is allocated.
+TEST(Cli, WeightsTooLargeForMemoryAreRefused) {
+  const TempDir dir;
+  const Index len = 32768;
+  const std::vector<float> values(static_cast<std::size_t>(len), 0.5f);
+  const TensorView t(values.data(), DType::f32, {1, 1, len, 1});
+  for (const char* name : {"q.npy", "k.npy", "v.npy"}) io::write_npy(dir.file(name), t, {len, 1});
+  const Outcome outcome =
+      run_attn("run --query q.npy --key k.npy --value v.npy --out c.npy --weights w.npy", dir,
+               "ulimit -v 2097152");
+  EXPECT_EQ(outcome.status, 2);
+  EXPECT_EQ(outcome.err.rfind("attn: error: --weights: the weights [1, 1, 32768, 32768] of float32 "
+                              "needs 4.0 GiB, more than the ",
+                              0),
+            0u)
+      << outcome.err;
+  EXPECT_NE(outcome.err.find("leave out --weights and --viz, or compute chosen rows or the top_k"),
+            std::string::npos)
+      << outcome.err;
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"k.npy", "q.npy", "v.npy"}));
 }
 
 TEST_F(CliErrors, BadPictures) {

@@ -533,5 +533,25 @@ TEST(ValidRequests, EdgeValuesAreAccepted) {
   EXPECT_NO_THROW(r.run());
 }
 
+// A weights matrix that cannot fit is refused before anything is allocated (4 TiB here; the
+// allocation would fail, or succeed lazily and get the process killed while filled).
+TEST(Memory, WeightsLargerThanMemoryThrowOutOfMemory) {
+  const Index length = Index{1} << 20;
+  const std::vector<float> zeros(static_cast<std::size_t>(length), 0.0f);
+  const TensorView q(zeros.data(), DType::f32, {1, 1, length, 1});
+  std::string message = "no error";
+  try {
+    weights(q, q);
+  } catch (const OutOfMemory& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("weights [1, 1, 1048576, 1048576] needs 4.0 TiB, more than the"));
+  EXPECT_THAT(message, HasSubstr("select heads or rows, or ask for the top_k"));
+  WeightSelection top;
+  top.top_k = Index{1} << 40;
+  const TensorView three(zeros.data(), DType::f32, {1, 1, 3, 1});
+  EXPECT_EQ(weights(three, q, {}, top).weights.shape(), (Dims{1, 1, 3, length}));
+}
+
 }  // namespace
 }  // namespace attn

@@ -13,6 +13,7 @@
 #include "attn/attn.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
+#include "core/memory.hpp"
 #include "forward_in_pieces.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
@@ -149,8 +150,15 @@ void run(const RunArgs& args) {
     lse = make_output(stats_dtype, Layout::bhsd, {1, batch, heads, len_q}, rank > 0 ? rank - 1 : 0);
     outputs.lse = MutableTensorView(lse->storage.data(), stats_dtype, {batch, heads, len_q, 1});
   }
-  // --viz draws from the weights, so they are computed even when not saved.
+  // --viz draws from the weights, so they are computed even when not saved; the matrix of
+  // a long sequence is easily more than the machine holds.
   if (!args.weights.empty() || !args.viz.empty()) {
+    const Dims dims{batch, heads, len_q, len_k};
+    core::check_memory(std::string(args.weights.empty() ? "--viz" : "--weights") +
+                           ": the weights " + format_dims(dims) + " of " + dtype_name(stats_dtype),
+                       core::bytes_of(dims, dtype_size(stats_dtype)),
+                       "leave out --weights and --viz, or compute chosen rows or the top_k "
+                       "largest of each row with attn.weights in Python");
     weights = make_output(stats_dtype, Layout::bhsd, {batch, heads, len_q, len_k}, rank);
     outputs.weights = weights->view;
   }

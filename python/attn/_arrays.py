@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from ._attn import check_memory as _check_memory
+
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _PLAIN_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
@@ -135,6 +137,16 @@ def empty(like, new_shape, dtype_of):
     if dtype_of == dtype_name(like):
         return np.empty(new_shape, dtype=like.dtype)
     return np.empty(new_shape, dtype=np.dtype(dtype_of))
+
+
+def check_memory(what, shape, itemsize, instead):
+    """MemoryError saying what to do instead when an array of shape and itemsize would not
+    fit in the memory available: NumPy allocates lazily, so a matrix too large would get
+    the process killed while being filled instead of raising."""
+    nbytes = itemsize
+    for extent in shape:
+        nbytes *= extent
+    _check_memory(what, min(nbytes, 2**64 - 1), instead)
 
 
 def stats_dtype(x):

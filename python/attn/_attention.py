@@ -4,6 +4,8 @@ allocate the outputs, and let the extension write into them."""
 
 import math
 
+import numpy as np
+
 from . import _arrays
 from ._attn import describe_view as _describe_view
 from ._attn import forward as _forward
@@ -176,6 +178,10 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
         lse4 = _arrays.reshape(lse, (batch, heads, len_q, 1))
         results.append(lse)
     if return_weights:
+        _arrays.check_memory(
+            f"return_weights: the weights {[batch, heads, len_q, len_k]}", (batch, heads, len_q, len_k),
+            np.dtype(_arrays.stats_dtype(q)).itemsize,
+            "leave out return_weights, or use attn.weights with heads=, rows= or top_k")
         weights = _arrays.empty(q, (batch, heads, len_q, len_k)[4 - rank :], _arrays.stats_dtype(q))
         weights4 = _arrays.reshape(weights, (batch, heads, len_q, len_k))
         results.append(weights)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "core/memory.hpp"
 #include "generation.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
@@ -177,6 +178,8 @@ NB_MODULE(_attn, m) {
   nb::register_exception_translator([](const std::exception_ptr& error, void*) {
     try {
       std::rethrow_exception(error);
+    } catch (const attn::OutOfMemory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const attn::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
@@ -201,6 +204,8 @@ NB_MODULE(_attn, m) {
   m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "batch"_a, "head"_a,
         "downsample"_a, "max_cells"_a, "title"_a,
         "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
+  m.def("check_memory", &attn::core::check_memory, "what"_a, "bytes"_a, "instead"_a,
+        "Raises MemoryError saying what to do instead when bytes exceed the memory available.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
   bind_generation(m);

@@ -235,6 +235,13 @@ TEST(Npy, RejectsEveryKindOfBadFile) {
        "True or False"},
       {"text after the dict", npy_bytes(dict("<f4", "(2,)") + " x", two_floats),
        "after the closing"},
+      // Header text reaches a terminal escaped: no escape sequence restyles it.
+      {"escape sequence in the dtype", npy_bytes(dict("\x1b[2J\x1b]0;x\a", "(2,)"), two_floats),
+       "unsupported dtype '\\x1b[2J\\x1b]0;x\\x07'"},
+      {"escape sequence in a key",
+       npy_bytes("{'descr': '<f4', '\x1b[31m': 1, 'fortran_order': False, 'shape': (2,)}",
+                 two_floats),
+       "unexpected key '\\x1b[31m'"},
   };
   for (const BadFile& c : cases) {
     SCOPED_TRACE(c.name);

@@ -327,6 +327,9 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --layout hbsd", "--layout");
   expect_error(run + " --threads -1", "--threads");
   expect_error(run + " --backend gpu", "--backend");
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "bogus", 1), 0);
+  expect_error(run, "ATTN_BACKEND: expected 'reference' or unset (or empty), given 'bogus'");
+  ::unsetenv("ATTN_BACKEND");
   expect_error(run + " --colour red", "--colour");
   expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
   expect_error("", "A subcommand is required");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -551,6 +552,23 @@ TEST(Memory, WeightsLargerThanMemoryThrowOutOfMemory) {
   top.top_k = Index{1} << 40;
   const TensorView three(zeros.data(), DType::f32, {1, 1, 3, 1});
   EXPECT_EQ(weights(three, q, {}, top).weights.shape(), (Dims{1, 1, 3, length}));
+}
+
+// ATTN_BACKEND may force the reference; anything else it says is a mistake to report, not to
+// ignore (a misspelt "refernce" would silently run the fast kernel).
+TEST(Environment, UnknownBackendIsRefused) {
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "bogus", 1), 0);
+  std::string message = "no error";
+  try {
+    Request::plain().run();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::unsetenv("ATTN_BACKEND");
+  EXPECT_EQ(message, "ATTN_BACKEND: expected 'reference' or unset (or empty), given 'bogus'");
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "", 1), 0);
+  EXPECT_NO_THROW(Request::plain().run());
+  ::unsetenv("ATTN_BACKEND");
 }
 
 }  // namespace

@@ -107,6 +107,12 @@ def test_bad_input_names_the_argument(name, call, error, words):
         assert word in message, f"{word!r} not in {message!r}"
 
 
+def test_unknown_backend_in_the_environment_is_refused(monkeypatch):
+    monkeypatch.setenv("ATTN_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="ATTN_BACKEND: expected 'reference' or unset"):
+        attn.attention(Q, Q, Q)
+
+
 def test_zero_length_sequences_give_empty_or_zero_outputs():
     empty_q = np.zeros((2, 0, 4), np.float32)
     assert attn.attention(empty_q, Q, Q).shape == (2, 0, 4)

@@ -210,11 +210,20 @@ def number(value, name, *, allow_none=False):
     return result
 
 
-def integer(value, name, expected):
-    """An int argument (Python or NumPy integer), with a TypeError naming it otherwise."""
+INDEX_MIN, INDEX_MAX = -(2**63), 2**63 - 1  # what the extension's 64-bit ints hold
+INT_MAX = 2**31 - 1
+
+
+def integer(value, name, expected, low=INDEX_MIN, high=INDEX_MAX):
+    """An int argument (Python or NumPy integer) from low to high (by default the range of
+    the extension's 64-bit ints), with a TypeError naming it when it is not an int and a
+    ValueError when it is out of range (instead of nanobind's list of signatures)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected {expected}, given {value!r}")
-    return int(value)
+    value = int(value)
+    if not low <= value <= high:
+        raise ValueError(f"{name}: expected {expected} from {low} to {high}, given {value}")
+    return value
 
 
 def flag(value, name):

@@ -87,7 +87,7 @@ def _window(window):
 def _threads(threads):
     if threads is None:
         return 0
-    threads = _arrays.integer(threads, "threads", "None or a positive int")
+    threads = _arrays.integer(threads, "threads", "None or a positive int", high=_arrays.INT_MAX)
     if threads < 1:
         raise ValueError(f"threads: expected None or a positive int, given {threads}")
     return threads

@@ -184,7 +184,8 @@ class KVCache:
 
     def ref_count(self, block):
         """How many sequences hold the block (0: free)."""
-        return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)"))
+        return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)",
+                                                      low=-_arrays.INT_MAX - 1, high=_arrays.INT_MAX))
 
     def keys(self, seq):
         """The sequence's keys as float32 [heads_kv, length, dim] (dequantised)."""

@@ -325,7 +325,9 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --softcap -1", "softcap: expected a finite number >= 0");
   expect_error(run + " --causal=sideways", "--causal: sideways not in {top-left,bottom-right}");
   expect_error(run + " --layout hbsd", "--layout");
-  expect_error(run + " --threads -1", "--threads");
+  expect_error(run + " --threads -1", "--threads: expected an integer from 0 to 4096, given '-1'");
+  expect_error(run + " --viz w.svg --viz-head -2",
+               "--viz-head: expected an integer >= 0, given '-2'");
   expect_error(run + " --backend gpu", "--backend");
   ASSERT_EQ(::setenv("ATTN_BACKEND", "bogus", 1), 0);
   expect_error(run, "ATTN_BACKEND: expected 'reference' or unset (or empty), given 'bogus'");

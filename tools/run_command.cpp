@@ -266,7 +266,7 @@ Command add_run_command(CLI::App& parent) {
                   "head (.html) of batch entry 0 [default: not drawn]")
       ->type_name("FILE");
   app->add_option("--viz-head", args->viz_head, "Head of the --viz heatmap")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0))
       ->type_name("H");
   app->add_option("--viz-tokens", args->viz_tokens,
                   "Labels for --viz: UTF-8 text, one token per line (Lq or Lk of them) "

@@ -71,13 +71,13 @@ def test_threads_on_different_sequences_of_one_cache():
     cache.append(finished, done_k, done_v)
     q = rng.standard_normal((1, 4, 16)).astype(np.float32)
     first = attn.decode(q, cache, [finished])
-    chunks = rng.standard_normal((4, 200, 2, 2, 3, 16)).astype(np.float32)
+    chunks = rng.standard_normal((4, 500, 2, 2, 3, 16)).astype(np.float32)
     seqs = [cache.add_sequence() for _ in range(4)]
     errors, decodes = [], []
 
     def append(w):
         try:
-            for step in range(200):
+            for step in range(500):
                 cache.append(seqs[w], chunks[w, step, 0], chunks[w, step, 1])
         except Exception as e:  # a failure in a thread must fail the test
             errors.append(e)
@@ -85,8 +85,10 @@ def test_threads_on_different_sequences_of_one_cache():
     writers = [threading.Thread(target=append, args=(w,)) for w in range(4)]
 
     def read():
-        while any(t.is_alive() for t in writers):
+        while True:  # at least once, and until every writer is done
             decodes.append(attn.decode(q, cache, [finished]))
+            if not any(t.is_alive() for t in writers):
+                break
 
     reader = threading.Thread(target=read)
     for t in writers:

@@ -551,7 +551,8 @@ TEST(Memory, WeightsLargerThanMemoryThrowOutOfMemory) {
   WeightSelection top;
   top.top_k = Index{1} << 40;
   const TensorView three(zeros.data(), DType::f32, {1, 1, 3, 1});
-  EXPECT_EQ(weights(three, q, {}, top).weights.shape(), (Dims{1, 1, 3, length}));
+  const TensorView keys(zeros.data(), DType::f32, {1, 1, 1000, 1});
+  EXPECT_EQ(weights(three, keys, {}, top).weights.shape(), (Dims{1, 1, 3, 1000}));
 }
 
 // ATTN_BACKEND may force the reference; anything else it says is a mistake to report, not to

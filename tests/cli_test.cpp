@@ -1,11 +1,16 @@
 // The attn command end to end: the built binary on small .npy files. Results must equal
 // attn::forward on the same arrays; every kind of bad input must exit 2 with exactly one
 // line on stderr and leave no output file behind.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,9 +37,11 @@ std::string quoted(const std::string& text) {
 
 // Runs `attn <arguments>` with `workdir` as the working directory; stdout and stderr are
 // captured in `logs`, so that `workdir` only holds what attn itself wrote.
-Outcome run_attn(const std::string& arguments, const TempDir& workdir) {
+// `shell` runs first in the same shell (e.g. a ulimit).
+Outcome run_attn(const std::string& arguments, const TempDir& workdir,
+                 const std::string& shell = "true") {
   const TempDir logs;
-  const std::string command = "cd " + quoted(workdir.path().string()) + " && " +
+  const std::string command = "cd " + quoted(workdir.path().string()) + " && " + shell + " && " +
                               quoted(ATTN_CLI_PATH) + " " + arguments + " >" +
                               quoted(logs.file("out")) + " 2>" + quoted(logs.file("err"));
   const int raw = std::system(command.c_str());
@@ -43,6 +50,32 @@ Outcome run_attn(const std::string& arguments, const TempDir& workdir) {
   outcome.out = logs.read("out");
   outcome.err = logs.read("err");
   return outcome;
+}
+
+// Starts `attn <arguments>` in `workdir` without waiting for it; its output is discarded.
+pid_t start_attn(const std::vector<std::string>& arguments, const TempDir& workdir) {
+  std::vector<std::string> words = {ATTN_CLI_PATH};
+  words.insert(words.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (::chdir(workdir.path().c_str()) != 0 || null < 0) ::_exit(127);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+bool holds_staged_file(const TempDir& dir) {
+  for (const std::string& name : dir.entries()) {
+    if (name.find(".attn-tmp-") != std::string::npos) return true;
+  }
+  return false;
 }
 
 Shape shape_of(const Dims& dims) {
@@ -292,8 +325,13 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --softcap -1", "softcap: expected a finite number >= 0");
   expect_error(run + " --causal=sideways", "--causal: sideways not in {top-left,bottom-right}");
   expect_error(run + " --layout hbsd", "--layout");
-  expect_error(run + " --threads -1", "--threads");
+  expect_error(run + " --threads -1", "--threads: expected an integer from 0 to 4096, given '-1'");
+  expect_error(run + " --viz w.svg --viz-head -2",
+               "--viz-head: expected an integer >= 0, given '-2'");
   expect_error(run + " --backend gpu", "--backend");
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "bogus", 1), 0);
+  expect_error(run, "ATTN_BACKEND: expected 'reference' or unset (or empty), given 'bogus'");
+  ::unsetenv("ATTN_BACKEND");
   expect_error(run + " --colour red", "--colour");
   expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
   expect_error("", "A subcommand is required");
@@ -307,6 +345,119 @@ TEST_F(CliErrors, FailedWritesLeaveNoOutputs) {
   expect_error("run " + good_inputs() + " --out c.npy --weights no/such/dir/w.npy",
                "no/such/dir/w.npy: cannot create");
   expect_error("run " + good_inputs() + " --out no/such/dir/c.npy", "cannot create");
+}
+
+// The case: the --lse target is a directory. The run must fail before replacing
+// --out, which keeps its old contents.
+TEST_F(CliErrors, AFailedOutputLeavesEveryOtherOutputAsItWas) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path() / "out" / "l.npy");
+  dir.write("out/c.npy", "OLD\n");
+  const Outcome outcome =
+      run_attn("run " + good_inputs() + " --out out/c.npy --lse out/l.npy", dir);
+  EXPECT_EQ(outcome.status, 2);
+  EXPECT_EQ(outcome.err,
+            "attn: error: out/l.npy: expected a regular file or a new path, given a directory "
+            "(attn replaces only regular files)\n");
+  EXPECT_EQ(dir.read("out/c.npy"), "OLD\n");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out"});
+}
+
+// Outputs that exist must be regular files: a FIFO or a symlink to a device is refused and
+// stays as it was; a symlink to a regular file stays a link and its target gets the result.
+TEST_F(CliErrors, SpecialFilesAreNeverReplaced) {
+  const TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/null", dir.file("null.npy"));
+  dir.write("real.npy", "OLD");
+  std::filesystem::create_symlink("real.npy", dir.file("link.npy"));
+  const std::string run = "run " + good_inputs() + " --out ";
+  for (const auto& [out, kind] :
+       {std::pair{"fifo.npy", "a FIFO"}, std::pair{"null.npy", "a character device"}}) {
+    const Outcome refused = run_attn(run + out, dir);
+    EXPECT_EQ(refused.status, 2) << out;
+    EXPECT_EQ(refused.err, "attn: error: " + std::string(out) +
+                               ": expected a regular file or a new path, given " + kind +
+                               " (attn replaces only regular files)\n");
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(dir.file("fifo.npy")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("null.npy")));
+
+  const Outcome linked = run_attn(run + "link.npy", dir);
+  ASSERT_EQ(linked.status, 0) << linked.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link.npy")));
+  EXPECT_EQ(io::read_npy(dir.file("real.npy")).shape, (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(dir.entries(),
+            (std::vector<std::string>{"fifo.npy", "link.npy", "null.npy", "real.npy"}));
+}
+
+// SIGTERM or SIGINT while the outputs are written removes the staged files and exits with
+// 128 + the signal. Not timing-dependent: the run is stopped (SIGSTOP) as soon as a staged
+// file shows, and signalled only if one is still there, so the signal lands mid-write; a run
+// that finished writing before the poll saw a staged file is retried with larger outputs.
+TEST(Cli, SignalsWhileWritingRemoveStagedFiles) {
+  for (const int signal_number : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(signal_number);
+    bool signalled = false;
+    for (Index len = 2048; len <= 8192 && !signalled; len *= 2) {
+      const TempDir dir;
+      const std::vector<float> values(static_cast<std::size_t>(len) * 8, 0.25f);
+      const TensorView t(values.data(), DType::f32, {1, 1, len, 8});
+      for (const char* name : {"q.npy", "k.npy", "v.npy"})
+        io::write_npy(dir.file(name), t, {len, 8});
+      const pid_t pid =
+          start_attn({"run", "--query", "q.npy", "--key", "k.npy", "--value", "v.npy", "--out",
+                      "c.npy", "--lse", "l.npy", "--weights", "w.npy", "--quiet"},
+                     dir);
+      ASSERT_GT(pid, 0);
+      int status = 0;
+      while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (!holds_staged_file(dir)) {
+          ::usleep(100);
+          continue;
+        }
+        ::kill(pid, SIGSTOP);
+        ::waitpid(pid, &status, WUNTRACED);
+        if (WIFSTOPPED(status)) {
+          if (holds_staged_file(dir)) {
+            ::kill(pid, signal_number);
+            signalled = true;
+          }
+          ::kill(pid, SIGCONT);
+          ::waitpid(pid, &status, 0);
+        }
+        break;
+      }
+      if (!signalled) continue;
+      EXPECT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 128 + signal_number);
+      EXPECT_FALSE(holds_staged_file(dir));
+    }
+    EXPECT_TRUE(signalled) << "no run was caught while writing its outputs";
+  }
+}
+
+// Weights that cannot fit in the memory left (here under `ulimit -v` of 2 GiB: 4 GiB of
+// them) are refused with their size and what to do instead, before anything is allocated.
+TEST(Cli, WeightsTooLargeForMemoryAreRefused) {
+  const TempDir dir;
+  const Index len = 32768;
+  const std::vector<float> values(static_cast<std::size_t>(len), 0.5f);
+  const TensorView t(values.data(), DType::f32, {1, 1, len, 1});
+  for (const char* name : {"q.npy", "k.npy", "v.npy"}) io::write_npy(dir.file(name), t, {len, 1});
+  const Outcome outcome =
+      run_attn("run --query q.npy --key k.npy --value v.npy --out c.npy --weights w.npy", dir,
+               "ulimit -v 2097152");
+  EXPECT_EQ(outcome.status, 2);
+  EXPECT_EQ(outcome.err.rfind("attn: error: --weights: the weights [1, 1, 32768, 32768] of float32 "
+                              "needs 4.0 GiB, more than the ",
+                              0),
+            0u)
+      << outcome.err;
+  EXPECT_NE(outcome.err.find("leave out --weights and --viz, or compute chosen rows or the top_k"),
+            std::string::npos)
+      << outcome.err;
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"k.npy", "q.npy", "v.npy"}));
 }
 
 TEST_F(CliErrors, BadPictures) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -570,6 +571,44 @@ TEST(ValidRequests, EdgeValuesAreAccepted) {
   r.options.mask = input(DType::boolean, {2, 1, 3, 5});
   r.outputs.lse = MutableTensorView(output_storage().data() + 2048, DType::f64, {2, 4, 3, 1});
   EXPECT_NO_THROW(r.run());
+}
+
+// A weights matrix that cannot fit is refused before anything is allocated (4 TiB here; the
+// allocation would fail, or succeed lazily and get the process killed while filled).
+TEST(Memory, WeightsLargerThanMemoryThrowOutOfMemory) {
+  const Index length = Index{1} << 20;
+  const std::vector<float> zeros(static_cast<std::size_t>(length), 0.0f);
+  const TensorView q(zeros.data(), DType::f32, {1, 1, length, 1});
+  std::string message = "no error";
+  try {
+    weights(q, q);
+  } catch (const OutOfMemory& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("weights [1, 1, 1048576, 1048576] needs 4.0 TiB, more than the"));
+  EXPECT_THAT(message, HasSubstr("select heads or rows, or ask for the top_k"));
+  WeightSelection top;
+  top.top_k = Index{1} << 40;
+  const TensorView three(zeros.data(), DType::f32, {1, 1, 3, 1});
+  const TensorView keys(zeros.data(), DType::f32, {1, 1, 1000, 1});
+  EXPECT_EQ(weights(three, keys, {}, top).weights.shape(), (Dims{1, 1, 3, 1000}));
+}
+
+// ATTN_BACKEND may force the reference; anything else it says is a mistake to report, not to
+// ignore (a misspelt "refernce" would silently run the fast kernel).
+TEST(Environment, UnknownBackendIsRefused) {
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "bogus", 1), 0);
+  std::string message = "no error";
+  try {
+    Request::plain().run();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::unsetenv("ATTN_BACKEND");
+  EXPECT_EQ(message, "ATTN_BACKEND: expected 'reference' or unset (or empty), given 'bogus'");
+  ASSERT_EQ(::setenv("ATTN_BACKEND", "", 1), 0);
+  EXPECT_NO_THROW(Request::plain().run());
+  ::unsetenv("ATTN_BACKEND");
 }
 
 }  // namespace

@@ -3,13 +3,18 @@
 // argument errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 
+#include "attn/decode.hpp"
 #include "attn/kv_cache.hpp"
+#include "cache/kv_cache_blocks.hpp"
 #include "support/error_message.hpp"
 
 namespace attn::testing {
@@ -191,23 +196,16 @@ TEST(KVCache, CopiesChangeIndependentlyAndMovesKeepContents) {
   };
 
   KVCache copy(cache);
-  KVCache assigned({.heads_kv = kHeads, .dim = kDim, .dim_v = kDimV});
-  assigned = cache;
   // Tokens ten times larger: int8 requantises the shared tail block's earlier tokens.
   std::vector<Token> loud{random_token(rng)};
   for (float& x : loud[0]) x *= 10.0f;
   append_tokens(copy, seq, loud);
-  append_tokens(assigned, seq, loud);
   expect_prompt(cache);
   EXPECT_EQ(cache.length(seq), 6);
   EXPECT_EQ(copy.length(seq), 7);
-  EXPECT_EQ(assigned.length(seq), 7);
 
   const KVCache moved(std::move(cache));
   expect_prompt(moved);
-  KVCache move_assigned({.heads_kv = kHeads, .dim = kDim, .dim_v = kDimV});
-  move_assigned = KVCache(moved);
-  expect_prompt(move_assigned);
 }
 
 TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
@@ -295,6 +293,164 @@ TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {
   EXPECT_EQ(cache.blocks_in_use(), 3);
   EXPECT_EQ(error_message([&] { cache.fork(99); }).rfind("parent: expected", 0), 0u);
   EXPECT_EQ(error_message([&] { cache.drop(99); }).rfind("seq: expected", 0), 0u);
+}
+
+// The block size heads_kv * page_size * dim * element size is computed with overflow
+// checks: a size that wraps must be an error naming the argument, not a tiny block that
+// appends then write far past.
+TEST(KVCache, ImpossibleBlockSizesThrowNamingTheArgument) {
+  const Index huge = Index{1} << 60;
+  for (const KVCacheConfig& config :
+       {KVCacheConfig{.heads_kv = 1, .dim = 8, .dim_v = 8, .page_size = huge},
+        KVCacheConfig{.heads_kv = huge, .dim = 8, .dim_v = 8, .page_size = 16},
+        KVCacheConfig{.heads_kv = 1, .dim = 8, .dim_v = huge, .page_size = 16},
+        KVCacheConfig{.heads_kv = Index{1} << 20,
+        .dim = Index{1} << 20,
+        .dim_v = 8,
+        .page_size = Index{1} << 20,
+        .dtype = CacheDType::int8}}) {
+    const std::string message = error_message([&] { KVCache cache(config); });
+    EXPECT_EQ(message.rfind("page_size: expected a block of heads_kv * page_size * dim", 0), 0u)
+        << message;
+  }
+}
+
+// A decode reads blocks while other sequences' appends add blocks, so blocks must stay where
+// they are as the pool grows (here 2 MiB blocks: each new one past the first slab's).
+TEST(KVCache, BlocksStayInPlaceAsThePoolGrows) {
+  const Index page = 8192, dim = 64;
+  KVCache cache(
+      {.heads_kv = 1, .dim = dim, .dim_v = dim, .page_size = page, .dtype = CacheDType::f32});
+  const KVCache::SequenceId seq = cache.add_sequence();
+  Tensor k(DType::f32, {1, 1, page, dim});
+  for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = static_cast<float>(i % 1000);
+  cache.append(seq, k.view(), k.view());
+  const std::byte* first_keys = cache::key_block(cache, 0, 0);
+  const std::byte* first_values = cache::value_block(cache, 0, 0);
+  for (int block = 1; block < 12; ++block) cache.append(seq, k.view(), k.view());
+  EXPECT_EQ(cache.blocks_allocated(), 12);
+  EXPECT_EQ(cache::key_block(cache, 0, 0), first_keys);
+  EXPECT_EQ(cache::value_block(cache, 0, 0), first_values);
+  EXPECT_EQ(std::memcmp(first_keys, k.data(), k.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(cache::key_block(cache, 11, 0), k.data(), k.nbytes()), 0);
+}
+
+// Tokens whose numbers say which thread appended them and when, exact in float16.
+std::vector<Token> tagged_tokens(int thread, int step, Index count) {
+  std::vector<Token> tokens(static_cast<std::size_t>(count));
+  for (Index i = 0; i < count; ++i) {
+    Token& t = tokens[static_cast<std::size_t>(i)];
+    t.resize(static_cast<std::size_t>(kHeads * (kDim + kDimV)));
+    for (std::size_t e = 0; e < t.size(); ++e) {
+      t[e] = static_cast<float>(thread * 16 + (step * 7 + static_cast<int>(i + e)) % 16);
+    }
+  }
+  return tokens;
+}
+
+// Threads on different sequences of one cache: four append to their own sequences in
+// small steps (so the pool grows under them, and their first blocks are shared by fork),
+// one decodes a finished sequence again and again, one forks and drops. Every decode must
+// equal the first, and every sequence must hold exactly what its thread appended.
+TEST(KVCache, ThreadsOnDifferentSequencesDoNotInterfere) {
+  constexpr int kSteps = 1000;  // page_size 1: every append takes blocks
+  KVCache cache({.heads_kv = kHeads,
+                 .dim = kDim,
+                 .dim_v = kDimV,
+                 .page_size = 1,
+                 .dtype = CacheDType::f16,
+                 .max_blocks = 0});
+  const KVCache::SequenceId prompt = cache.add_sequence();
+  const std::vector<Token> prompt_tokens = tagged_tokens(7, 0, 40);
+  append_tokens(cache, prompt, prompt_tokens);
+  const KVCache::SequenceId reader = cache.fork(prompt);
+  std::vector<KVCache::SequenceId> writers;
+  for (int w = 0; w < 4; ++w) writers.push_back(cache.fork(prompt));
+  Tensor q(DType::f32, {1, kHeads, 1, kDim});
+  for (Index i = 0; i < q.numel(); ++i) q.data_as<float>()[i] = 0.25f * static_cast<float>(i % 5);
+  const Decoded first = decode(q.view(), cache, {reader});
+
+  std::atomic<int> writers_left{4};
+  std::atomic<bool> decodes_differ{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int step = 0; step < kSteps; ++step) {
+        append_tokens(cache, writers[static_cast<std::size_t>(w)],
+                      tagged_tokens(w, step, 1 + step % 4));
+      }
+      --writers_left;
+    });
+  }
+  threads.emplace_back([&] {
+    while (writers_left > 0) {
+      const Decoded again = decode(q.view(), cache, {reader});
+      if (std::memcmp(again.context.data(), first.context.data(), first.context.nbytes()) != 0) {
+        decodes_differ = true;
+      }
+    }
+  });
+  threads.emplace_back([&] {
+    while (writers_left > 0) cache.drop(cache.fork(prompt));
+  });
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_FALSE(decodes_differ);
+  expect_contents(cache, prompt, prompt_tokens);
+  Model model{{prompt, prompt_tokens}, {reader, prompt_tokens}};
+  for (int w = 0; w < 4; ++w) {
+    std::vector<Token> tokens = prompt_tokens;
+    for (int step = 0; step < kSteps; ++step) {
+      const std::vector<Token> more = tagged_tokens(w, step, 1 + step % 4);
+      tokens.insert(tokens.end(), more.begin(), more.end());
+    }
+    expect_contents(cache, writers[static_cast<std::size_t>(w)], tokens);
+    model[writers[static_cast<std::size_t>(w)]] = tokens;
+  }
+  expect_consistent(cache, model);
+}
+
+// Two threads on one sequence are serialised: concurrent appends each land whole (their
+// tokens in some order, none torn or lost), and decodes of it see a consistent length.
+TEST(KVCache, ThreadsOnOneSequenceAreSerialised) {
+  KVCache cache({.heads_kv = kHeads,
+                 .dim = kDim,
+                 .dim_v = kDimV,
+                 .page_size = 2,
+                 .dtype = CacheDType::f32,
+                 .max_blocks = 0});
+  const KVCache::SequenceId seq = cache.add_sequence();
+  append_tokens(cache, seq, tagged_tokens(0, 0, 1));
+  std::atomic<bool> done{false};
+  std::vector<std::thread> appenders;
+  for (int w = 1; w <= 2; ++w) {
+    appenders.emplace_back([&, w] {
+      for (int step = 0; step < 400; ++step) append_tokens(cache, seq, tagged_tokens(w, step, 3));
+    });
+  }
+  std::thread decoder([&] {
+    Tensor q(DType::f32, {1, kHeads, 1, kDim});
+    while (!done) decode(q.view(), cache, {seq});
+  });
+  for (std::thread& t : appenders) t.join();
+  done = true;
+  decoder.join();
+
+  ASSERT_EQ(cache.length(seq), 1 + 2 * 400 * 3);
+  const Tensor k = cache.keys(seq);
+  std::multiset<std::vector<float>> got, want;
+  for (Index i = 1; i < k.shape()[2]; i += 3) {
+    std::vector<float> run;
+    for (Index r = 0; r < 3; ++r) run.push_back(k.data_as<float>()[(i + r) * kDim]);
+    got.insert(run);
+  }
+  for (int w = 1; w <= 2; ++w)
+    for (int step = 0; step < 400; ++step) {
+      std::vector<float> run;
+      for (const Token& t : tagged_tokens(w, step, 3)) run.push_back(t[0]);
+      want.insert(run);
+    }
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

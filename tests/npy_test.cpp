@@ -235,6 +235,13 @@ TEST(Npy, RejectsEveryKindOfBadFile) {
        "True or False"},
       {"text after the dict", npy_bytes(dict("<f4", "(2,)") + " x", two_floats),
        "after the closing"},
+      // Header text reaches a terminal escaped: no escape sequence restyles it.
+      {"escape sequence in the dtype", npy_bytes(dict("\x1b[2J\x1b]0;x\a", "(2,)"), two_floats),
+       "unsupported dtype '\\x1b[2J\\x1b]0;x\\x07'"},
+      {"escape sequence in a key",
+       npy_bytes("{'descr': '<f4', '\x1b[31m': 1, 'fortran_order': False, 'shape': (2,)}",
+                 two_floats),
+       "unexpected key '\\x1b[31m'"},
   };
   for (const BadFile& c : cases) {
     SCOPED_TRACE(c.name);
@@ -347,6 +354,69 @@ TEST(Npy, StagedFilesAppearOnlyOnCommit) {
   staged.commit();
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.npy"});
   EXPECT_EQ(io::read_npy(dir.file("a.npy")).shape, (Shape{1, 2}));
+}
+
+// Outputs are replaced together: a target that turned into a directory after staging stops
+// commit_all before the first rename, so the earlier output keeps its old contents.
+TEST(Npy, CommitAllReplacesEveryFileOrNone) {
+  const TempDir dir;
+  const std::vector<float> values = {1, 2};
+  const TensorView view(values.data(), DType::f32, {1, 1, 1, 2});
+  dir.write("a.npy", "OLD");
+  std::vector<io::StagedFile> staged;
+  staged.push_back(io::stage_npy(dir.file("a.npy"), view, {2}));
+  staged.push_back(io::stage_npy(dir.file("b.npy"), view, {2}));
+  std::filesystem::create_directory(dir.file("b.npy"));
+  EXPECT_THROW(io::commit_all(staged), Error);
+  staged.clear();
+  EXPECT_EQ(dir.read("a.npy"), "OLD");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"a.npy", "b.npy"}));
+
+  staged.push_back(io::stage_npy(dir.file("a.npy"), view, {2}));
+  staged.push_back(io::stage_npy(dir.file("c.npy"), view, {1, 2}));
+  io::commit_all(staged);
+  EXPECT_EQ(io::read_npy(dir.file("a.npy")).shape, (Shape{2}));
+  EXPECT_EQ(io::read_npy(dir.file("c.npy")).shape, (Shape{1, 2}));
+}
+
+// Only regular files are replaced: a FIFO or a symlink to a device is refused and left as it
+// is; a symlink to a regular file stays a link, and the file it names gets the data.
+TEST(Npy, WritesOnlyOverRegularFiles) {
+  const TempDir dir;
+  const std::vector<float> values = {1, 2};
+  const TensorView view(values.data(), DType::f32, {1, 1, 1, 2});
+  ASSERT_EQ(::mkfifo(dir.file("fifo.npy").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/null", dir.file("null.npy"));
+  std::filesystem::create_directory(dir.file("sub"));
+  dir.write("sub/real.npy", "OLD");
+  std::filesystem::create_symlink("sub/real.npy", dir.file("link.npy"));
+  std::filesystem::create_symlink("sub/missing.npy", dir.file("dangling.npy"));
+
+  const auto message = [&](const std::string& name) {
+    try {
+      io::write_npy(dir.file(name), view, {2});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("fifo.npy")
+                .find("fifo.npy: expected a regular file or a new path, given a "
+                      "FIFO"),
+            std::string::npos);
+  EXPECT_NE(message("null.npy").find("given a character device"), std::string::npos);
+  EXPECT_NE(message("dangling.npy").find("a symlink to a missing file"), std::string::npos);
+  EXPECT_NE(message("sub").find("given a directory"), std::string::npos);
+  EXPECT_THROW(io::check_output_path(dir.file("fifo.npy")), Error);
+  EXPECT_TRUE(std::filesystem::is_fifo(dir.file("fifo.npy")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("null.npy")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("dangling.npy")));
+
+  io::write_npy(dir.file("link.npy"), view, {2});
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link.npy")));
+  EXPECT_EQ(io::read_npy(dir.file("sub/real.npy")).shape, (Shape{2}));
+  EXPECT_EQ(dir.entries(),
+            (std::vector<std::string>{"dangling.npy", "fifo.npy", "link.npy", "null.npy", "sub"}));
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "attn/error.hpp"
@@ -26,6 +28,26 @@ inline void check_index(const char* option, Index value, Index count) {
     throw Error(std::string(option) + ": expected 0 .. " + std::to_string(count - 1) + ", given " +
                 std::to_string(value));
   }
+}
+
+// A check that an integer option is from `low` to `high` (none: no upper bound), saying so
+// in its message: CLI11's NonNegativeNumber prints its bound as 1.79769e+308.
+inline CLI::Validator integer_in(Index low, Index high = std::numeric_limits<Index>::max()) {
+  const std::string expected =
+      high == std::numeric_limits<Index>::max()
+          ? "an integer >= " + std::to_string(low)
+          : "an integer from " + std::to_string(low) + " to " + std::to_string(high);
+  return CLI::Validator(
+      [low, high, expected](const std::string& text) {
+        Index value = 0;
+        const char* end = text.data() + text.size();
+        const auto parsed = std::from_chars(text.data(), end, value);
+        if (parsed.ec == std::errc() && parsed.ptr == end && value >= low && value <= high) {
+          return std::string();
+        }
+        return "expected " + expected + ", given '" + text + "'";
+      },
+      "");
 }
 
 }  // namespace attn::tools

@@ -1,11 +1,13 @@
 #include "compute_options.hpp"
 
+#include "command.hpp"
+
 namespace attn::tools {
 
 void add_compute_options(CLI::App& app, ComputeOptions& options, const std::string& scope) {
   app.add_option("--threads", options.threads,
-                 scope + "Worker threads; 0: $ATTN_NUM_THREADS, else all cores")
-      ->check(CLI::NonNegativeNumber)
+                 scope + "Worker threads, at most 4096; 0: $ATTN_NUM_THREADS, else all cores")
+      ->check(integer_in(0, 4096))
       ->type_name("N");
   app.add_option("--backend", options.backend,
                  scope +

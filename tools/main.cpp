@@ -1,5 +1,6 @@
 // The attn command. Exit status: 0 on success, 2 on bad input or options (one line on
-// stderr, nothing written), 1 on an internal failure.
+// stderr, nothing written), 1 on an internal failure, 128 + the signal number on SIGINT or
+// SIGTERM (unfinished files removed).
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "attn/attn.hpp"
 #include "command.hpp"
+#include "io/staged_file.hpp"
 
 namespace {
 
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     }
     return report("error", std::string(e.what()) + " (see --help)", kBadInput);
   }
+  attn::io::remove_staged_files_on_signals();
   try {
     for (const attn::tools::Command& command : commands) {
       if (command.app->parsed()) command.run();

@@ -1,7 +1,8 @@
 // `attn run`: attention on .npy files. Everything is read and checked, then computed, then
 // written: outputs are staged under temporary names and renamed into place only after
-// every one of them was written, so a failure leaves no output file at all. On a terminal,
-// a job that takes more than a second shows a progress bar on stderr.
+// every one of them was written and every target was checked, so a failure leaves every
+// output path as it was. On a terminal, a job that takes more than a second shows a
+// progress bar on stderr.
 #include <charconv>
 #include <filesystem>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "attn/attn.hpp"
 #include "command.hpp"
 #include "compute_options.hpp"
+#include "core/memory.hpp"
 #include "forward_in_pieces.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
@@ -51,14 +53,16 @@ std::optional<Window> parse_window(const std::string& text) {
   return window;
 }
 
-// Two outputs at one path would silently keep only the last.
-void check_distinct_outputs(const RunArgs& args) {
+// Two outputs at one path would silently keep only the last; an output that is a directory
+// or a device is refused before any work.
+void check_outputs(const RunArgs& args) {
   const std::vector<std::pair<const char*, const std::string*>> outputs = {
       {"--out", &args.out},
       {"--weights", &args.weights},
       {"--lse", &args.lse},
       {"--viz", &args.viz}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].second->empty()) io::check_output_path(*outputs[i].second);
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       const std::string& a = *outputs[i].second;
       const std::string& b = *outputs[j].second;
@@ -109,7 +113,7 @@ io::StagedFile stage(const std::string& path, const Output& output) {
 }
 
 void run(const RunArgs& args) {
-  check_distinct_outputs(args);
+  check_outputs(args);
   if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
   const Layout layout = parse_layout(args.layout);
   const Input q = read_input(args.query, layout);
@@ -146,8 +150,15 @@ void run(const RunArgs& args) {
     lse = make_output(stats_dtype, Layout::bhsd, {1, batch, heads, len_q}, rank > 0 ? rank - 1 : 0);
     outputs.lse = MutableTensorView(lse->storage.data(), stats_dtype, {batch, heads, len_q, 1});
   }
-  // --viz draws from the weights, so they are computed even when not saved.
+  // --viz draws from the weights, so they are computed even when not saved; the matrix of
+  // a long sequence is easily more than the machine holds.
   if (!args.weights.empty() || !args.viz.empty()) {
+    const Dims dims{batch, heads, len_q, len_k};
+    core::check_memory(std::string(args.weights.empty() ? "--viz" : "--weights") +
+                           ": the weights " + format_dims(dims) + " of " + dtype_name(stats_dtype),
+                       core::bytes_of(dims, dtype_size(stats_dtype)),
+                       "leave out --weights and --viz, or compute chosen rows or the top_k "
+                       "largest of each row with attn.weights in Python");
     weights = make_output(stats_dtype, Layout::bhsd, {batch, heads, len_q, len_k}, rank);
     outputs.weights = weights->view;
   }
@@ -171,7 +182,7 @@ void run(const RunArgs& args) {
   if (lse) staged.push_back(stage(args.lse, *lse));
   if (!args.weights.empty()) staged.push_back(stage(args.weights, *weights));
   if (!args.viz.empty()) staged.push_back(viz::stage(weights->view, args.viz, picture, "--viz"));
-  for (io::StagedFile& file : staged) file.commit();
+  io::commit_all(staged);
 }
 
 }  // namespace
@@ -184,7 +195,10 @@ Command add_run_command(CLI::App& parent) {
       ".npy files of float16, float32 or float64; 2-D [L, D] and 3-D [H, L, D] files have "
       "leading dims of 1. The context has the query's dtype and rank; lse and weights are "
       "float32 (float64 for a float64 query). Outputs appear only once all of them are "
-      "computed and written; on bad input attn prints one line and exits with status 2.");
+      "computed and written; an output path that exists must be a regular file (a symlink to one "
+      "is followed; devices and directories are refused). On bad input attn prints one line "
+      "and exits with status 2; on SIGINT or SIGTERM it removes its unfinished files and exits "
+      "with 128 + the signal number.");
   app->option_defaults()->always_capture_default();
 
   app->add_option("--query", args->query, "Q: [B, Hq, Lq, D] (in --layout order)")
@@ -252,7 +266,7 @@ Command add_run_command(CLI::App& parent) {
                   "head (.html) of batch entry 0 [default: not drawn]")
       ->type_name("FILE");
   app->add_option("--viz-head", args->viz_head, "Head of the --viz heatmap")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0))
       ->type_name("H");
   app->add_option("--viz-tokens", args->viz_tokens,
                   "Labels for --viz: UTF-8 text, one token per line (Lq or Lk of them) "

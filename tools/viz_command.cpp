@@ -107,10 +107,10 @@ Command add_viz_command(CLI::App& parent) {
                   "(both for self-attention); with --blend, Lk label the inputs [default: indices]")
       ->type_name("TOKENS.txt");
   app->add_option("--head", args->head, "Head of the heatmap (the page shows all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0))
       ->type_name("H");
   app->add_option("--batch", args->batch, "Batch entry to draw")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0))
       ->type_name("B");
   app->add_option("--downsample", args->downsample,
                   "How a block of weights becomes one cell in large matrices: max keeps peaks "
@@ -119,7 +119,7 @@ Command add_viz_command(CLI::App& parent) {
       ->type_name("max|mean");
   app->add_option("--max-cells", args->max_cells,
                   "Cells per side at most; 0: 512 for heatmaps, 128 per head for the page")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0))
       ->type_name("N");
   app->add_option("--title", args->title, "Title [default: names the batch entry and head]");
   CLI::Option* blend =

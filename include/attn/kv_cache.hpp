@@ -7,10 +7,12 @@
 // write into a shared block.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -40,17 +42,27 @@ namespace cache {
 struct BlockAccess;
 }
 
+// Threads: operations on different sequences of one cache may run at once from any number
+// of threads (add_sequence, fork, append, drop, keys, values, decode, and the queries
+// below); appends to different sequences and decodes run in parallel, and a decode holds
+// no lock on the cache as a whole while it computes, only read locks on its own sequences.
+// Operations on the same sequence from several threads are serialised: an append or drop
+// waits for running decodes (and reads) of that sequence, and they wait for it. A fork
+// reads its parent like a decode. The copy constructor, the move constructor and
+// destruction must not overlap other operations on the cache they read.
 class KVCache {
+  struct Sequence;
+
  public:
   using SequenceId = std::int64_t;
 
-  // Throws attn::Error naming the field when a size is not positive.
+  // Throws attn::Error naming the field when a size is not positive or a block would not
+  // fit in memory (heads_kv * page_size * dim * element size bytes).
   explicit KVCache(const KVCacheConfig& config);
-  // A copy holds copies of the blocks: the two caches change independently.
   KVCache(const KVCache& other);
-  KVCache& operator=(const KVCache& other);
   KVCache(KVCache&& other) noexcept;
-  KVCache& operator=(KVCache&& other) noexcept;
+  KVCache& operator=(const KVCache&) = delete;
+  KVCache& operator=(KVCache&&) = delete;
   ~KVCache();
 
   const KVCacheConfig& config() const { return config_; }
@@ -65,16 +77,16 @@ class KVCache {
   // Forgets the sequence; blocks no other sequence holds return to the free list.
   void drop(SequenceId seq);
 
-  bool contains(SequenceId seq) const { return sequences_.count(seq) != 0; }
+  bool contains(SequenceId seq) const;
   Index length(SequenceId seq) const;
   std::vector<SequenceId> sequence_ids() const;
   // The sequence's blocks in token order: token t lives in block table[t / page_size] at
   // slot t % page_size.
-  const std::vector<std::int32_t>& block_table(SequenceId seq) const;
+  std::vector<std::int32_t> block_table(SequenceId seq) const;
 
-  Index blocks_allocated() const { return static_cast<Index>(ref_counts_.size()); }
-  Index blocks_free() const { return static_cast<Index>(free_blocks_.size()); }
-  Index blocks_in_use() const { return blocks_allocated() - blocks_free(); }
+  Index blocks_allocated() const;
+  Index blocks_free() const;
+  Index blocks_in_use() const;
   // How many sequences hold the block (0: on the free list).
   std::int32_t ref_count(std::int32_t block) const;
 
@@ -83,28 +95,78 @@ class KVCache {
   Tensor keys(SequenceId seq) const;
   Tensor values(SequenceId seq) const;
 
- private:
-  struct Sequence {
-    std::vector<std::int32_t> blocks;
-    Index length = 0;
+  // Sequences held still for a kernel: while a Reading lives, the lengths and block tables
+  // of its sequences stay as they are and no one writes their blocks (appends to and drops
+  // of them wait); other sequences go on. Do not append to or drop a held sequence from
+  // the thread holding the Reading (it would wait for itself).
+  class Reading {
+   public:
+    Reading(Reading&&) noexcept;
+    Reading& operator=(Reading&&) noexcept;
+    ~Reading();
+    // Of ids[i] as given to read().
+    Index length(std::size_t i) const;
+    const std::vector<std::int32_t>& block_table(std::size_t i) const;
+
+   private:
+    friend class KVCache;
+    Reading() = default;
+    std::vector<std::shared_ptr<Sequence>> sequences_;  // one per id, in the given order
+    std::vector<std::shared_ptr<Sequence>> locked_;     // each distinct one, by id
   };
+  // Throws attn::Error naming `argument` and the index for an id not in the cache.
+  Reading read(const std::vector<SequenceId>& ids, const char* argument) const;
 
-  // The bytes of the blocks and their int8 scales (src/cache/kv_cache_blocks.hpp).
-  struct Blocks;
+ private:
+  // Raw block access for the decode kernel, through cache::BlockAccess
+  // (src/cache/kv_cache_blocks.hpp).
   friend struct cache::BlockAccess;
+  std::size_t element_size() const;
+  const std::byte* key_block(std::int32_t block, Index head) const;
+  const std::byte* value_block(std::int32_t block, Index head) const;
+  float key_scale(std::int32_t block, Index head) const;
+  float value_scale(std::int32_t block, Index head) const;
 
-  const Sequence& sequence(SequenceId seq, const char* argument) const;
+  struct HugePageFree {
+    void operator()(std::byte* p) const;
+  };
+  // Blocks live in slabs that are allocated once and never move, so a decode reads its
+  // blocks while appends to other sequences allocate new ones. Slab s holds 2^s times as
+  // many blocks as slab 0 (a power of two of them, about 2 MiB), so 32 slabs cover every
+  // int32 block index and finding a block's slab is a shift and a bit count.
+  struct Slab {
+    std::unique_ptr<std::byte, HugePageFree> keys, values;
+    std::unique_ptr<float[]> key_scales, value_scales;  // [block][head], int8 only
+    Index capacity = 0;                                 // blocks allocated in this slab
+  };
+  static constexpr int kSlabs = 32;
+  struct Place {
+    int slab;
+    Index index;  // within the slab
+  };
+  Place place(std::int32_t block) const;
+
+  std::shared_ptr<Sequence> find(SequenceId seq, const char* argument) const;
   std::int32_t take_block();
   void release_block(std::int32_t block);
+  void copy_block(std::int32_t from, std::int32_t to);
+  std::byte* block_data(std::int32_t block, Index head, bool values) const;
+  float& scale_of(std::int32_t block, Index head, bool values) const;
   void write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                   Index first, Index count);
   Tensor dequantise(SequenceId seq, bool values) const;
 
   KVCacheConfig config_;
-  std::unique_ptr<Blocks> blocks_;
+  std::size_t key_block_bytes_ = 0, value_block_bytes_ = 0;
+  int slab_shift_ = 0;  // slab 0 holds 2^slab_shift_ blocks
+  // mutex_ guards the sequence map, next_id_, the reference counts, the free list and the
+  // allocation of slabs; each sequence's own lock guards its length, its table and the
+  // contents of the blocks only it holds. Lock order: a sequence's lock, then mutex_.
+  mutable std::shared_mutex mutex_;
+  std::array<Slab, kSlabs> slabs_;
   std::vector<std::int32_t> ref_counts_;
   std::vector<std::int32_t> free_blocks_;
-  std::map<SequenceId, Sequence> sequences_;
+  std::map<SequenceId, std::shared_ptr<Sequence>> sequences_;
   SequenceId next_id_ = 0;
 };
 

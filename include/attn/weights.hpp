@@ -18,7 +18,8 @@ struct WeightSelection {
   std::vector<Index> heads;  // query heads, each in [0, Hq)
   std::vector<Index> rows;   // query rows, each in [0, Lq) (packed varlen: [0, total_q))
   // Absent: every key. k >= 1: the k largest weights of each row, largest first, ties
-  // broken by the lower key index; k may exceed Lk (the rest is padding, see below).
+  // broken by the lower key index; a k above Lk is taken as Lk (more columns would be
+  // padding only).
   std::optional<Index> top_k;
 };
 
@@ -37,7 +38,8 @@ struct WeightsResult {
 // that no value tensor is needed. Backend::automatic runs the fast kernel for f16, bf16
 // and f32 inputs and the float64 reference for f64 ones. The weights are
 // exp(s_ij - lse_i) from the kernel's own scores and log-sum-exp, as forward computes them.
-// Throws attn::Error naming the argument on bad input, e.g. "selection.heads".
+// Throws attn::Error naming the argument on bad input, e.g. "selection.heads", and
+// attn::OutOfMemory, before allocating, when the result would not fit in memory.
 WeightsResult weights(const TensorView& q, const TensorView& k, const Options& options = {},
                       const WeightSelection& selection = {});
 

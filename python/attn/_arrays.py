@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from ._errors import ArgumentTypeError, Error
+from ._attn import check_memory as _check_memory
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _PLAIN_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -166,6 +167,16 @@ def zeros(like, new_shape, dtype_of):
     return out
 
 
+def check_memory(what, shape, itemsize, instead):
+    """MemoryError saying what to do instead when an array of shape and itemsize would not
+    fit in the memory available: NumPy allocates lazily, so a matrix too large would get
+    the process killed while being filled instead of raising."""
+    nbytes = itemsize
+    for extent in shape:
+        nbytes *= extent
+    _check_memory(what, min(nbytes, 2**64 - 1), instead)
+
+
 def stats_dtype(x):
     """The dtype of lse and weights: float64 for float64 inputs, else float32."""
     return "float64" if dtype_name(x) == "float64" else "float32"
@@ -236,11 +247,20 @@ def number(value, name, *, allow_none=False):
     return result
 
 
-def integer(value, name, expected):
-    """An int argument (Python or NumPy integer), with a TypeError naming it otherwise."""
+INDEX_MIN, INDEX_MAX = -(2**63), 2**63 - 1  # what the extension's 64-bit ints hold
+INT_MAX = 2**31 - 1
+
+
+def integer(value, name, expected, low=INDEX_MIN, high=INDEX_MAX):
+    """An int argument (Python or NumPy integer) from low to high (by default the range of
+    the extension's 64-bit ints), with a TypeError naming it when it is not an int and a
+    ValueError when it is out of range (instead of nanobind's list of signatures)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ArgumentTypeError(f"{name}: expected {expected}, given {value!r}")
-    return int(value)
+    value = int(value)
+    if not low <= value <= high:
+        raise Error(f"{name}: expected {expected} from {low} to {high}, given {value}")
+    return value
 
 
 def flag(value, name):

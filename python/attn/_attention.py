@@ -92,7 +92,7 @@ def _threads(threads, like=None):
     default: ATTN_NUM_THREADS or every core)."""
     if threads is None:
         return _arrays._torch().get_num_threads() if _arrays.is_torch(like) else 0
-    threads = _arrays.integer(threads, "threads", "None or a positive int")
+    threads = _arrays.integer(threads, "threads", "None or a positive int", high=_arrays.INT_MAX)
     if threads < 1:
         raise Error(f"threads: expected None or a positive int, given {threads}")
     return threads
@@ -184,6 +184,10 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
         lse4 = _arrays.reshape(lse, (batch, heads, len_q, 1))
         results.append(lse)
     if return_weights:
+        _arrays.check_memory(
+            f"return_weights: the weights {[batch, heads, len_q, len_k]}", (batch, heads, len_q, len_k),
+            np.dtype(_arrays.stats_dtype(q)).itemsize,
+            "leave out return_weights, or use attn.weights with heads=, rows= or top_k")
         weights = _arrays.empty(q, (batch, heads, len_q, len_k)[4 - rank :], _arrays.stats_dtype(q))
         weights4 = _arrays.reshape(weights, (batch, heads, len_q, len_k))
         results.append(weights)

@@ -125,8 +125,15 @@ class KVCache:
         and values exactly (float64 ones are rounded to float32); "float16", "bfloat16"
         and "int8" (per block and head scales, dequantised on the fly) trade precision for
         memory, by the caller's choice only.
-    max_blocks: 0 lets the pool grow; else appends past it raise ValueError.
-    Not thread-safe: do not append from one thread while another decodes.
+    max_blocks: 0 lets the pool grow; else appends past it raise ValueError. Sizes whose
+        block (heads_kv * page_size * dim * element size) could not fit in memory raise
+        ValueError naming page_size.
+
+    Threads: operations on different sequences may run from several threads at once;
+    append and decode release the GIL, so appends to different sequences and decodes run
+    in parallel. Operations on the same sequence from several threads are serialised (an
+    append or drop waits for the decodes of that sequence that are running, and they wait
+    for it), never interleaved.
     """
 
     def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float32", max_blocks=0):
@@ -182,7 +189,8 @@ class KVCache:
 
     def ref_count(self, block):
         """How many sequences hold the block (0: free)."""
-        return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)"))
+        return self._cache.ref_count(_arrays.integer(block, "block", "a block index (int)",
+                                                      low=-_arrays.INT_MAX - 1, high=_arrays.INT_MAX))
 
     def _out(self, array):
         return _arrays._torch().from_numpy(array) if self._torch_out else array

@@ -43,8 +43,11 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
         rows: query rows (packed sequences: rows of the packed q), in the order given.
         top_k: an int >= 1: the k largest weights of each row, largest first, ties broken
             by the lower key index, and their key indices (packed: into the packed k). A
-            row that sees fewer than k keys is padded with index -1 and weight 0. The
-            whole Lq x Lk matrix is never held.
+            row that sees fewer than k keys is padded with index -1 and weight 0; a k
+            above Lk is taken as Lk. The whole Lq x Lk matrix is never held.
+
+    A result that would not fit in the memory available raises MemoryError before
+    anything is computed, saying how large it would be.
 
     Rows of a full selection sum to 1 less the sinks' share; a row that sees no key is all
     zeros. Bad input raises ValueError or TypeError naming the argument.
@@ -63,8 +66,14 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
     len_k = _arrays.shape(k4)[2]
     head_list = _chosen(heads, "heads", heads_q, "query heads")
     row_list = _chosen(rows, "rows", len_q, "query rows")
+    if top_k is not None:
+        top_k = min(top_k, max(len_k, 1))  # more columns would hold only padding
     shape4 = (batch, len(head_list) or heads_q, len(row_list) or len_q,
               len_k if top_k is None else top_k)
+    _arrays.check_memory(
+        f"weights {list(shape4)}", shape4,
+        np.dtype(_arrays.stats_dtype(q)).itemsize + (0 if top_k is None else 8),
+        "select heads= or rows=, or ask for top_k (the largest weights of each row)")
     user_shape = shape4[4 - rank :]
     out = _arrays.empty(q, user_shape, _arrays.stats_dtype(q))
     indices = None if top_k is None else _arrays.empty(q, user_shape, "int64")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "core/memory.hpp"
 #include "generation.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
@@ -195,7 +196,8 @@ NB_MODULE(_attn, m) {
   m.attr("version") = attn::version;
 
   // attn.Error is a ValueError (bad input) and a RuntimeError, which is what PyTorch raises
-  // for the same mistakes, so code written for either catches it.
+  // for the same mistakes, so code written for either catches it. A result that cannot fit
+  // in memory is a MemoryError.
   PyObject* error_type = PyErr_NewExceptionWithDoc(
       "attn.Error", "Bad input to attn: a ValueError and a RuntimeError.",
       nb::make_tuple(nb::handle(PyExc_ValueError), nb::handle(PyExc_RuntimeError)).ptr(), nullptr);
@@ -204,6 +206,8 @@ NB_MODULE(_attn, m) {
       [](const std::exception_ptr& error, void* type) {
         try {
           std::rethrow_exception(error);
+        } catch (const attn::OutOfMemory& e) {
+          PyErr_SetString(PyExc_MemoryError, e.what());
         } catch (const attn::Error& e) {
           PyErr_SetString(static_cast<PyObject*>(type), e.what());
         }
@@ -232,6 +236,8 @@ NB_MODULE(_attn, m) {
   m.def("draw_blend", &draw_blend, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "tokens"_a,
         "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,
         "Query row's context as a blend of the values, in the format of path's extension.");
+  m.def("check_memory", &attn::core::check_memory, "what"_a, "bytes"_a, "instead"_a,
+        "Raises MemoryError saying what to do instead when bytes exceed the memory available.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
   bind_generation(m);

@@ -8,6 +8,7 @@
 
 namespace attn::api {
 
+// Throws attn::Error when ATTN_BACKEND is set to anything but "reference" or "".
 Backend resolve_backend(Backend requested);
 
 // Whether the fast kernel serves a request that it lacks support for as `missing` says

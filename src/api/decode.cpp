@@ -13,9 +13,10 @@ namespace {
 
 using core::fail;
 
+// reading: the sequences of seq_ids, held still until the kernel is done with them.
 cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
                                 const std::vector<KVCache::SequenceId>& seq_ids,
-                                const Options& options) {
+                                const KVCache::Reading& reading, const Options& options) {
   const KVCacheConfig& config = cache.config();
   const auto sequences = static_cast<Index>(seq_ids.size());
   core::check_float_dtype("q", q.dtype);
@@ -46,18 +47,14 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   p.q = q;
   p.cache = &cache;
   for (std::size_t s = 0; s < seq_ids.size(); ++s) {
-    if (!cache.contains(seq_ids[s])) {
-      fail("seq_ids", "ids of sequences in the cache",
-           std::to_string(seq_ids[s]) + " at index " + std::to_string(s));
-    }
-    const Index length = cache.length(seq_ids[s]);
+    const Index length = reading.length(s);
     if (length < q.shape[2]) {
       fail("seq_ids",
            "sequences holding at least n_q = " + std::to_string(q.shape[2]) +
                " tokens (append the new keys and values before decoding)",
            "sequence " + std::to_string(seq_ids[s]) + " of " + std::to_string(length));
     }
-    p.tables.push_back(&cache.block_table(seq_ids[s]));
+    p.tables.push_back(&reading.block_table(s));
     p.lengths.push_back(length);
   }
   p.heads_q = q.shape[1];
@@ -84,7 +81,8 @@ State run(const cpu::DecodeProblem& p) {
 
 Decoded decode(const TensorView& q, const KVCache& cache,
                const std::vector<KVCache::SequenceId>& seq_ids, const Options& options) {
-  const State state = run(make_problem(q, cache, seq_ids, options));
+  const KVCache::Reading reading = cache.read(seq_ids, "seq_ids");
+  const State state = run(make_problem(q, cache, seq_ids, reading, options));
   Finalized result = finalize(state, options.sinks);
   return {std::move(result.context), std::move(result.lse)};
 }
@@ -95,7 +93,8 @@ State decode_state(const TensorView& q, const KVCache& cache,
     fail("sinks", "none in decode_state (a state excludes sinks; pass them to finalize)",
          std::to_string(options.sinks.size()) + " values");
   }
-  return run(make_problem(q, cache, seq_ids, options));
+  const KVCache::Reading reading = cache.read(seq_ids, "seq_ids");
+  return run(make_problem(q, cache, seq_ids, reading, options));
 }
 
 }  // namespace attn

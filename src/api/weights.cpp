@@ -2,10 +2,14 @@
 // fast weights pass or the reference.
 #include "attn/weights.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
 #include <string>
 
 #include "api/backend.hpp"
 #include "core/argument_checks.hpp"
+#include "core/memory.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/forward.hpp"
@@ -46,10 +50,13 @@ Request make_request(const TensorView& q, const TensorView& k, const Options& op
     fail("selection.top_k", "a count of at least 1 (or none for every key)",
          std::to_string(*selection.top_k));
   }
-  r.request.top_k = selection.top_k;
+  // Columns past Lk would hold only padding: a larger top_k is capped, not allocated.
+  if (selection.top_k) {
+    r.request.top_k = std::min(*selection.top_k, std::max<Index>(r.problem.total_k, 1));
+  }
   r.shape = {r.problem.batch, static_cast<Index>(r.request.heads.size()),
              static_cast<Index>(r.request.rows.size()),
-             selection.top_k ? *selection.top_k : r.problem.total_k};
+             r.request.top_k ? *r.request.top_k : r.problem.total_k};
   return r;
 }
 
@@ -88,6 +95,11 @@ void weights_into(const TensorView& q, const TensorView& k, const Options& optio
 WeightsResult weights(const TensorView& q, const TensorView& k, const Options& options,
                       const WeightSelection& selection) {
   Request r = make_request(q, k, options, selection);
+  // The full matrix of a long sequence is easily more than the machine holds.
+  const std::uint64_t bytes =
+      core::bytes_of(r.shape, (q.dtype == DType::f64 ? 8 : 4) + (r.request.top_k ? 8 : 0));
+  core::check_memory("weights " + format_dims(r.shape), bytes,
+                     "select heads or rows, or ask for the top_k largest of each row");
   WeightsResult result;
   result.weights = Tensor(q.dtype == DType::f64 ? DType::f64 : DType::f32, r.shape);
   r.request.weights = result.weights.mutable_view();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <new>
 
 #if defined(__linux__)
@@ -12,6 +13,7 @@ namespace attn::cache {
 
 void* allocate_huge_pages(std::size_t bytes) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  if (bytes > std::numeric_limits<std::size_t>::max() - kHugePage) throw std::bad_alloc();
   const std::size_t rounded =
       (std::max<std::size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
   void* memory = std::aligned_alloc(kHugePage, rounded);

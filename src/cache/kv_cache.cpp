@@ -3,12 +3,16 @@
 #include "attn/kv_cache.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <new>
 #include <string>
 
-#include "cache/kv_cache_blocks.hpp"
+#include "cache/huge_pages.hpp"
 #include "core/argument_checks.hpp"
 #include "core/rows.hpp"
 
@@ -44,38 +48,8 @@ void check_rows(const char* name, const TensorView& t, Index heads, Index dim, I
 
 }  // namespace
 
-KVCache::Blocks::Blocks(const KVCacheConfig& config)
-    : heads_kv(config.heads_kv),
-      page_size(config.page_size),
-      dim(config.dim),
-      dim_v(config.dim_v),
-      int8(config.dtype == CacheDType::int8),
-      element_size(int8 ? 1 : dtype_size(storage_dtype(config.dtype))),
-      key_block_bytes(static_cast<std::size_t>(heads_kv * page_size * dim) * element_size),
-      value_block_bytes(static_cast<std::size_t>(heads_kv * page_size * dim_v) * element_size) {}
-
-void KVCache::Blocks::add() {
-  key_pool.resize(key_pool.size() + key_block_bytes);
-  value_pool.resize(value_pool.size() + value_block_bytes);
-  if (int8) {
-    key_scales.resize(key_scales.size() + static_cast<std::size_t>(heads_kv));
-    value_scales.resize(value_scales.size() + static_cast<std::size_t>(heads_kv));
-  }
-}
-
-void KVCache::Blocks::copy(std::int32_t from, std::int32_t to) {
-  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to);
-  std::memcpy(key_pool.data() + t * key_block_bytes, key_pool.data() + f * key_block_bytes,
-              key_block_bytes);
-  std::memcpy(value_pool.data() + t * value_block_bytes, value_pool.data() + f * value_block_bytes,
-              value_block_bytes);
-  if (int8) {
-    const auto heads = static_cast<std::size_t>(heads_kv);
-    std::copy_n(key_scales.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
-                key_scales.begin() + static_cast<std::ptrdiff_t>(t * heads));
-    std::copy_n(value_scales.begin() + static_cast<std::ptrdiff_t>(f * heads), heads,
-                value_scales.begin() + static_cast<std::ptrdiff_t>(t * heads));
-  }
+void KVCache::HugePageFree::operator()(std::byte* p) const {
+  cache::free_huge_pages(p);
 }
 
 const char* cache_dtype_name(CacheDType dtype) {
@@ -92,6 +66,35 @@ const char* cache_dtype_name(CacheDType dtype) {
   return "unknown";
 }
 
+struct KVCache::Sequence {
+  std::shared_mutex mutex;  // guards everything below and the blocks only this one holds
+  std::vector<std::int32_t> blocks;
+  Index length = 0;
+  bool dropped = false;  // set by drop(), for operations that found it just before
+};
+
+namespace {
+
+// A block's bytes: heads_kv * page_size * dim * element size, refused past 2^48 (256 TiB,
+// more than any machine holds) so that no later product of block counts and sizes wraps.
+std::size_t block_bytes(const KVCacheConfig& config, Index dim, const char* dim_name,
+                        std::size_t element) {
+  constexpr Index kMaxBlockBytes = Index{1} << 48;
+  Index bytes = static_cast<Index>(element);
+  for (const Index factor : {config.heads_kv, config.page_size, dim}) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes) || bytes > kMaxBlockBytes) {
+      fail("page_size",
+           std::string("a block of heads_kv * page_size * ") + dim_name + " * " +
+               std::to_string(element) + " bytes below 2^48",
+           "heads_kv " + std::to_string(config.heads_kv) + ", page_size " +
+               std::to_string(config.page_size) + ", " + dim_name + " " + std::to_string(dim));
+    }
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+}  // namespace
+
 KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
   const auto positive = [](const char* name, Index value) {
     if (value < 1) fail(name, "a positive count", std::to_string(value));
@@ -104,27 +107,66 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
-  blocks_ = std::make_unique<Blocks>(config);
+  key_block_bytes_ = block_bytes(config, config.dim, "dim", element_size());
+  value_block_bytes_ = block_bytes(config, config.dim_v, "dim_v", element_size());
+  constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
+  const std::size_t largest = std::max(key_block_bytes_, value_block_bytes_);
+  while (slab_shift_ < 20 && (largest << (slab_shift_ + 1)) <= kSlabBytes) ++slab_shift_;
 }
 
 KVCache::KVCache(const KVCache& other)
     : config_(other.config_),
-      blocks_(std::make_unique<Blocks>(*other.blocks_)),
+      key_block_bytes_(other.key_block_bytes_),
+      value_block_bytes_(other.value_block_bytes_),
+      slab_shift_(other.slab_shift_),
       ref_counts_(other.ref_counts_),
       free_blocks_(other.free_blocks_),
-      sequences_(other.sequences_),
-      next_id_(other.next_id_) {}
-
-KVCache& KVCache::operator=(const KVCache& other) {
-  if (this != &other) *this = KVCache(other);
-  return *this;
+      next_id_(other.next_id_) {
+  const auto heads = static_cast<std::size_t>(config_.heads_kv);
+  for (int s = 0; s < kSlabs && other.slabs_[s].capacity > 0; ++s) {
+    const Slab& from = other.slabs_[s];
+    Slab& to = slabs_[s];
+    const auto blocks = static_cast<std::size_t>(from.capacity);
+    to.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(blocks * key_block_bytes_)));
+    to.values.reset(
+        static_cast<std::byte*>(cache::allocate_huge_pages(blocks * value_block_bytes_)));
+    std::memcpy(to.keys.get(), from.keys.get(), blocks * key_block_bytes_);
+    std::memcpy(to.values.get(), from.values.get(), blocks * value_block_bytes_);
+    if (from.key_scales) {
+      to.key_scales = std::make_unique<float[]>(blocks * heads);
+      to.value_scales = std::make_unique<float[]>(blocks * heads);
+      std::copy_n(from.key_scales.get(), blocks * heads, to.key_scales.get());
+      std::copy_n(from.value_scales.get(), blocks * heads, to.value_scales.get());
+    }
+    to.capacity = from.capacity;
+  }
+  for (const auto& [id, sequence] : other.sequences_) {
+    auto copy = std::make_shared<Sequence>();
+    copy->blocks = sequence->blocks;
+    copy->length = sequence->length;
+    sequences_.emplace(id, std::move(copy));
+  }
 }
 
-KVCache::KVCache(KVCache&& other) noexcept = default;
-KVCache& KVCache::operator=(KVCache&& other) noexcept = default;
+KVCache::KVCache(KVCache&& other) noexcept
+    : config_(other.config_),
+      key_block_bytes_(other.key_block_bytes_),
+      value_block_bytes_(other.value_block_bytes_),
+      slab_shift_(other.slab_shift_),
+      slabs_(std::move(other.slabs_)),
+      ref_counts_(std::move(other.ref_counts_)),
+      free_blocks_(std::move(other.free_blocks_)),
+      sequences_(std::move(other.sequences_)),
+      next_id_(other.next_id_) {}
+
 KVCache::~KVCache() = default;
 
-const KVCache::Sequence& KVCache::sequence(SequenceId seq, const char* argument) const {
+std::size_t KVCache::element_size() const {
+  return config_.dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(config_.dtype));
+}
+
+std::shared_ptr<KVCache::Sequence> KVCache::find(SequenceId seq, const char* argument) const {
+  const std::shared_lock lock(mutex_);
   const auto found = sequences_.find(seq);
   if (found == sequences_.end()) {
     fail(argument, "the id of a sequence in the cache", std::to_string(seq));
@@ -133,42 +175,133 @@ const KVCache::Sequence& KVCache::sequence(SequenceId seq, const char* argument)
 }
 
 KVCache::SequenceId KVCache::add_sequence() {
-  sequences_.emplace(next_id_, Sequence{});
+  const std::unique_lock lock(mutex_);
+  sequences_.emplace(next_id_, std::make_shared<Sequence>());
   return next_id_++;
 }
 
 KVCache::SequenceId KVCache::fork(SequenceId parent) {
-  Sequence child = sequence(parent, "parent");
-  for (const std::int32_t block : child.blocks) ++ref_counts_[static_cast<std::size_t>(block)];
+  const std::shared_ptr<Sequence> from = find(parent, "parent");
+  const std::shared_lock parent_lock(from->mutex);
+  if (from->dropped) fail("parent", "the id of a sequence in the cache", std::to_string(parent));
+  auto child = std::make_shared<Sequence>();
+  child->blocks = from->blocks;
+  child->length = from->length;
+  const std::unique_lock lock(mutex_);
+  for (const std::int32_t block : child->blocks) ++ref_counts_[static_cast<std::size_t>(block)];
   sequences_.emplace(next_id_, std::move(child));
   return next_id_++;
 }
 
 void KVCache::drop(SequenceId seq) {
-  const Sequence& s = sequence(seq, "seq");
-  for (const std::int32_t block : s.blocks) release_block(block);
+  const std::shared_ptr<Sequence> s = find(seq, "seq");
+  const std::unique_lock sequence_lock(s->mutex);
+  if (s->dropped) fail("seq", "the id of a sequence in the cache", std::to_string(seq));
+  const std::unique_lock lock(mutex_);
+  for (const std::int32_t block : s->blocks) release_block(block);
+  s->blocks.clear();
+  s->length = 0;
+  s->dropped = true;
   sequences_.erase(seq);
 }
 
+bool KVCache::contains(SequenceId seq) const {
+  const std::shared_lock lock(mutex_);
+  return sequences_.count(seq) != 0;
+}
+
 Index KVCache::length(SequenceId seq) const {
-  return sequence(seq, "seq").length;
+  const std::shared_ptr<Sequence> s = find(seq, "seq");
+  const std::shared_lock lock(s->mutex);
+  return s->length;
 }
 
 std::vector<KVCache::SequenceId> KVCache::sequence_ids() const {
+  const std::shared_lock lock(mutex_);
   std::vector<SequenceId> ids;
   for (const auto& entry : sequences_) ids.push_back(entry.first);
   return ids;
 }
 
-const std::vector<std::int32_t>& KVCache::block_table(SequenceId seq) const {
-  return sequence(seq, "seq").blocks;
+std::vector<std::int32_t> KVCache::block_table(SequenceId seq) const {
+  const std::shared_ptr<Sequence> s = find(seq, "seq");
+  const std::shared_lock lock(s->mutex);
+  return s->blocks;
+}
+
+Index KVCache::blocks_allocated() const {
+  const std::shared_lock lock(mutex_);
+  return static_cast<Index>(ref_counts_.size());
+}
+
+Index KVCache::blocks_free() const {
+  const std::shared_lock lock(mutex_);
+  return static_cast<Index>(free_blocks_.size());
+}
+
+Index KVCache::blocks_in_use() const {
+  const std::shared_lock lock(mutex_);
+  return static_cast<Index>(ref_counts_.size() - free_blocks_.size());
 }
 
 std::int32_t KVCache::ref_count(std::int32_t block) const {
-  if (block < 0 || block >= blocks_allocated()) {
-    fail("block", "an index below " + std::to_string(blocks_allocated()), std::to_string(block));
+  const std::shared_lock lock(mutex_);
+  const auto allocated = static_cast<Index>(ref_counts_.size());
+  if (block < 0 || block >= allocated) {
+    fail("block", "an index below " + std::to_string(allocated), std::to_string(block));
   }
   return ref_counts_[static_cast<std::size_t>(block)];
+}
+
+KVCache::Reading::Reading(Reading&&) noexcept = default;
+KVCache::Reading& KVCache::Reading::operator=(Reading&&) noexcept = default;
+
+KVCache::Reading::~Reading() {
+  for (const std::shared_ptr<Sequence>& s : locked_) s->mutex.unlock_shared();
+}
+
+Index KVCache::Reading::length(std::size_t i) const {
+  return sequences_[i]->length;
+}
+
+const std::vector<std::int32_t>& KVCache::Reading::block_table(std::size_t i) const {
+  return sequences_[i]->blocks;
+}
+
+KVCache::Reading KVCache::read(const std::vector<SequenceId>& ids, const char* argument) const {
+  Reading reading;
+  std::map<SequenceId, std::shared_ptr<Sequence>> distinct;
+  {
+    const std::shared_lock lock(mutex_);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto found = sequences_.find(ids[i]);
+      if (found == sequences_.end()) {
+        fail(argument, "ids of sequences in the cache",
+             std::to_string(ids[i]) + " at index " + std::to_string(i));
+      }
+      reading.sequences_.push_back(found->second);
+      distinct.emplace(ids[i], found->second);
+    }
+  }
+  // In id order, so that two readers and an appender never wait for each other in a cycle.
+  for (const auto& [id, sequence] : distinct) {
+    sequence->mutex.lock_shared();
+    reading.locked_.push_back(sequence);
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (reading.sequences_[i]->dropped) {
+      fail(argument, "ids of sequences in the cache",
+           std::to_string(ids[i]) + " at index " + std::to_string(i) + " (dropped)");
+    }
+  }
+  return reading;
+}
+
+KVCache::Place KVCache::place(std::int32_t block) const {
+  const auto scaled = (static_cast<std::uint64_t>(block) >> slab_shift_) + 1;
+  const int slab = std::bit_width(scaled) - 1;
+  const Index first = ((Index{1} << slab) - 1) << slab_shift_;
+  return {slab, block - first};
 }
 
 std::int32_t KVCache::take_block() {
@@ -178,9 +311,34 @@ std::int32_t KVCache::take_block() {
     ref_counts_[static_cast<std::size_t>(block)] = 1;
     return block;
   }
+  if (ref_counts_.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    fail("k", "room for another block (at most 2^31 - 1 blocks)", "a full cache");
+  }
   const auto block = static_cast<std::int32_t>(ref_counts_.size());
+  const Place at = place(block);
+  Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
+  if (at.index == 0) {
+    // A new slab, as large as all before it, less what max_blocks will never let be used.
+    Index blocks = Index{1} << (at.slab + slab_shift_);
+    if (config_.max_blocks > 0) blocks = std::min<Index>(blocks, config_.max_blocks - block);
+    const auto count = static_cast<std::size_t>(blocks);
+    std::size_t key_bytes = 0, value_bytes = 0;
+    if (__builtin_mul_overflow(count, key_block_bytes_, &key_bytes) ||
+        __builtin_mul_overflow(count, value_block_bytes_, &value_bytes)) {
+      throw std::bad_alloc();
+    }
+    Slab fresh;
+    fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
+    fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
+    if (config_.dtype == CacheDType::int8) {
+      const std::size_t scales = count * static_cast<std::size_t>(config_.heads_kv);
+      fresh.key_scales = std::make_unique<float[]>(scales);
+      fresh.value_scales = std::make_unique<float[]>(scales);
+    }
+    fresh.capacity = blocks;
+    slab = std::move(fresh);
+  }
   ref_counts_.push_back(1);
-  blocks_->add();
   return block;
 }
 
@@ -188,8 +346,56 @@ void KVCache::release_block(std::int32_t block) {
   if (--ref_counts_[static_cast<std::size_t>(block)] == 0) free_blocks_.push_back(block);
 }
 
+void KVCache::copy_block(std::int32_t from, std::int32_t to) {
+  std::memcpy(block_data(to, 0, false), block_data(from, 0, false), key_block_bytes_);
+  std::memcpy(block_data(to, 0, true), block_data(from, 0, true), value_block_bytes_);
+  if (config_.dtype == CacheDType::int8) {
+    for (Index h = 0; h < config_.heads_kv; ++h) {
+      scale_of(to, h, false) = scale_of(from, h, false);
+      scale_of(to, h, true) = scale_of(from, h, true);
+    }
+  }
+}
+
+std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) const {
+  const Place at = place(block);
+  const Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
+  const Index dim = values ? config_.dim_v : config_.dim;
+  return (values ? slab.values : slab.keys).get() +
+         static_cast<std::size_t>(at.index) * (values ? value_block_bytes_ : key_block_bytes_) +
+         static_cast<std::size_t>(head * config_.page_size * dim) * element_size();
+}
+
+float& KVCache::scale_of(std::int32_t block, Index head, bool values) const {
+  const Place at = place(block);
+  const Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
+  return (values ? slab.value_scales
+                 : slab.key_scales)[static_cast<std::size_t>(at.index * config_.heads_kv + head)];
+}
+
+const std::byte* KVCache::key_block(std::int32_t block, Index head) const {
+  return block_data(block, head, false);
+}
+
+const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
+  return block_data(block, head, true);
+}
+
+float KVCache::key_scale(std::int32_t block, Index head) const {
+  if (config_.dtype != CacheDType::int8) return 1.0f;
+  return scale_of(block, head, false);
+}
+
+float KVCache::value_scale(std::int32_t block, Index head) const {
+  if (config_.dtype != CacheDType::int8) return 1.0f;
+  return scale_of(block, head, true);
+}
+
 void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
-  const Sequence& current = sequence(seq, "seq");
+  const std::shared_ptr<Sequence> found = find(seq, "seq");
+  const std::unique_lock sequence_lock(found->mutex);
+  Sequence& s = *found;
+  if (s.dropped) fail("seq", "the id of a sequence in the cache", std::to_string(seq));
   check_rows("k", k, config_.heads_kv, config_.dim, -1);
   check_rows("v", v, config_.heads_kv, config_.dim_v, k.shape[2]);
   const Index count = k.shape[2], page = config_.page_size;
@@ -211,30 +417,44 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
         }
     }
   }
-  const Index slot = current.length % page;
-  const bool shared_tail = slot != 0 && ref_count(current.blocks.back()) > 1;
-  const Index new_blocks = (current.length + count + page - 1) / page -
-                           static_cast<Index>(current.blocks.size()) + (shared_tail ? 1 : 0);
-  if (config_.max_blocks > 0 && blocks_in_use() + new_blocks > config_.max_blocks) {
-    fail("k",
-         "at most " + std::to_string(config_.max_blocks - blocks_in_use()) + " more blocks of " +
-             std::to_string(page) + " tokens (max_blocks)",
-         std::to_string(count) + " tokens needing " + std::to_string(new_blocks));
-  }
-  Sequence& s = sequences_.at(seq);
-  if (shared_tail) {
-    // Copy-on-write: other sequences keep reading the shared block as it was.
-    const std::int32_t copy = take_block();
-    blocks_->copy(s.blocks.back(), copy);
-    release_block(s.blocks.back());
-    s.blocks.back() = copy;
+  // The blocks this append writes are taken under mutex_; the rows are written after it is
+  // released, into blocks that only this sequence holds (its lock keeps them so).
+  const Index slot = s.length % page;
+  {
+    const std::unique_lock lock(mutex_);
+    const bool shared_tail =
+        slot != 0 && ref_counts_[static_cast<std::size_t>(s.blocks.back())] > 1;
+    const Index new_blocks = (s.length + count + page - 1) / page -
+                             static_cast<Index>(s.blocks.size()) + (shared_tail ? 1 : 0);
+    const auto in_use = static_cast<Index>(ref_counts_.size() - free_blocks_.size());
+    if (config_.max_blocks > 0 && in_use + new_blocks > config_.max_blocks) {
+      fail("k",
+           "at most " + std::to_string(config_.max_blocks - in_use) + " more blocks of " +
+               std::to_string(page) + " tokens (max_blocks)",
+           std::to_string(count) + " tokens needing " + std::to_string(new_blocks));
+    }
+    std::vector<std::int32_t> taken;
+    try {
+      while (static_cast<Index>(taken.size()) < new_blocks) taken.push_back(take_block());
+    } catch (...) {
+      for (const std::int32_t block : taken) release_block(block);
+      throw;
+    }
+    auto next = taken.begin();
+    if (shared_tail) {
+      // Copy-on-write: other sequences keep reading the shared block as it was.
+      copy_block(s.blocks.back(), *next);
+      release_block(s.blocks.back());
+      s.blocks.back() = *next++;
+    }
+    s.blocks.insert(s.blocks.end(), next, taken.end());
   }
   Index done = 0;
   while (done < count) {
     const Index at = (s.length + done) % page;
-    if (at == 0) s.blocks.push_back(take_block());
+    const auto block = static_cast<std::size_t>((s.length + done) / page);
     const Index rows = std::min(count - done, page - at);
-    write_rows(s.blocks.back(), at, k, v, done, rows);
+    write_rows(s.blocks[block], at, k, v, done, rows);
     done += rows;
   }
   s.length += count;
@@ -248,7 +468,7 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
     const Index dim = in.shape[3];
     std::vector<double> row(static_cast<std::size_t>(dim));
     for (Index h = 0; h < config_.heads_kv; ++h) {
-      std::byte* base = blocks_->rows(block, h, is_value);
+      std::byte* base = block_data(block, h, is_value);
       if (config_.dtype != CacheDType::int8) {
         const DType dtype = storage_dtype(config_.dtype);
         const MutableTensorView rows(base, dtype, {1, 1, config_.page_size, dim});
@@ -271,27 +491,28 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
         continue;
       }
       auto* q = reinterpret_cast<std::int8_t*>(base);
-      float& scale = blocks_->scale(block, h, is_value);
-      if (slot == 0) scale = 0.0f;
+      float& block_scale = scale_of(block, h, is_value);
+      if (slot == 0) block_scale = 0.0f;
       double largest = 0.0;
       for (Index i = 0; i < count; ++i) {
         core::load_row(in, 0, h, first + i, row.data());
         for (const double x : row) largest = std::max(largest, std::abs(x));
       }
       const auto needed = static_cast<float>(largest / 127.0);
-      if (needed > scale) {
+      if (needed > block_scale) {
         // Requantise the block's earlier tokens of this head to the larger scale.
-        const double ratio = scale / static_cast<double>(needed);
+        const double ratio = block_scale / static_cast<double>(needed);
         for (Index e = 0; e < slot * dim; ++e) {
           q[e] = static_cast<std::int8_t>(std::lround(q[e] * ratio));
         }
-        scale = needed;
+        block_scale = needed;
       }
       for (Index i = 0; i < count; ++i) {
         core::load_row(in, 0, h, first + i, row.data());
         std::int8_t* out = q + (slot + i) * dim;
         for (Index d = 0; d < dim; ++d) {
-          const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
+          const double x =
+              block_scale > 0.0f ? row[static_cast<std::size_t>(d)] / block_scale : 0.0;
           out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
         }
       }
@@ -300,7 +521,9 @@ void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, co
 }
 
 Tensor KVCache::dequantise(SequenceId seq, bool values) const {
-  const Sequence& s = sequence(seq, "seq");
+  const std::shared_ptr<Sequence> found = find(seq, "seq");
+  const std::shared_lock lock(found->mutex);
+  const Sequence& s = *found;
   const Index dim = values ? config_.dim_v : config_.dim, page = config_.page_size;
   Tensor out(DType::f32, {1, config_.heads_kv, s.length, dim});
   float* to = out.data_as<float>();
@@ -308,11 +531,11 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
   for (Index h = 0; h < config_.heads_kv; ++h)
     for (Index t = 0; t < s.length; ++t) {
       const std::int32_t block = s.blocks[static_cast<std::size_t>(t / page)];
-      const std::byte* base = blocks_->rows(block, h, values);
+      const std::byte* base = values ? value_block(block, h) : key_block(block, h);
       float* dst = to + (h * s.length + t) * dim;
       if (config_.dtype == CacheDType::int8) {
         const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
-        const float scale = blocks_->scale(block, h, values);
+        const float scale = values ? value_scale(block, h) : key_scale(block, h);
         for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
         continue;
       }

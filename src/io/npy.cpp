@@ -65,6 +65,24 @@ std::size_t read_at(const std::string& path, int fd, void* out, std::size_t coun
   return done;
 }
 
+// Header text as it may appear in a message: printable ASCII as is, every other byte (an
+// escape sequence that would restyle the terminal, a newline) as \xNN.
+std::string escaped(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && c != '\\') {
+      out.push_back(c);
+      continue;
+    }
+    constexpr char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out.push_back(kHex[byte >> 4]);
+    out.push_back(kHex[byte & 0xf]);
+  }
+  return out;
+}
+
 struct Header {
   std::string descr;
   bool fortran_order = false;
@@ -83,7 +101,7 @@ class HeaderParser {
     expect('{', "'{' opening the header dict");
     while (!consume('}')) {
       const std::string key = parse_string("a quoted key");
-      expect(':', "':' after key '" + key + "'");
+      expect(':', "':' after key '" + escaped(key) + "'");
       if (key == "descr") {
         mark_seen(seen_descr, key);
         header.descr = parse_string("a dtype string such as '<f4' for 'descr'");
@@ -94,10 +112,10 @@ class HeaderParser {
         mark_seen(seen_shape, key);
         header.shape = parse_shape();
       } else {
-        fail_here("an unexpected key '" + key + "'");
+        fail_here("an unexpected key '" + escaped(key) + "'");
       }
       if (!consume(',')) {
-        expect('}', "',' or '}' after the value of '" + key + "'");
+        expect('}', "',' or '}' after the value of '" + escaped(key) + "'");
         break;
       }
     }
@@ -210,7 +228,7 @@ DType dtype_from_descr(const std::string& path, const std::string& descr) {
     fail(path, "unsupported byte order in dtype '" + descr + "': expected little-endian '<" +
                    descr.substr(1) + "'");
   }
-  fail(path, "unsupported dtype '" + descr + "': expected '<f2', '<f4', '<f8' or '|b1'");
+  fail(path, "unsupported dtype '" + escaped(descr) + "': expected '<f2', '<f4', '<f8' or '|b1'");
 }
 
 const char* descr_of(const std::string& path, DType dtype) {

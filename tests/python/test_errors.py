@@ -33,6 +33,11 @@ BAD_INPUTS = [
     ("q_masked", attention(q=np.ma.masked_array(Q)), TypeError, ["q:", "masked array"]),
     ("sdpa_mask_list", sdpa(attn_mask=[[True, False]]), ValueError, ["attn_mask:", "given (1, 2)"]),
     ("window_numpy_int", attention(window=(np.int64(1), 1.0)), TypeError, ["window.right", "1.0"]),
+    # Integers the extension cannot hold name the argument (not nanobind's signature list).
+    ("window_past_64_bits", attention(window=(2**70, 0)), ValueError, ["window.left", str(2**70)]),
+    ("threads_past_int", attention(threads=2**40), ValueError, ["threads:", "2147483647", str(2**40)]),
+    ("kv_cache_dim_past_64_bits", lambda: attn.KVCache(1, 2**64), ValueError, ["dim:", str(2**64)]),
+    ("cache_block_past_int", lambda: attn.KVCache(1, 2).ref_count(2**40), ValueError, ["block:", str(2**40)]),
     ("q_scalar", attention(q=np.float32(1)), ValueError, ["q:", "2, 3 or 4 dims", "0 dims"]),
     ("q_5d", attention(q=np.zeros((1, 1, 2, 3, 4), np.float32)), ValueError, ["q:", "5 dims"]),
     ("k_rank", attention(k=Q[0]), ValueError, ["k:", "3 dims (as q)", "(3, 4)"]),
@@ -106,6 +111,12 @@ def test_bad_input_names_the_argument(name, call, error, words):
     message = str(caught.value)
     for word in words:
         assert word in message, f"{word!r} not in {message!r}"
+
+
+def test_unknown_backend_in_the_environment_is_refused(monkeypatch):
+    monkeypatch.setenv("ATTN_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="ATTN_BACKEND: expected 'reference' or unset"):
+        attn.attention(Q, Q, Q)
 
 
 def test_zero_length_sequences_give_empty_or_zero_outputs():

@@ -1,5 +1,7 @@
 """attn.State / merge / finalize / attention_state, attn.KVCache and attn.decode."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,62 @@ def test_merged_splits_equal_attention_over_all_keys(cuts):
     want, want_lse = attn.attention(q, k, v, softcap=4.0, sinks=sinks, return_lse=True)
     assert out.dtype == np.float64
     assert nmse(out, want) < 1e-26 and nmse(lse, want_lse) < 1e-26
+
+
+def test_kv_cache_sizes_past_memory_raise_value_error_naming_the_argument():
+    # heads_kv * page_size * dim * 2 bytes wraps in 64 bits: the append would write far
+    # past a tiny block instead of failing.
+    k = np.ones((1, 1, 8), np.float32)
+    with pytest.raises(ValueError, match="page_size: expected a block of heads_kv \\* page_size"):
+        cache = attn.KVCache(1, 8, page_size=2**60)
+        cache.append(cache.add_sequence(), k, k)
+    with pytest.raises(ValueError, match="page_size:"):
+        attn.KVCache(2**40, 2**30, page_size=2**20)
+
+
+def test_threads_on_different_sequences_of_one_cache():
+    """Four threads append to four sequences (the pool grows under them) while a fifth
+    decodes a finished one: every decode equals the first, every sequence holds what its
+    thread appended."""
+    cache = attn.KVCache(2, 16, page_size=2, dtype="float16")
+    rng = np.random.default_rng(11)
+    done_k, done_v = rng.standard_normal((2, 2, 50, 16)).astype(np.float32)
+    finished = cache.add_sequence()
+    cache.append(finished, done_k, done_v)
+    q = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    first = attn.decode(q, cache, [finished])
+    chunks = rng.standard_normal((4, 500, 2, 2, 3, 16)).astype(np.float32)
+    seqs = [cache.add_sequence() for _ in range(4)]
+    errors, decodes = [], []
+
+    def append(w):
+        try:
+            for step in range(500):
+                cache.append(seqs[w], chunks[w, step, 0], chunks[w, step, 1])
+        except Exception as e:  # a failure in a thread must fail the test
+            errors.append(e)
+
+    writers = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+
+    def read():
+        while True:  # at least once, and until every writer is done
+            decodes.append(attn.decode(q, cache, [finished]))
+            if not any(t.is_alive() for t in writers):
+                break
+
+    reader = threading.Thread(target=read)
+    for t in writers:
+        t.start()
+    reader.start()
+    for t in writers + [reader]:
+        t.join()
+    assert not errors
+    assert decodes and all(np.array_equal(d, first) for d in decodes)
+    for w, seq in enumerate(seqs):
+        want_k = np.concatenate(list(chunks[w, :, 0]), axis=1).astype(np.float16).astype(np.float32)
+        want_v = np.concatenate(list(chunks[w, :, 1]), axis=1).astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(cache.keys(seq), want_k)
+        np.testing.assert_array_equal(cache.values(seq), want_v)
 
 
 def test_kv_cache_bookkeeping_and_round_trip():

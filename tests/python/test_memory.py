@@ -2,7 +2,9 @@
 
 import gc
 import resource
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 import tracemalloc
@@ -143,3 +145,36 @@ def test_gil_is_released_while_the_kernel_runs(monkeypatch):
     # Held GIL: this loop would stall for the whole kernel. Released: only for switches.
     assert alone > 0.05, f"the kernel took {alone:.3f} s: too short to tell"
     assert max(gaps) < alone / 2, f"main thread stalled {max(gaps):.3f} s of {alone:.3f} s"
+
+
+def test_results_too_large_for_memory_raise_memory_error():
+    """Under an address-space limit (as `ulimit -v` or a container sets one), a weights
+    matrix larger than what is left raises MemoryError with its size and what to ask for
+    instead, before NumPy's lazy allocation gets the process killed while filling it; a
+    top_k above Lk is capped, not allocated."""
+    code = textwrap.dedent("""
+        import resource
+        import numpy as np
+        import attn
+        q = np.zeros((1, 32768, 4), np.float32)  # weights: 32768^2 float32 = 4 GiB
+        vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+                  if line.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.RLIM_INFINITY))
+        for call in (lambda: attn.weights(q, q),
+                     lambda: attn.attention(q, q, q, return_weights=True)):
+            try:
+                call()
+                print("computed")
+            except MemoryError as e:
+                print("MemoryError:", e)
+        weights, indices = attn.weights(q[:, :3], q, top_k=10**12)
+        print(weights.shape, indices.shape)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("MemoryError: weights [1, 1, 32768, 32768] needs 4.0 GiB, more than the ")
+    assert "select heads= or rows=, or ask for top_k" in lines[0]
+    assert lines[1].startswith("MemoryError: return_weights: the weights [1, 1, 32768, 32768] needs 4.0 GiB")
+    assert "attn.weights with heads=, rows= or top_k" in lines[1]
+    assert lines[2] == "(1, 3, 32768) (1, 3, 32768)"

@@ -24,13 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<const char*> argv;
   for (const std::string& a : arguments) argv.push_back(a.c_str());
 
-  // As main() builds it.
+  // As main() builds it; the commands own the variables their options parse into.
   CLI::App app{"attn"};
   app.set_version_flag("--version", "attn");
   app.require_subcommand(1);
-  attn::tools::add_demo_command(app);
-  attn::tools::add_run_command(app);
-  attn::tools::add_viz_command(app);
+  const std::vector<attn::tools::Command> commands = {attn::tools::add_demo_command(app),
+                                                      attn::tools::add_run_command(app),
+                                                      attn::tools::add_viz_command(app)};
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError&) {

@@ -3,8 +3,10 @@
 JOBS ?= $(shell nproc)
 BUILD := build/release
 ASAN_BUILD := build/asan
+TSAN_BUILD := build/tsan
+FUZZ_BUILD := build/fuzz
 
-.PHONY: all deps build run test test-release test-asan test-python install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release test-asan test-tsan test-fuzz fuzz fuzz-build test-python install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -19,7 +21,7 @@ build: deps
 run: build
 	$(BUILD)/tools/attn demo --heatmap $(BUILD)/demo-heatmap.svg
 
-test: deps test-release test-asan test-python
+test: deps test-release test-asan test-tsan test-fuzz test-python
 
 test-release: build
 	ctest --preset release -j $(JOBS)
@@ -28,6 +30,36 @@ test-asan: deps
 	@cmake --preset asan >/dev/null
 	@cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
+
+# ThreadSanitizer on the tests whose code runs on threads: the kernels and the KV cache, on
+# 4 threads wherever a test leaves the count to ATTN_NUM_THREADS. libomp's Archer tool (loaded
+# by itself under TSan) tells TSan about OpenMP's barriers; ignore_noninstrumented_modules
+# keeps TSan out of libomp's own uninstrumented internals, as Archer requires.
+TSAN_TESTS := test_cpu_forward test_weights test_decode test_kv_cache
+test-tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@for t in $(TSAN_TESTS); do \
+	  echo "tsan: $$t"; \
+	  ATTN_NUM_THREADS=4 TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" \
+	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
+	done
+
+# The fuzzers of fuzz/ (libFuzzer, ASan + UBSan): `make fuzz` runs each for FUZZ_SECONDS,
+# `make test` each for FUZZ_SMOKE_SECONDS, from the seeds and what earlier runs kept.
+FUZZERS := npy tokens cli_options environment
+FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 7
+
+fuzz-build: deps
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+
+fuzz: fuzz-build
+	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
+
+test-fuzz: fuzz-build
+	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 
 # The Python package: installed into .venv from this tree, then pytest. A kept build folder
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain

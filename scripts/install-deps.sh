@@ -10,6 +10,7 @@ packages=(
   libexpat1-dev chromium
   python3 python3-venv python3-dev
   clang-format patch
+  clang-14 libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

@@ -181,7 +181,7 @@ TEST(HeatmapSvg, LabelsTokensAndSurvivesMarkupAndBrokenUtf8) {
   const Matrix m = ramp(4, 4);
   HeatmapOptions options;
   options.row_labels = {"<b>", "a&b", "\"q\"", "caf\xC3\xA9"};
-  options.column_labels = {"x", "\xFF\xFEy", "tab\there", "z"};
+  options.column_labels = {"x", "\xFF\xFEy", "tab\there", "z\xEF\xBF\xBF"};
   options.title = "weights </svg>";
   const ParsedSvg svg = parse_svg(heatmap_svg(m, options));
   ASSERT_TRUE(svg.well_formed) << svg.error;
@@ -289,6 +289,8 @@ TEST(Markup, EscapesAndRepairsText) {
   EXPECT_EQ(clean_utf8("ok\xC3\xA9\xC3"), "ok\xC3\xA9\xEF\xBF\xBD");
   EXPECT_EQ(clean_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
   EXPECT_EQ(clean_utf8("a\nb\x7F"), "a?b?");
+  // U+FFFE and U+FFFF: valid UTF-8, but no XML character.
+  EXPECT_EQ(clean_utf8("\xEF\xBF\xBE\xEF\xBF\xBF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(json_string("</script>\"\\"), "\"\\u003c/script\\u003e\\\"\\\\\"");
   EXPECT_EQ(shortened("abcdef", 4), "abc\xE2\x80\xA6");
   EXPECT_EQ(shortened("abcd", 4), "abcd");

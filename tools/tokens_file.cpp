@@ -10,6 +10,17 @@
 
 namespace attn::tools {
 
+std::vector<std::string> split_tokens(const std::string& text) {
+  std::istringstream lines(text);
+  std::vector<std::string> tokens;
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    tokens.push_back(line);
+  }
+  return tokens;
+}
+
 std::vector<std::string> read_tokens(const std::string& path, const char* argument) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
@@ -17,13 +28,7 @@ std::vector<std::string> read_tokens(const std::string& path, const char* argume
   }
   std::stringstream text;
   text << file.rdbuf();
-  std::vector<std::string> tokens;
-  std::string line;
-  while (std::getline(text, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    tokens.push_back(line);
-  }
-  return tokens;
+  return split_tokens(text.str());
 }
 
 std::vector<std::string> read_tokens(const std::string& path, const char* argument, Index len_q,

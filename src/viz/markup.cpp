@@ -35,6 +35,13 @@ std::size_t sequence_length(const std::string& text, std::size_t i) {
   return length;
 }
 
+// Whether the sequence at text[i] is U+FFFE or U+FFFF: valid UTF-8 but no XML character, so
+// a token holding one made the SVG ill-formed (expat: "not well-formed (invalid token)").
+bool is_xml_noncharacter(const std::string& text, std::size_t i, std::size_t length) {
+  return length == 3 &&
+         (text.compare(i, 3, "\xEF\xBF\xBE") == 0 || text.compare(i, 3, "\xEF\xBF\xBF") == 0);
+}
+
 }  // namespace
 
 std::string clean_utf8(const std::string& text) {
@@ -48,6 +55,9 @@ std::string clean_utf8(const std::string& text) {
     } else if (length == 1 && (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7F)) {
       out += '?';
       ++i;
+    } else if (is_xml_noncharacter(text, i, length)) {
+      out += kReplacement;
+      i += length;
     } else {
       out.append(text, i, length);
       i += length;

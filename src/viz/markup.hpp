@@ -6,7 +6,8 @@
 
 namespace attn::viz {
 
-// `text` with invalid UTF-8 sequences replaced by U+FFFD and control characters by '?'.
+// `text` with invalid UTF-8 sequences and the noncharacters U+FFFE and U+FFFF (which XML
+// forbids) replaced by U+FFFD, and control characters by '?'.
 std::string clean_utf8(const std::string& text);
 
 // clean_utf8(text) with & < > " ' escaped, for XML/HTML text and attribute values.

@@ -367,6 +367,22 @@ TEST(Decode, ExplicitScaleAtEveryHeadDim) {
   }
 }
 
+// float64 queries (decode has no reference path to hand them to) are rounded to float32
+// and decoded like any other; the demo's generation trace decodes float64 queries.
+TEST(Decode, Float64QueriesOnEveryTarget) {
+  std::mt19937_64 rng(47);
+  Filled f = filled_cache({300, 37}, 2, 64, 16, rng);
+  Case shape;
+  shape.batch = 2, shape.heads_q = 4, shape.heads_kv = 2, shape.len_q = 2, shape.dim = 64;
+  shape.dtype = DType::f64;
+  const Inputs in = make_inputs(shape, 19);
+  Options options;
+  options.causal = true;
+  for_each_target([&] {
+    expect_matches_reference(f.cache, f.ids, in.q, options, decode(in.q, f.cache, f.ids, options));
+  });
+}
+
 // NaN in a key and infinity in a value row that a row does not see never reach it: one
 // poisoned key just before the window of every row, with the keys the rows see in many
 // tiles (and, at 1025 keys, parts) after it, and one at the newest position, which only

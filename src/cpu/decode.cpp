@@ -165,12 +165,11 @@ class TaskKernel {
     s_.row_sum[r] = 0.0f;
     std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
     const TensorView& q = p_.q;
+    // float64 q (decode has no reference to fall back on) is rounded to float32 first.
     core::with_float_type(q.dtype, [&](auto tag) {
       using Q = decltype(tag);
-      if constexpr (!std::is_same_v<Q, double>) {
-        tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim, static_cast<float>(p_.scale),
-                           s_.queries.get() + r * p_.dim);
-      }
+      tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim, static_cast<float>(p_.scale),
+                         s_.queries.get() + r * p_.dim);
     });
   }
 

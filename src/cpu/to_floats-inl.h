@@ -20,12 +20,14 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 
-// out[0 .. n) = in[0 .. n) as float, vectorised for the 16-bit types.
+// out[0 .. n) = in[0 .. n) as float (float64 rounded), vectorised for the 16-bit types.
 template <class T>
 void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
   namespace hn = hwy::HWY_NAMESPACE;
   if constexpr (std::is_same_v<T, float>) {
     std::copy(in, in + n, out);
+  } else if constexpr (std::is_same_v<T, double>) {
+    for (Index i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
   } else {
     using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
     const hn::ScalableTag<float> df;

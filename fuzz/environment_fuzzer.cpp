@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "attn/error.hpp"
-#include "core/backend.hpp"
+#include "api/backend.hpp"
 #include "cpu/threads.hpp"
 
 namespace {
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const attn::Error&) {
   }
   const bool forced = std::strcmp(std::getenv("ATTN_BACKEND"), "reference") == 0;
-  if ((attn::core::resolve_backend(attn::Backend::fast) == attn::Backend::reference) != forced) {
+  if ((attn::api::resolve_backend(attn::Backend::fast) == attn::Backend::reference) != forced) {
     std::abort();
   }
   return 0;

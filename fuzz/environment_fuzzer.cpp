@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string_view>
 
-#include "attn/error.hpp"
 #include "api/backend.hpp"
+#include "attn/error.hpp"
 #include "cpu/threads.hpp"
 
 namespace {
@@ -45,9 +45,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (threads < 1 || (threads > 4096 && threads != omp_get_num_procs())) std::abort();
   } catch (const attn::Error&) {
   }
-  const bool forced = std::strcmp(std::getenv("ATTN_BACKEND"), "reference") == 0;
-  if ((attn::api::resolve_backend(attn::Backend::fast) == attn::Backend::reference) != forced) {
-    std::abort();
+  // ATTN_BACKEND: "reference" forces the reference, empty leaves the request, anything else
+  // is refused with attn::Error.
+  const char* backend = std::getenv("ATTN_BACKEND");
+  const bool forced = std::strcmp(backend, "reference") == 0;
+  try {
+    const attn::Backend chosen = attn::api::resolve_backend(attn::Backend::fast);
+    if ((chosen == attn::Backend::reference) != forced || (!forced && backend[0] != '\0')) {
+      std::abort();
+    }
+  } catch (const attn::Error&) {
+    if (forced || backend[0] == '\0') std::abort();
   }
   return 0;
 }

@@ -62,7 +62,7 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   p.dim = config.dim;
   p.dim_v = config.dim_v;
   p.queries = q.shape[2];
-  p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(config.dim));
+  p.scale = core::resolved_scale(options, config.dim);
   p.causal = options.causal;
   p.window = options.window;
   p.softcap = options.softcap;

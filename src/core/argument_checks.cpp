@@ -46,6 +46,10 @@ void check_sinks(const std::vector<float>& sinks, Index heads_q) {
   check_per_head("sinks", sinks, heads_q, true);
 }
 
+double resolved_scale(const Options& options, Index dim) {
+  return options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(dim));
+}
+
 void check_options(const Options& options, Index heads_q) {
   if (options.scale && !std::isfinite(*options.scale)) {
     fail("scale", "a finite number", std::to_string(*options.scale));

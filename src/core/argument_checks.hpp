@@ -36,4 +36,7 @@ void check_sinks(const std::vector<float>& sinks, Index heads_q);
 // backend apply is the entry point's to check.
 void check_options(const Options& options, Index heads_q);
 
+// Options::scale, or the default 1/sqrt(dim) (dim: the query/key head dim).
+double resolved_scale(const Options& options, Index dim);
+
 }  // namespace attn::core

@@ -124,7 +124,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   }
 
   check_options(options, p.heads_q);
-  p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.dim_qk));
+  p.scale = resolved_scale(options, p.dim_qk);
   p.causal = options.causal;
   p.causal_align = options.causal_align;
   p.window = options.window;

@@ -306,7 +306,6 @@ class TaskKernel {
     float* s = s_.scores.get() + r * Traits::kKeyTile;
     const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
     if (first >= end) return;
-    const DF df;
     const Index lanes = tile::lanes(), count = t1 - t0;
     const Index vectors = (count + lanes - 1) / lanes;
     // Lanes past the tile's last key are hidden with the keys outside the row's range.
@@ -325,15 +324,8 @@ class TaskKernel {
       s_.first_key[r] = std::max(s_.first_key[r], t1);
       return;
     }
-    if (update.rescale != 1.0f) {
-      float* acc = s_.acc.get() + r * p_.dim_v;
-      const Index whole_v = p_.dim_v - p_.dim_v % lanes;
-      const VF factor = hn::Set(df, update.rescale);
-      for (Index d = 0; d < whole_v; d += lanes) {
-        hn::StoreU(hn::Mul(hn::LoadU(df, acc + d), factor), df, acc + d);
-      }
-      for (Index d = whole_v; d < p_.dim_v; ++d) acc[d] *= update.rescale;
-    }
+    if (update.rescale != 1.0f)
+      tile::rescale_row(s_.acc.get() + r * p_.dim_v, p_.dim_v, update.rescale);
     if constexpr (kInt8) {
       for (Index t = 0; t < count; ++t) s[t] *= rows.value_scale[t];
     }

@@ -432,6 +432,15 @@ inline bool rows_finite(const float* HWY_RESTRICT rows, Index count, Index strid
   return hn::AllTrue(df, hn::Eq(zeros, hn::Zero(df)));
 }
 
+// o[0 .. width) *= factor: a row's accumulator rescaled when its running max grows.
+inline void rescale_row(float* HWY_RESTRICT o, Index width, float factor) {
+  const DF df;
+  const Index n = lanes(), whole = width - width % n;
+  const VF f = hn::Set(df, factor);
+  for (Index d = 0; d < whole; d += n) hn::StoreU(hn::Mul(hn::LoadU(df, o + d), f), df, o + d);
+  for (Index d = whole; d < width; ++d) o[d] *= factor;
+}
+
 // One row's O = O * rescale + sum_j p[j] V[j], skipping keys of weight 0: a V row holding
 // NaN or infinity must not reach rows that do not see its key, where 0 * NaN would.
 // p: the row's weights of `keys` keys, stride p_stride  v: V rows, stride v_stride
@@ -441,8 +450,7 @@ inline void context_skipping_zero_weights(const float* HWY_RESTRICT p, Index p_s
                                           float rescale, float* HWY_RESTRICT o, Index width) {
   const DF df;
   const Index n = lanes();
-  const VF factor = hn::Set(df, rescale);
-  for (Index d = 0; d < width; d += n) hn::Store(hn::Mul(hn::Load(df, o + d), factor), df, o + d);
+  rescale_row(o, width, rescale);
   for (Index j = 0; j < keys; ++j) {
     const float weight = p[j * p_stride];
     if (weight == 0.0f) continue;

@@ -46,6 +46,11 @@ const T* row_of(const TensorView& t, Index b, Index h, Index s) {
   return static_cast<const T*>(t.data) + b * t.strides[0] + h * t.strides[1] + s * t.strides[2];
 }
 
+template <class T>
+T* row_of(const MutableTensorView& t, Index b, Index h, Index s) {
+  return static_cast<T*>(t.data) + b * t.strides[0] + h * t.strides[1] + s * t.strides[2];
+}
+
 inline Index round_up(Index value, Index multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }

@@ -3,10 +3,12 @@
 // value, in float32.
 #pragma once
 
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
 #include "attn/half.hpp"
+#include "attn/tensor.hpp"
 
 namespace attn::core {
 
@@ -19,6 +21,13 @@ bool mask_hides(M value) {
   } else {
     return value == -std::numeric_limits<M>::infinity();
   }
+}
+
+// Whether the mask row leaves any of the keys [first, end) visible.
+template <class M>
+bool mask_shows_any(const M* row, Index first, Index end) {
+  return std::any_of(row + std::min(first, end), row + end,
+                     [](M value) { return !mask_hides(value); });
 }
 
 // The score once the mask element `value` is applied: -inf where it hides.

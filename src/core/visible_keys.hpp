@@ -9,7 +9,7 @@
 namespace attn::core {
 
 struct KeyRange {
-  Index first = 0, end = 0;  // end may fall below first when no key is left
+  Index first = 0, end = 0;  // 0 <= first <= end <= len_k; first == end when none is left
 };
 
 // Keys [first, end) of [0, len_k) visible to a query at key position `position`.
@@ -18,6 +18,8 @@ inline KeyRange visible_keys(bool causal, const Window& window, Index position, 
   if (causal) keys.end = std::min(keys.end, position + 1);
   if (window.left >= 0) keys.first = std::max(keys.first, position - window.left);
   if (window.right >= 0) keys.end = std::min(keys.end, position + window.right + 1);
+  keys.first = std::min(keys.first, len_k);
+  keys.end = std::max(keys.end, keys.first);
   return keys;
 }
 

@@ -151,13 +151,12 @@ class ItemKernel {
       const Index i = item.first_position + t;
       const Index position = p_.query_position(*seg_, i);
       const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
-      const Index first = keys.first, end = std::max(keys.end, keys.first);
       for (Index g = 0; g < group; ++g) {
         const Index r = t * group + g, head = kv_head_ * group + g;
         s_.head[r] = head;
         s_.query_row[r] = seg_->q_begin + i;
-        s_.first_key[r] = static_cast<std::int32_t>(first);
-        s_.end_key[r] = static_cast<std::int32_t>(std::max<Index>(end, 0));
+        s_.first_key[r] = static_cast<std::int32_t>(keys.first);
+        s_.end_key[r] = static_cast<std::int32_t>(keys.end);
         s_.position[r] = static_cast<std::int32_t>(position);
         s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head];
         const float sink = p_.sinks.empty() ? kMinusInfinity : p_.sinks[head];
@@ -251,57 +250,30 @@ class ItemKernel {
     with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       for (Index r = chunk.first_row; r < row_end && !shown; ++r) {
-        const M* row = row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
-        const Index first = std::max<Index>(s_.first_key[r], chunk.first);
-        const Index end = std::min<Index>(s_.end_key[r], chunk.end);
-        for (Index j = first; j < end; ++j) {
-          if (!mask_hides(row[j])) {
-            shown = true;
-            break;
-          }
-        }
+        shown = core::mask_shows_any(mask_row<M>(r), std::max<Index>(s_.first_key[r], chunk.first),
+                                     std::min<Index>(s_.end_key[r], chunk.end));
       }
     });
     return shown;
+  }
+
+  template <class M>
+  const M* mask_row(Index r) const {
+    return row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
   }
 
   // K and V rows of the tile as f32: the inputs themselves when they are f32 (and V's rows
   // are whole vectors), else converted into scratch.
   void load_tile(Index tile_first, Index tile_end) {
     const Index keys = tile_end - tile_first, first_key = seg_->k_begin + tile_first;
-    with_float_type(p_.k.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float>) {
-        keys_ = row_of<float>(p_.k, seg_->batch, kv_head_, first_key);
-        key_stride_ = p_.k.strides[2];
-      } else if constexpr (!std::is_same_v<T, double>) {
-        for (Index j = 0; j < keys; ++j) {
-          to_floats(row_of<T>(p_.k, seg_->batch, kv_head_, first_key + j), dim_,
-                    s_.keys.get() + j * dim_);
-        }
-        keys_ = s_.keys.get();
-        key_stride_ = dim_;
-      }
-    });
-    with_float_type(p_.v.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, float>) {
-        if (dim_v_ == dim_v_padded_) {
-          values_ = row_of<float>(p_.v, seg_->batch, kv_head_, first_key);
-          value_stride_ = p_.v.strides[2];
-          return;
-        }
-      }
-      if constexpr (!std::is_same_v<T, double>) {
-        for (Index j = 0; j < keys; ++j) {
-          float* out = s_.values.get() + j * dim_v_padded_;
-          to_floats(row_of<T>(p_.v, seg_->batch, kv_head_, first_key + j), dim_v_, out);
-          std::fill(out + dim_v_, out + dim_v_padded_, 0.0f);
-        }
-        values_ = s_.values.get();
-        value_stride_ = dim_v_padded_;
-      }
-    });
+    const FloatRows k =
+        rows_as_floats(p_.k, seg_->batch, kv_head_, first_key, keys, dim_, dim_, s_.keys.get());
+    const FloatRows v = rows_as_floats(p_.v, seg_->batch, kv_head_, first_key, keys, dim_v_,
+                                       dim_v_padded_, s_.values.get());
+    keys_ = k.rows;
+    key_stride_ = k.stride;
+    values_ = v.rows;
+    value_stride_ = v.stride;
   }
 
   bool tile_values_finite(Index keys) const {
@@ -314,21 +286,10 @@ class ItemKernel {
   }
 
   void compute_scores(const Chunk& chunk) {
-    if (chunk.narrow) {
-      compute_scores_by_dot(chunk);
-      return;
-    }
-    switch (chunk.vectors) {
-      case 1:
-        compute_scores<1>(chunk);
-        return;
-      case 2:
-        compute_scores<2>(chunk);
-        return;
-      default:
-        compute_scores<Traits::kScoreRowVectors>(chunk);
-        return;
-    }
+    if (chunk.narrow) return compute_scores_by_dot(chunk);
+    if (chunk.vectors == 1) return compute_scores<1>(chunk);
+    if (chunk.vectors == 2) return compute_scores<2>(chunk);
+    compute_scores<Traits::kScoreRowVectors>(chunk);
   }
 
   template <int C>
@@ -406,8 +367,8 @@ class ItemKernel {
     with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       for (Index r = chunk.first_row; r < row_end; ++r) {
-        const M* row = row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
-        tile::mask_scores(row, chunk.first, chunk.end, scores_at(chunk.first, r), rows_padded_);
+        tile::mask_scores(mask_row<M>(r), chunk.first, chunk.end, scores_at(chunk.first, r),
+                          rows_padded_);
       }
     });
   }
@@ -477,20 +438,12 @@ class ItemKernel {
     const float* rescale = s_.rescale.get() + block.first_row;
     float* o = s_.context.get() + block.first_row * dim_v_padded_ + column;
     const Index keys = block.end - block.first;
-    switch (width) {
-      case 1:
-        tile::context_rows_vectorised<1, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
-                                                dim_v_padded_);
-        return;
-      case 2:
-        tile::context_rows_vectorised<2, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
-                                                dim_v_padded_);
-        return;
-      default:
-        tile::context_rows_vectorised<3, kRows>(p, rows_padded_, v, value_stride_, keys, rescale, o,
-                                                dim_v_padded_);
-        return;
-    }
+    const Index r = rows_padded_, vs = value_stride_, os = dim_v_padded_;
+    if (width == 1)
+      return tile::context_rows_vectorised<1, kRows>(p, r, v, vs, keys, rescale, o, os);
+    if (width == 2)
+      return tile::context_rows_vectorised<2, kRows>(p, r, v, vs, keys, rescale, o, os);
+    tile::context_rows_vectorised<3, kRows>(p, r, v, vs, keys, rescale, o, os);
   }
 
   void context_skipping_hidden(const RowBlock& block) {
@@ -507,21 +460,18 @@ class ItemKernel {
     for (Index r = 0; r < rows_; ++r) {
       const RowEnd<float> end = end_of_row(s_.row_max[r], s_.row_sum[r]);
       const float* o = s_.context.get() + r * dim_v_padded_;
-      const MutableTensorView& out = p_.outputs.context;
-      with_float_type(out.dtype, [&](auto tag) {
+      with_float_type(p_.outputs.context.dtype, [&](auto tag) {
         using T = decltype(tag);
-        T* row = static_cast<T*>(out.data) + seg_->batch * out.strides[0] +
-                 s_.head[r] * out.strides[1] + s_.query_row[r] * out.strides[2];
+        T* row = row_of<T>(p_.outputs.context, seg_->batch, s_.head[r], s_.query_row[r]);
         for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d] * end.inverse_l);
       });
       if (p_.outputs.lse) {
         const MutableTensorView& lse = *p_.outputs.lse;
-        const Index at = seg_->batch * lse.strides[0] + s_.head[r] * lse.strides[1] +
-                         s_.query_row[r] * lse.strides[2];
+        const Index b = seg_->batch, h = s_.head[r], i = s_.query_row[r];
         if (lse.dtype == DType::f64) {
-          static_cast<double*>(lse.data)[at] = end.lse;
+          *row_of<double>(lse, b, h, i) = end.lse;
         } else {
-          static_cast<float*>(lse.data)[at] = static_cast<float>(end.lse);
+          *row_of<float>(lse, b, h, i) = static_cast<float>(end.lse);
         }
       }
     }

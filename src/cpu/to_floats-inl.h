@@ -52,6 +52,30 @@ void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
   }
 }
 
+// Rows [first, first + count) of x[b][h] as float32 rows of `padded` floats (zeros past
+// `width`): x's own rows when they are f32 and padded == width, else rows converted into
+// `scratch` ([count][padded]). Returns the first row and the distance between rows.
+struct FloatRows {
+  const float* rows;
+  Index stride;
+};
+
+inline FloatRows rows_as_floats(const TensorView& x, Index b, Index h, Index first, Index count,
+                                Index width, Index padded, float* HWY_RESTRICT scratch) {
+  if (x.dtype == DType::f32 && width == padded) {
+    return {core::row_of<float>(x, b, h, first), x.strides[2]};
+  }
+  core::with_float_type(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (Index j = 0; j < count; ++j) {
+      float* out = scratch + j * padded;
+      to_floats(core::row_of<T>(x, b, h, first + j), width, out);
+      std::fill(out + width, out + padded, 0.0f);
+    }
+  });
+  return {scratch, padded};
+}
+
 }  // namespace attn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

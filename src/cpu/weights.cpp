@@ -204,8 +204,8 @@ class ItemKernel {
       row.out_row = w.out_row;
       const core::KeyRange keys =
           core::visible_keys(p_.causal, p_.window, row.position, seg_->len_k);
-      row.first = std::min(keys.first, seg_->len_k);
-      row.end = std::clamp(keys.end, row.first, seg_->len_k);
+      row.first = keys.first;
+      row.end = keys.end;
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
       row.by_dot = forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(),
                                          p_.group_size(), lanes_);
@@ -231,9 +231,7 @@ class ItemKernel {
   void with_output_row(Index r, Fn&& fn) const {
     const MutableTensorView& out = r_.weights;
     with_float_type(out.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      fn(static_cast<T*>(out.data) + seg_->batch * out.strides[0] +
-         row_[r].out_head * out.strides[1] + row_[r].out_row * out.strides[2]);
+      fn(row_of<decltype(tag)>(out, seg_->batch, row_[r].out_head, row_[r].out_row));
     });
   }
 
@@ -292,22 +290,17 @@ class ItemKernel {
   // at most kScoreVectors of them.
   void compute_scores(Index block, Index first, Index end) {
     const float* q = s_.queries.get() + block * dim_;
-    const Index at = first * lanes_;
+    const Index at = first * lanes_, stride = keys_.stride;
     float* out = s_.scores.get() + block * kKeyTile + at;
     const float* kt = tile_keys_ + at;
-    const Index stride = keys_.stride;
-    switch (end - first) {
-      case 1:
-        tile::scores_keys_vectorised<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
-        return;
-      case 2:
-        tile::scores_keys_vectorised<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
-        return;
-      default:
-        tile::scores_keys_vectorised<kScoreRows, Traits::kScoreVectors>(q, kt, stride, dim_, out,
-                                                                        kKeyTile);
-        return;
+    constexpr int kWidest = Traits::kScoreVectors;
+    if (end - first == 1) {
+      return tile::scores_keys_vectorised<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
     }
+    if (end - first == 2) {
+      return tile::scores_keys_vectorised<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
+    }
+    tile::scores_keys_vectorised<kScoreRows, kWidest>(q, kt, stride, dim_, out, kKeyTile);
   }
 
   // Row r's scores of the keys it sees in [tile, tile_end) again, by the dot micro-kernel

@@ -37,6 +37,7 @@
 #include "core/visible_keys.hpp"
 #include "core/weight_request.hpp"
 #include "cpu/forward_traits.hpp"
+#include "cpu/keys_transposed-inl.h"
 #include "cpu/threads.hpp"
 #include "cpu/top_k.hpp"
 #include "cpu/weights.hpp"
@@ -71,47 +72,6 @@ constexpr Index kScoreRows = Traits::kScoreRows;
 // Output rows [first, first + count) of the row list; they share a segment and a KV head.
 struct WorkItem {
   Index first = 0, count = 0;
-};
-
-// K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
-// plus a tile of padding, so that a tile's last vector may read past the last key. Packing
-// each tile per work item instead cost 20% of the top-k pass (scalar transposes).
-struct KeysTransposed {
-  KeysTransposed(const Problem& p, int threads)
-      : stride(round_up(p.total_k, 16) + kKeyTile),
-        data(hwy::AllocateAligned<float>(
-            static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
-    const Index dim = p.dim_qk, blocks = (p.total_k + kKeyTile - 1) / kKeyTile;
-    const auto pack = [&](Index item, std::vector<float>& row) {
-      const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;
-      const Index first = item % blocks * kKeyTile, end = std::min(first + kKeyTile, p.total_k);
-      float* out = at(b, kv, p.heads_kv, dim);
-      with_float_type(p.k.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, double>) {
-          for (Index j = first; j < end; ++j) {
-            to_floats(row_of<T>(p.k, b, kv, j), dim, row.data());
-            for (Index d = 0; d < dim; ++d) out[d * stride + j] = row[static_cast<std::size_t>(d)];
-          }
-        }
-      });
-    };
-    tile::run_items(p.batch * p.heads_kv * blocks, threads, [&](int) {
-      return [&, row = std::vector<float>(static_cast<std::size_t>(dim))](Index item) mutable {
-        pack(item, row);
-      };
-    });
-    for (Index plane = 0; plane < p.batch * p.heads_kv * dim; ++plane) {
-      std::fill(data.get() + plane * stride + p.total_k, data.get() + (plane + 1) * stride, 0.0f);
-    }
-  }
-
-  float* at(Index b, Index kv, Index heads_kv, Index dim) const {
-    return data.get() + (b * heads_kv + kv) * dim * stride;
-  }
-
-  Index stride;
-  hwy::AlignedFreeUniquePtr<float[]> data;
 };
 
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).

@@ -210,13 +210,14 @@ class ItemKernel {
 
   void sweep_tile(Index tile, Index tile_end, Pass pass) {
     tile_keys_ = keys_.at(seg_->batch, kv_head_, p_.heads_kv, dim_) + seg_->k_begin + tile;
-    // Key vectors [first, end) of the tile that some row of each block sees.
+    // Key vectors [first, end) of the tile that some row of each block sees; rows that
+    // forward scores by dot products are scored below instead.
     Index first[kItemRows / kScoreRows], end[kItemRows / kScoreRows];
     for (Index block = 0; block < rows_padded_; block += kScoreRows) {
       Index a_min = tile_end, b_max = tile;
       for (Index r = block; r < std::min(block + kScoreRows, rows_); ++r) {
         const Index a = std::max(row_[r].first, tile), b = std::min(row_[r].end, tile_end);
-        if (a >= b) continue;
+        if (a >= b || row_[r].by_dot) continue;
         a_min = std::min(a_min, a);
         b_max = std::max(b_max, b);
       }
@@ -263,8 +264,8 @@ class ItemKernel {
     tile::scores_keys_vectorised<kScoreRows, kWidest>(q, kt, stride, dim_, out, kKeyTile);
   }
 
-  // Row r's scores of the keys it sees in [tile, tile_end) again, by the dot micro-kernel
-  // on K's own rows, for a row the forward kernel scores that way.
+  // Row r's scores of the keys it sees in [tile, tile_end) by the dot micro-kernel on K's
+  // own rows, for a row the forward kernel scores that way.
   void compute_scores_by_dot(Index r, Index tile, Index tile_end) {
     constexpr Index kKeys = tile::kDotKeys;
     const Index first = std::max(row_[r].first, tile), end = std::min(row_[r].end, tile_end);

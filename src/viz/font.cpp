@@ -6,6 +6,7 @@
 #include FT_FREETYPE_H
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -88,7 +89,9 @@ Face& face() {
 void load(FT_Face face, char32_t point, bool render) {
   const FT_Int32 flags = FT_LOAD_TARGET_LIGHT | (render ? FT_LOAD_RENDER : FT_LOAD_DEFAULT);
   if (FT_Load_Char(face, point, flags) != 0 && FT_Load_Glyph(face, 0, flags) != 0) {
-    throw Error("font: cannot load a glyph for U+" + std::to_string(point));
+    char code[16];
+    std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(point));
+    throw Error(std::string("font: cannot load a glyph for ") + code);
   }
 }
 

@@ -21,8 +21,9 @@ struct TextImage {
   }
 };
 
-// The font file in use: $ATTN_FONT when set, else
-// /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf.
+// The font file to use: $ATTN_FONT when set, else
+// /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf. It is opened once, by the first text
+// drawn in the process; later changes to $ATTN_FONT do not reopen it.
 std::string font_path();
 
 // `text` (UTF-8; invalid bytes read as U+FFFD) at `px` pixels per em. Throws attn::Error

@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   g++ make cmake git pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libopenblas-dev
+  libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libfreetype-dev fonts-dejavu-core
+  libopenblas-dev
   libexpat1-dev chromium
   python3 python3-venv python3-dev
   clang-format patch

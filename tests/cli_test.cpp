@@ -254,11 +254,13 @@ class CliErrors : public ::testing::Test {
     return "--query " + input("q.npy") + " --key " + input("k.npy") + " --value " + input("v.npy");
   }
 
-  // attn must exit 2 with one line "attn: error: ...<expected>..." and write nothing.
-  void expect_error(const std::string& arguments, const std::string& expected) {
+  // attn must exit 2 with one line "attn: error: ...<expected>..." and write nothing;
+  // `shell` runs first (run_attn).
+  void expect_error(const std::string& arguments, const std::string& expected,
+                    const std::string& shell = "true") {
     SCOPED_TRACE(arguments);
     const TempDir workdir;
-    const Outcome outcome = run_attn(arguments, workdir);
+    const Outcome outcome = run_attn(arguments, workdir, shell);
     EXPECT_EQ(outcome.status, 2);
     EXPECT_EQ(outcome.err.rfind("attn: error: ", 0), 0u) << outcome.err;
     EXPECT_EQ(std::count(outcome.err.begin(), outcome.err.end(), '\n'), 1) << outcome.err;
@@ -489,6 +491,14 @@ TEST_F(CliErrors, BadPictures) {
                "--viz-tokens: expected 3 tokens, given 2");
   expect_error(run + " --viz no/such/dir/w.svg", "no/such/dir/w.svg: cannot create");
   expect_error("demo --heatmap d.txt", "--heatmap: expected a file name ending in .svg");
+  // PNG text needs its font file; without it the PNG fails clearly, and SVGs still draw.
+  const std::string no_font = "export ATTN_FONT=/no/such/font.ttf";
+  expect_error(viz + " --out w.png",
+               "font: no font file at '/no/such/font.ttf' (the PNG pictures draw their text in "
+               "DejaVu Sans: install Debian's fonts-dejavu-core, or set ATTN_FONT to a .ttf file)",
+               no_font);
+  const TempDir dir;
+  EXPECT_EQ(run_attn(viz + " --out w.svg", dir, no_font).status, 0);
 }
 
 TEST_F(CliErrors, BadBlends) {

@@ -1,10 +1,11 @@
 """Pictures of attention weights: a heatmap of one head (SVG or PNG), a self-contained
-HTML page of every head with a BertViz-like head view, and one query's context vector drawn
-as the blend of the value vectors that it is.
+HTML page of every head with a BertViz-like head view, one page of every layer of a model,
+and one query's context vector drawn as the blend of the value vectors that it is.
 
     w = attn.attention(q, k, v, return_weights=True)[1]
     attn.viz.heatmap(w, "head0.svg", tokens=words)
     attn.viz.html(w, "layer.html", tokens=words)
+    attn.viz.model(output.attentions, "model.html", tokens=words)   # every layer of a model
     attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)
 
 Files appear whole or not at all: they are written under a temporary name and renamed.
@@ -12,6 +13,8 @@ Files appear whole or not at all: they are written under a temporary name and re
 
 import os
 from typing import Optional, Sequence, Union
+
+import numpy as np
 
 from . import _arrays
 from ._errors import ArgumentTypeError, Error
@@ -117,6 +120,79 @@ def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch:
     """
     _draw(weights, _path(path, _PAGE_SUFFIXES, "heatmap"), tokens, batch, 0, downsample,
           max_cells, title)
+
+
+def _layers(weights):
+    """A model's weights as one [layers, H, L, L] array: given so, or as a sequence of one
+    [H, L, L] or [1, H, L, L] array per layer (transformers' output.attentions)."""
+    if not isinstance(weights, (list, tuple)):
+        weights = _arrays.as_array(weights, "weights")
+        if weights.ndim != 4:
+            raise Error(f"weights: expected [layers, H, L, L] or a sequence of [1, H, L, L], "
+                        f"given {weights.ndim} dims with shape {_arrays.shape(weights)}")
+        return _arrays.for_extension(_arrays.readable(weights))
+    if not weights:
+        raise Error("weights: expected at least one layer, given an empty sequence")
+    layers = []
+    for i, layer in enumerate(weights):
+        layer = _arrays.as_array(layer, f"weights[{i}]")
+        shape = _arrays.shape(layer)
+        if not (layer.ndim == 3 or (layer.ndim == 4 and shape[0] == 1)):
+            raise Error(f"weights[{i}]: expected [H, L, L] or [1, H, L, L] (one text), "
+                        f"given shape {shape}")
+        layer = _arrays.reshape(layer, shape[-3:])
+        if layers and _arrays.shape(layer) != _arrays.shape(layers[0]):
+            raise Error(f"weights[{i}]: expected the shape of weights[0], "
+                        f"{_arrays.shape(layers[0])}, given {_arrays.shape(layer)}")
+        layers.append(layer)
+    if all(_arrays.is_torch(layer) for layer in layers):
+        stacked = _arrays._torch().stack(layers)
+    else:
+        stacked = np.stack([np.asarray(layer.float() if _arrays.is_torch(layer) else layer)
+                            for layer in layers])
+    return _arrays.for_extension(_arrays.readable(stacked))
+
+
+def _flags(special, count):
+    if special is None:
+        return []
+    if isinstance(special, str):
+        raise ArgumentTypeError("special: expected a sequence of bool, given a str")
+    special = list(special)
+    for i, flag in enumerate(special):
+        if type(flag).__name__ not in ("bool", "bool_"):
+            raise ArgumentTypeError(f"special: expected bool items, given {type(flag).__name__} at {i}")
+    if len(special) != count:
+        raise Error(f"special: expected {count} flags (one per token), given {len(special)}")
+    return [bool(flag) for flag in special]
+
+
+def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
+          special: Optional[Sequence[bool]] = None, title: Optional[str] = None) -> None:
+    """Write one self-contained HTML page (no network needed) of a whole model's attention
+    over one text: a layer x head grid of small heatmaps with each layer's mean over heads,
+    the chosen head large with the tokens on both axes, a head view (lines from each query
+    token to the keys it attends to), a layer and head selector, a toggle between one colour
+    scale for the whole model and one per head, and a toggle that hides special tokens
+    (`special`), renormalising each shown row over the shown keys. The controls and the
+    colour bar stay at the top of the window. The weights are stored exactly (float32).
+
+    Shapes:
+        weights: [layers, H, L, L], or a sequence of one [H, L, L] or [1, H, L, L] per layer
+                 (e.g. transformers' output.attentions for one text)
+    path: ending in .html or .htm.
+    tokens: L tokens label both axes; None: indices.
+    special: None, or L bools, True for the tokens that the toggle hides ([CLS], [SEP], ...).
+    title: None: "Attention in every layer".
+    attn.integrations.transformers.draw_model runs a model and calls this.
+    """
+    path = _path(path, _PAGE_SUFFIXES, "heatmap")
+    if title is not None and not isinstance(title, str):
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+    tokens = _tokens(tokens)
+    weights = _layers(weights)
+    _attn.draw_model(weights, path, tokens=tokens, special=_flags(special, _arrays.shape(weights)[2]),
+                     title=title or "")
 
 
 def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequence[str]] = None,

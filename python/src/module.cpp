@@ -19,6 +19,7 @@
 #include "generation.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
+#include "viz/model_page.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -174,6 +175,21 @@ void draw_blend(const InputArray& weights, const InputArray& value, const std::s
       .commit();
 }
 
+// weights: [layers, H, L, L] -> the whole-model HTML page, written whole or not at all.
+void draw_model(const InputArray& weights, const std::string& path, std::vector<std::string> tokens,
+                std::vector<bool> special, const std::string& title) {
+  viz::ModelPageOptions options;
+  options.tokens = std::move(tokens);
+  options.special = std::move(special);
+  options.title = title;
+  if (viz::format_of(path, "path") != viz::Format::html) {
+    throw Error("path: expected a file name ending in .html or .htm, given '" + path + "'");
+  }
+  const TensorView view = input_view(weights, "weights");
+  nb::gil_scoped_release unlocked;
+  viz::stage_bytes(viz::model_page_html(view, options), path).commit();
+}
+
 // What the kernels would see of `array`: its address, dtype, shape and element strides.
 // The tests use it to show that inputs are read in place.
 nb::dict describe_view(const InputArray& array, const std::string& name) {
@@ -236,6 +252,8 @@ NB_MODULE(_attn, m) {
   m.def("draw_blend", &draw_blend, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "tokens"_a,
         "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,
         "Query row's context as a blend of the values, in the format of path's extension.");
+  m.def("draw_model", &draw_model, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "special"_a,
+        "title"_a, "A self-contained HTML page of 4-D weights [layers, H, L, L], every layer.");
   m.def("check_memory", &attn::core::check_memory, "what"_a, "bytes"_a, "instead"_a,
         "Raises MemoryError saying what to do instead when bytes exceed the memory available.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,

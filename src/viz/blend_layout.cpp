@@ -56,8 +56,12 @@ BlendLayout lay_out_blend(const Blend& blend) {
   layout.times_x = layout.value_x + layout.rows_width + kSignWidth / 2;
   layout.bar_x = layout.times_x + kSignWidth / 2;
   layout.bar_length = kBarLength;
-  layout.equals_x =
-      layout.bar_x + kBarLength + 6 + text_width("0.0000", layout.font_px) + kSignWidth / 2;
+  // Room for the widest weight as printed beside its bar ("0.000697" is wider than "0.01").
+  int widest_weight = text_width("0.0000", layout.font_px);
+  for (const BlendRow& row : blend.rows) {
+    widest_weight = std::max(widest_weight, text_width(tick_text(row.weight), layout.font_px));
+  }
+  layout.equals_x = layout.bar_x + kBarLength + 6 + widest_weight + kSignWidth / 2;
   layout.scaled_x = layout.equals_x + kSignWidth / 2;
 
   const int first_row = layout.header_y + layout.font_px / 2 + 8;

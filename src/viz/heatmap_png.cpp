@@ -29,16 +29,19 @@ void draw_cells(Raster& image, const HeatmapLayout& layout) {
 void draw_labels(Raster& image, const HeatmapLayout& layout) {
   const Box& plot = layout.plot;
   for (const AxisLabel& label : layout.row_labels) {
-    image.text_right(plot.x - 6, plot.y + label.offset, label.text, kInk);
+    image.text_right(plot.x - 6, plot.y + label.offset, label.text, layout.font_px, kInk);
   }
   for (const AxisLabel& label : layout.column_labels) {
-    image.text_up(plot.x + label.offset, plot.y - 6, label.text, kInk);
+    image.text_up(plot.x + label.offset, plot.y - 6, label.text, layout.font_px, kInk);
   }
-  image.text_centred(plot.x + plot.width / 2, layout.key_title_y - layout.font_px / 2, "key", kInk);
+  image.text_centred(plot.x + plot.width / 2, layout.key_title_y - layout.font_px / 2, "key",
+                     layout.font_px, kInk);
   image.text_up(layout.query_title_x - layout.font_px / 2,
-                plot.y + plot.height / 2 + Raster::text_width("query") / 2, "query", kInk);
+                plot.y + plot.height / 2 + Raster::text_width("query", layout.font_px) / 2, "query",
+                layout.font_px, kInk);
   if (!layout.title.empty()) {
-    image.text_left(12, layout.title_y - layout.title_font_px / 2, layout.title, kInk);
+    image.text_left(12, layout.title_y - layout.title_font_px / 2, layout.title,
+                    layout.title_font_px, kInk);
   }
 }
 
@@ -52,7 +55,7 @@ void draw_colour_bar(Raster& image, const HeatmapLayout& layout) {
   for (const double tick : layout.ticks) {
     const int y = bar_y(layout, tick);
     image.fill({bar.x + bar.width, y, 4, 1}, kInk);
-    image.text_left(bar.x + bar.width + 7, y, tick_text(tick), kInk);
+    image.text_left(bar.x + bar.width + 7, y, tick_text(tick), layout.font_px, kInk);
   }
 }
 

@@ -1,7 +1,8 @@
-// A small RGB canvas for the PNG pictures: filled boxes and text in a built-in 5 x 7 pixel
-// font, so that PNGs need no font files or rendering library.
+// A small RGB canvas for the PNG pictures: filled boxes, and text in DejaVu Sans drawn by
+// FreeType (viz/font.hpp), blended into the canvas by its anti-aliased coverage.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,23 +23,23 @@ class Raster {
   void fill(const Box& box, Rgb colour);
   void frame(const Box& box, Rgb colour);
 
-  // Text one glyph per code point (a box for those outside ASCII), vertically centred on
-  // `y`: starting at x, ending at x, or centred on x.
-  void text_left(int x, int y, const std::string& text, Rgb colour);
-  void text_right(int x, int y, const std::string& text, Rgb colour);
-  void text_centred(int x, int y, const std::string& text, Rgb colour);
+  // Text `px` pixels per em, vertically centred on `y`: starting at x, ending at x, or
+  // centred on x. Throws attn::Error when the font cannot be read (viz/font.hpp).
+  void text_left(int x, int y, const std::string& text, int px, Rgb colour);
+  void text_right(int x, int y, const std::string& text, int px, Rgb colour);
+  void text_centred(int x, int y, const std::string& text, int px, Rgb colour);
   // Text turned a quarter anticlockwise, reading upwards from y, centred on x.
-  void text_up(int x, int y, const std::string& text, Rgb colour);
+  void text_up(int x, int y, const std::string& text, int px, Rgb colour);
 
-  static int text_width(const std::string& text);
+  static int text_width(const std::string& text, int px);
 
   // The canvas as the bytes of an 8-bit RGB PNG file.
   std::string png() const;
 
  private:
   void set(int x, int y, Rgb colour);
-  template <class Place>
-  void draw_text(const std::string& text, Rgb colour, Place place);
+  // `colour` over the pixel at x, y with opacity coverage / 255.
+  void blend(int x, int y, Rgb colour, std::uint8_t coverage);
 
   int width_, height_;
   std::vector<unsigned char> pixels_;

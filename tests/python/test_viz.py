@@ -177,3 +177,51 @@ def test_blend_bad_arguments_name_themselves_and_write_nothing(tmp_path):
             attn.viz.blend(arguments.pop("weights"), arguments.pop("value"),
                            arguments.pop("path"), **arguments)
     assert list(tmp_path.iterdir()) == []
+
+
+def _model_weights(layers=3, heads=2, n=5):
+    rng = np.random.default_rng(8)
+    w = rng.random((layers, heads, n, n)).astype(np.float32)
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def test_model_page_holds_every_layer_exactly(tmp_path):
+    import base64
+    w = _model_weights()
+    tokens = ["[CLS]", "the", "</script>", "mat", "[SEP]"]
+    attn.viz.model(list(w[:, None]), tmp_path / "m.html", tokens=tokens,
+                   special=[True, False, False, False, True], title="three layers")
+    page = (tmp_path / "m.html").read_text()
+    start = page.index('id="attn-weights">') + len('id="attn-weights">')
+    stored = np.frombuffer(base64.b64decode(page[start:page.index("</script>", start)]), "<f4")
+    assert np.array_equal(stored, w.ravel())
+    assert "three layers" in page and "</script><" not in page.replace("</script>\n<", "")
+    attn.viz.model(w, tmp_path / "same.htm")  # one [layers, H, L, L] array works as well
+    assert (tmp_path / "same.htm").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_model_page_bad_arguments_name_themselves_and_write_nothing(tmp_path):
+    w = _model_weights()
+    cases = [
+        (dict(path=tmp_path / "m.svg"), ValueError, "path: expected a file name ending in .html or .htm"),
+        (dict(path=None), TypeError, "path: expected a str or os.PathLike"),
+        (dict(weights=w[0]), ValueError, "weights: expected [layers, H, L, L] or a sequence"),
+        (dict(weights=[]), ValueError, "weights: expected at least one layer"),
+        (dict(weights=[w[0], w[1, :, :4, :4]]), ValueError,
+         "weights[1]: expected the shape of weights[0], (2, 5, 5), given (2, 4, 4)"),
+        (dict(weights=[np.stack([w[0], w[1]])]), ValueError,
+         "weights[0]: expected [H, L, L] or [1, H, L, L] (one text)"),
+        (dict(weights=w[:, :, :4]), ValueError, "weights: expected [layers, heads, L, L]"),
+        (dict(tokens=["a"] * 4), ValueError, "tokens: expected 5 tokens (one per position), given 4"),
+        (dict(special=[True] * 4), ValueError, "special: expected 5 flags (one per token), given 4"),
+        (dict(special=[1, 0, 0, 0, 1]), TypeError, "special: expected bool items, given int at 0"),
+        (dict(title=3), TypeError, "title: expected a str or None"),
+    ]
+    for changes, error, message in cases:
+        arguments = dict(weights=w, path=tmp_path / "m.html")
+        arguments.update(changes)
+        with pytest.raises(error, match=re.escape(message)):
+            attn.viz.model(arguments.pop("weights"), arguments.pop("path"), **arguments)
+    with pytest.raises(ValueError, match="cannot create"):
+        attn.viz.model(w, tmp_path / "no" / "such" / "m.html")
+    assert list(tmp_path.iterdir()) == []

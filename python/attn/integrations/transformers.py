@@ -8,12 +8,20 @@ register() adds attention_forward to transformers' AttentionInterface and, where
 installed transformers has an AttentionMaskInterface, its SDPA mask function (bool masks,
 True = may attend, or None for plain causal), under the same name. Unlike transformers'
 "sdpa", output_attentions=True works: the weights come from attn.attention.
+
+draw_model(model, tokenizer, text, "model.html") runs the model once on a text with attn's
+weights and draws every layer and head of it into one self-contained HTML page.
 """
 
+import os
+
+import torch
 import transformers
 import transformers.masking_utils
 
+from .. import viz
 from .._attention import _refuse_gradients, attention
+from .._errors import ArgumentTypeError, Error
 
 NAME = "attn"
 
@@ -56,3 +64,70 @@ def register(name=NAME):
     if mask_interface is not None:
         mask_interface.register(name, transformers.masking_utils.sdpa_mask)
     return name
+
+
+def _model_name(model):
+    """The hub id the model was loaded from, or its class name when it came from a local
+    folder (whose name, a snapshot hash or "model", says little)."""
+    name = str(getattr(model.config, "name_or_path", "") or "")
+    return name if name and not os.path.isdir(name) else type(model).__name__
+
+
+def draw_model(model, tokenizer, text, path, title=None):
+    """Run `model` once on `text` with attn's attention weights and draw every layer and
+    head into one self-contained HTML page at `path` (attn.viz.model): a layer x head grid,
+    the chosen head large with the tokens on both axes, a head view, the mean over heads, a
+    shared or per-head colour scale, and a toggle that hides the tokenizer's special tokens
+    ([CLS], [SEP], ...; each shown row renormalised over the shown keys).
+
+    The weights are attn's own (output_attentions=True through attention_forward, never
+    transformers' eager path): a model loaded with another attn_implementation is switched
+    to attn for this one run and switched back. The page appears whole or not at all.
+    model: a transformers PreTrainedModel whose output has .attentions (encoders such as
+        BERT, decoders such as Llama); tokenizer: its tokenizer; text: a str.
+    path: ending in .html or .htm.  title: None names the model and the text.
+    Returns the weights drawn: a tuple with one [1, H, L, L] tensor per layer.
+    """
+    if not isinstance(model, transformers.PreTrainedModel):
+        raise ArgumentTypeError(
+            f"model: expected a transformers PreTrainedModel, given {type(model).__name__}")
+    if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise ArgumentTypeError(
+            f"tokenizer: expected a transformers tokenizer, given {type(tokenizer).__name__}")
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text: expected a str, given {type(text).__name__}")
+    if not text.strip():
+        raise Error("text: expected some text to tokenize, given an empty str")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+    if not os.fspath(path).lower().endswith((".html", ".htm")):
+        raise Error(f"path: expected a file name ending in .html or .htm, given {os.fspath(path)!r}")
+    if title is not None and not isinstance(title, str):
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+
+    name = register()
+    before = model.config._attn_implementation
+    if before != name:
+        model.set_attn_implementation(name)
+        if model.config._attn_implementation != name:
+            raise Error(f"model: {type(model).__name__} cannot switch its attention to attn; "
+                        f"load it with attn_implementation={name!r}")
+    try:
+        batch = tokenizer(text, return_tensors="pt").to(model.device)
+        with torch.inference_mode():
+            output = model(**batch, output_attentions=True)
+    finally:
+        if before != name:
+            model.set_attn_implementation(before)
+    attentions = getattr(output, "attentions", None)
+    if not attentions:
+        raise Error(f"model: expected an output with attentions, given a "
+                    f"{type(output).__name__} without them (an encoder-decoder model?)")
+    ids = batch["input_ids"][0].tolist()
+    special_ids = set(tokenizer.all_special_ids)
+    viz.model([layer.float().cpu() for layer in attentions], path,
+              tokens=tokenizer.convert_ids_to_tokens(ids),
+              special=[i in special_ids for i in ids],
+              title=title if title is not None else
+              f"{_model_name(model)}: {text}")
+    return tuple(attentions)

@@ -177,6 +177,43 @@ def test_default_cache_keeps_float32_exactly():
     assert not torch.equal(half.keys(0), k)
 
 
+def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
+    """attn has no backward pass: a tensor that needs gradients is refused, naming it,
+    rather than given a detached result; under no_grad or inference_mode it is read."""
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    p = torch.zeros(2, requires_grad=True)
+    plain = torch.randn(2, 3, 4)
+    cache = attn.KVCache(2, 4)
+    cache.append(cache.add_sequence(), plain, plain)
+    calls = [
+        ("q", lambda: attn.attention(x, plain, plain)),
+        ("v", lambda: attn.attention(plain, plain, x)),
+        ("mask", lambda: attn.attention(plain, plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
+        ("sinks", lambda: attn.attention(plain, plain, plain, sinks=p)),
+        ("alibi_slopes", lambda: attn.weights(plain, plain, alibi_slopes=p)),
+        ("k", lambda: attn.weights(plain, x)),
+        ("scale", lambda: attn.weights(plain, plain, scale=torch.tensor(0.5, requires_grad=True))),
+        ("q", lambda: attn.attention_state(x[None], plain[None], plain[None])),
+        ("q", lambda: attn.decode(x[None, :, 0], cache, [0])),
+        ("k", lambda: cache.append(0, x, plain)),
+        ("q", lambda: attn.scores(x, plain)),
+        ("scores", lambda: attn.softmax(x)),
+        ("weights", lambda: attn.context(x[..., :3], plain, check=False)),
+        ("query", lambda: attn.scaled_dot_product_attention(x, plain, plain)),
+    ]
+    for name, call in calls:
+        with pytest.raises(NotImplementedError, match=rf"^{name}: requires_grad=True .* no backward"):
+            call()
+        with torch.no_grad():
+            call()
+        with torch.inference_mode():
+            call()
+    assert cache.length(0) == 3 + 2 * 3  # the refused append stored nothing
+    # A picture only reads the values: drawn, not refused.
+    attn.viz.heatmap(torch.rand(3, 3, requires_grad=True), str(tmp_path / "w.svg"))
+    assert (tmp_path / "w.svg").stat().st_size > 0
+
+
 def test_threads_follow_torch_for_torch_inputs(monkeypatch):
     seen = []
     forward, decode = attn._attention._forward, attn._generation._decode

@@ -164,17 +164,39 @@ def test_decode_and_cache_give_torch_for_torch():
     assert isinstance(cache.keys(seq), np.ndarray)  # the kind appended last
 
 
-def test_default_cache_keeps_float32_exactly():
-    """The default storage is float32: float32 keys are not rounded to float16 behind the
-    caller's back (float16 is an explicit dtype="float16")."""
+def test_cache_storage_follows_the_data_or_the_callers_choice():
+    """No dtype: the first append fixes the storage to the data's dtype, as a cache of
+    torch tensors would; float32 keys are not rounded to float16 behind the caller's back,
+    and float16 keys do not take float32's memory."""
+    k = torch.tensor([[[1 + 2**-20, 1e-8, 70000.0, -3.3]]])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        cache = attn.KVCache(1, 4)
+        seq = cache.add_sequence()
+        assert cache.dtype is None
+        cache.append(seq, k.to(dtype), k.to(dtype))
+        assert cache.dtype == str(dtype).removeprefix("torch.")
+        assert torch.equal(cache.keys(seq), k.to(dtype).float())
+    mixed = attn.KVCache(1, 4)
+    mixed.append(mixed.add_sequence(), k.half(), k.bfloat16())  # float32 holds both exactly
+    assert mixed.dtype == "float32" and torch.equal(mixed.values(0), k.bfloat16().float())
+    half = attn.KVCache(1, 4, dtype="float16")  # the caller's choice: rounds, as asked
+    half.append(half.add_sequence(), k, k)
+    assert half.dtype == "float16" and not torch.equal(half.keys(0), k)
+
+
+def test_a_cache_that_follows_the_data_refuses_what_it_would_round():
     cache = attn.KVCache(1, 4)
     seq = cache.add_sequence()
-    k = torch.tensor([[[1 + 2**-20, 1e-8, 70000.0, -3.3]]])
-    cache.append(seq, k, k)
-    assert cache.dtype == "float32" and torch.equal(cache.keys(seq), k)
-    half = attn.KVCache(1, 4, dtype="float16")
-    half.append(half.add_sequence(), k, k)
-    assert not torch.equal(half.keys(0), k)
+    cache.append(seq, torch.ones(1, 2, 4, dtype=torch.float16), torch.ones(1, 2, 4, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"k: expected float16 .* given float32"):
+        cache.append(seq, torch.ones(1, 1, 4), torch.ones(1, 1, 4, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"v: expected float16 .* given bfloat16"):
+        cache.append(seq, torch.ones(1, 1, 4, dtype=torch.float16), torch.ones(1, 1, 4, dtype=torch.bfloat16))
+    assert cache.length(seq) == 2
+    wide = attn.KVCache(1, 4)
+    wide.append(wide.add_sequence(), torch.ones(1, 1, 4), torch.ones(1, 1, 4))
+    wide.append(0, torch.ones(1, 1, 4, dtype=torch.bfloat16), torch.ones(1, 1, 4, dtype=torch.float16))
+    assert wide.dtype == "float32" and wide.length(0) == 2
 
 
 def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
@@ -196,6 +218,7 @@ def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
         ("q", lambda: attn.attention_state(x[None], plain[None], plain[None])),
         ("q", lambda: attn.decode(x[None, :, 0], cache, [0])),
         ("k", lambda: cache.append(0, x, plain)),
+        ("v", lambda: cache.append([0], plain[None], x[None])),
         ("q", lambda: attn.scores(x, plain)),
         ("scores", lambda: attn.softmax(x)),
         ("weights", lambda: attn.context(x[..., :3], plain, check=False)),
@@ -208,7 +231,7 @@ def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
             call()
         with torch.inference_mode():
             call()
-    assert cache.length(0) == 3 + 2 * 3  # the refused append stored nothing
+    assert cache.length(0) == 3 + 2 * 2 * 3  # the refused appends stored nothing
     # A picture only reads the values: drawn, not refused.
     attn.viz.heatmap(torch.rand(3, 3, requires_grad=True), str(tmp_path / "w.svg"))
     assert (tmp_path / "w.svg").stat().st_size > 0

@@ -219,7 +219,8 @@ class KVCache:
             part way, the error names the first id not appended; the ones before it were.
         k and v: float16, bfloat16, float32 or float64 (see dtype in the class's doc).
         """
-        batch = not isinstance(seq, (int, np.integer)) and hasattr(seq, "__len__")
+        batch = (not isinstance(seq, (int, np.integer)) and hasattr(seq, "__len__")
+                 and getattr(seq, "ndim", 1) != 0)
         if batch:
             ids = [_arrays.integer(i, "seq", "sequence ids (ints)") for i in seq]
             counts = {}
@@ -232,6 +233,7 @@ class KVCache:
             for at, i in enumerate(ids):
                 if not self._cache.contains(i):
                     raise Error(f"seq: expected ids of sequences in the cache, given {i} at position {at}")
+            seq = ids
         else:
             seq = _arrays.integer(seq, "seq", "a sequence id (int) or a sequence of ids")
         views = []
@@ -269,7 +271,7 @@ class KVCache:
             self._check_exact(views)
         arrays = [_arrays.for_extension(x) for _, x in views]
         if batch:
-            self._cache.append_batch([int(i) for i in seq], *arrays)
+            self._cache.append_batch(seq, *arrays)
         else:
             self._cache.append(seq, *arrays)
         self._torch_out = _arrays.is_torch(views[0][1])

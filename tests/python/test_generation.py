@@ -289,3 +289,16 @@ def test_a_cache_dtype_follows_the_first_append_and_keeps_the_sequence_ids():
     assert refused.dtype is None
     refused.append(0, np.zeros((1, 1, 4), np.float32), np.zeros((1, 1, 4), np.float32))
     assert refused.dtype == "float32"
+
+
+def test_a_batch_of_ids_may_be_an_array_and_one_id_a_numpy_integer():
+    cache = attn.KVCache(1, 4, dtype="float32")
+    ids = np.array([cache.add_sequence(), cache.add_sequence()])
+    k = np.arange(16, dtype=np.float32).reshape(2, 1, 2, 4)
+    cache.append(ids, k, k)
+    cache.append(np.int64(1), k[1], k[1])
+    cache.append(0, k[0], k[0])
+    with pytest.raises(TypeError, match=r"^seq: expected a sequence id \(int\) or a sequence of ids"):
+        cache.append(np.array(0), k[0], k[0])  # a 0-d array is neither
+    np.testing.assert_array_equal(cache.keys(0), np.concatenate([k[0], k[0]], axis=1))
+    np.testing.assert_array_equal(cache.keys(1), np.concatenate([k[1], k[1]], axis=1))

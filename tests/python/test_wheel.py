@@ -108,12 +108,13 @@ def _package_dir(venv):
 def test_the_wheel_holds_the_extension_the_command_and_the_libraries(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+        (script,) = [n for n in names if re.fullmatch(r"attn-[^/]+\.data/scripts/attn", n)]
+        shebang = archive.read(script).decode().splitlines()[0]
     assert "attn/bin/attn" in names
     assert any(re.fullmatch(r"attn/_attn\..*\.so", n) for n in names)
     for library in BUNDLED:
         assert f"attn/lib/{library}" in names
-    assert re.search(r"^attn\s*=\s*attn\._command:main$", entry_points, re.M), entry_points
+    assert shebang == "#!python"  # pip writes the environment's interpreter there
 
 
 def test_import_and_compute_from_the_fresh_venv(venv):
@@ -157,6 +158,15 @@ def test_the_attn_command_behaves_as_tools_attn(venv, tmp_path, arguments):
         assert mine == theirs, stream
     if arguments == ["--help"]:
         assert "demo" in got.stdout and "run" in got.stdout
+
+
+def test_the_attn_command_starts_without_importing_the_package(venv):
+    """The script in bin/ finds the package without importing it (and NumPy with it)."""
+    env = {**_clean_environment(), "PYTHONPROFILEIMPORTTIME": "1"}
+    result = subprocess.run([str(venv / "bin" / "attn"), "--help"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert result.returncode == 0 and "import time:" in result.stderr
+    assert not re.search(r"\b(numpy|attn)\b", result.stderr), result.stderr
 
 
 def _ldd(path):

@@ -92,7 +92,7 @@ def venv(wheel, tmp_path_factory):
                      env=_clean_environment()).stdout.strip())
     (site / "numpy-only.pth").write_text(f"{numpy_only}\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-          "--disable-pip-version-check", "--no-index", "--find-links", str(wheel.parent), "attn"],
+          "--disable-pip-version-check", "--no-index", str(wheel)],
          env=_clean_environment())
     return venv_dir
 

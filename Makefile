@@ -6,7 +6,7 @@ ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 FUZZ_BUILD := build/fuzz
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-fuzz fuzz fuzz-build test-python install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -78,6 +78,12 @@ install-python: python-env
 
 test-python: install-python
 	$(PYTHON) -m pytest -q tests/python
+
+# Part of test-python: a wheel built from build/python (nothing recompiled after
+# install-python) goes into a fresh venv without the development install, then import, the
+# attn command and every shared library it loads are checked (tests/python/test_wheel.py).
+test-wheel: install-python
+	$(PYTHON) -m pytest -q tests/python/test_wheel.py
 
 # The full case sweep (slow): the same tests over every case list. The test binaries run
 # directly, since ctest's list of tests was discovered from the quick list at build time;

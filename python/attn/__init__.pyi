@@ -149,12 +149,13 @@ class KVCache:
     """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
     def __init__(
         self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
-        dtype: Literal["float32", "float16", "bfloat16", "int8"] = "float32",
+        dtype: Optional[Literal["float32", "float16", "bfloat16", "int8"]] = None,
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...
     def fork(self, parent: int) -> int: ...
-    def append(self, seq: int, k: Array, v: Array) -> None: ...
+    def append(self, seq: Union[int, Sequence[int]], k: Array, v: Array) -> None:
+        """k [heads_kv, n, dim] to one sequence, or [S, heads_kv, n, dim] to S sequences."""
     def drop(self, seq: int) -> None: ...
     def length(self, seq: int) -> int: ...
     def __contains__(self, seq: object) -> bool: ...
@@ -171,7 +172,7 @@ class KVCache:
     dim: int
     dim_v: int
     page_size: int
-    dtype: str
+    dtype: Optional[str]  # None until the first append when it follows the data
     max_blocks: int
 
 def decode(

@@ -50,9 +50,22 @@ def _check_dtype(x, name, allow_bool):
         raise ArgumentTypeError(f"{name}: expected dtype {expected}, given {given}")
 
 
-def as_array(x, name, allow_bool=False):
+def refuse_gradients(x, name):
+    """attn has no backward pass yet: a result detached from the graph would train nothing
+    without a word, so a tensor that needs gradients is refused while autograd records
+    (NotImplementedError naming the argument)."""
+    if is_torch(x) and x.requires_grad and _torch().is_grad_enabled():
+        raise NotImplementedError(
+            f"{name}: requires_grad=True while gradients are recorded, but attn has no "
+            f"backward pass; call it under torch.no_grad() or torch.inference_mode(), "
+            f"or pass {name}.detach()"
+        )
+
+
+def as_array(x, name, allow_bool=False, detach=False):
     """x as a NumPy array or a CPU torch tensor of a supported dtype, without a copy when
-    it already is one. Raises TypeError naming `name` otherwise."""
+    it already is one. Raises TypeError naming `name` otherwise, and refuses a tensor that
+    needs gradients (refuse_gradients) unless detach: only reading its values (a picture)."""
     if type(x) is np.ndarray and x.dtype in _PLAIN_FLOATS:
         return x  # the common case, checked first because every call pays for it
     if x is None:
@@ -68,6 +81,8 @@ def as_array(x, name, allow_bool=False):
         if x.layout != _torch().strided:
             raise Error(f"{name}: expected a dense (strided) tensor, given {x.layout}")
         _check_dtype(x, name, allow_bool)
+        if not detach:
+            refuse_gradients(x, name)
         return x.detach()
     if isinstance(x, np.ma.MaskedArray):
         raise ArgumentTypeError(f"{name}: expected a plain array, given a masked array (pass mask= instead)")
@@ -201,6 +216,7 @@ def like_kind(array, like):
 def _small_array(values, name):
     """A short argument (per-head numbers, offsets) as a NumPy array."""
     if is_torch(values):
+        refuse_gradients(values, name)
         values = values.detach().cpu()
         # NumPy has no bfloat16: widen floats, which are converted to float64 anyway
         values = (values.double() if values.is_floating_point() else values).numpy()
@@ -238,6 +254,7 @@ def number(value, name, *, allow_none=False):
     if value is None and allow_none:
         return None
     if (is_torch(value) or isinstance(value, np.ndarray)) and value.ndim == 0:
+        refuse_gradients(value, name)
         value = value.item()  # a 0-d tensor or array, e.g. a scale computed with torch
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ArgumentTypeError(f"{name}: expected a number, given {type(value).__name__}")

@@ -45,7 +45,7 @@ def describe_input(x, layout="bhsd"):
     """What the kernels see of x when attention() receives it: a dict with the address,
     dtype, [B, H, L, D] shape and element strides. For checking that inputs are read in
     place (the address is the caller's) or were copied."""
-    array = _arrays.as_array(x, "x")
+    array = _arrays.as_array(x, "x", detach=True)
     return _describe_view(_arrays.for_extension(_input(array, layout)), "x")
 
 
@@ -254,18 +254,10 @@ def mask_view(mask, heads_shape, len_q, len_k):
 
 
 def _refuse_gradients(arrays):
-    """attn has no backward pass yet: a result detached from the graph would train nothing
-    without a word, so inputs that need gradients are refused while autograd records."""
-    torch = _arrays._torch()
-    if torch is None or not torch.is_grad_enabled():
-        return
+    """(name, array) pairs: refuses, before any other check, the tensors that need
+    gradients while autograd records (attn has no backward pass yet)."""
     for name, x in arrays:
-        if _arrays.is_torch(x) and x.requires_grad:
-            raise NotImplementedError(
-                f"{name}: requires_grad=True while gradients are recorded, but attn has no "
-                f"backward pass; call it under torch.no_grad() or torch.inference_mode(), "
-                f"or pass {name}.detach()"
-            )
+        _arrays.refuse_gradients(x, name)
 
 
 def _causal_bias(mask):

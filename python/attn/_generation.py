@@ -7,6 +7,8 @@ disjoint key sets merge exactly, so attention over keys held in parts (a prefix 
 suffix, two caches, two machines) is the merge of each part's state, finalized once.
 """
 
+import threading
+
 import numpy as np
 
 from . import _arrays
@@ -121,10 +123,14 @@ class KVCache:
 
     heads_kv, dim, dim_v: the cached keys are [heads_kv, length, dim] and values
         [heads_kv, length, dim_v] per sequence (dim_v defaults to dim).
-    dtype: the storage: "float32" (the default) keeps float16, bfloat16 and float32 keys
-        and values exactly (float64 ones are rounded to float32); "float16", "bfloat16"
-        and "int8" (per block and head scales, dequantised on the fly) trade precision for
-        memory, by the caller's choice only.
+    dtype: the storage. None (the default) follows the data, as a cache of torch tensors
+        would: the first append fixes it to the keys' and values' dtype (float16, bfloat16
+        or float32; float32 for float64, attn's working precision, and for keys and values
+        of two different dtypes), and a later append that the storage would round (float32
+        into a float16 cache, say) raises ValueError. "float32", "float16", "bfloat16" and
+        "int8" (per block and head scales, dequantised on the fly) are the caller's choice
+        and round what does not fit, without a word: float32 keeps float16, bfloat16 and
+        float32 data exactly.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
         ValueError naming page_size.
@@ -136,42 +142,147 @@ class KVCache:
     for it), never interleaved.
     """
 
-    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype="float32", max_blocks=0):
-        if dtype not in _CACHE_DTYPES:
-            raise Error(f"dtype: expected one of {', '.join(_CACHE_DTYPES)}, given {dtype!r}")
-        sizes = {name: _arrays.integer(value, name, "an int")
-                 for name, value in (("heads_kv", heads_kv), ("dim", dim),
-                                     ("dim_v", dim if dim_v is None else dim_v),
-                                     ("page_size", page_size), ("max_blocks", max_blocks))}
-        self._cache = _KVCache(dtype=dtype, **sizes)
+    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, max_blocks=0):
+        if dtype is not None and dtype not in _CACHE_DTYPES:
+            raise Error(f"dtype: expected one of None (follow the data), {', '.join(_CACHE_DTYPES)}, "
+                        f"given {dtype!r}")
+        self._sizes = {name: _arrays.integer(value, name, "an int")
+                       for name, value in (("heads_kv", heads_kv), ("dim", dim),
+                                           ("dim_v", dim if dim_v is None else dim_v),
+                                           ("page_size", page_size), ("max_blocks", max_blocks))}
+        # Until the first append, a dtype that follows the data is undecided: the extension's
+        # cache is a float32 one (the widest, so the size checks hold for any choice) holding
+        # only empty sequences, rebuilt in the chosen dtype under _choosing.
+        self._cache = _KVCache(dtype=dtype or "float32", **self._sizes)
+        self._follows_data = dtype is None
+        self._undecided = dtype is None
+        self._ids_issued = 0  # while undecided: add_sequence and fork ids given out (0, 1, ...)
+        self._choosing = threading.Lock()
         self._torch_out = False  # keys() and values() return the kind appended last
+
+    def _new_id(self, make):
+        if not self._undecided:
+            return make()
+        with self._choosing:  # not while the first append rebuilds the extension's cache
+            seq = make()
+            self._ids_issued = max(self._ids_issued, seq + 1)
+            return seq
 
     def add_sequence(self):
         """A new empty sequence's id (ids are never reused)."""
-        return self._cache.add_sequence()
+        return self._new_id(self._cache.add_sequence)
 
     def fork(self, parent):
         """A new sequence holding parent's tokens, sharing its blocks."""
-        return self._cache.fork(_arrays.integer(parent, "parent", "a sequence id (int)"))
+        parent = _arrays.integer(parent, "parent", "a sequence id (int)")
+        return self._new_id(lambda: self._cache.fork(parent))
+
+    def _storage_for(self, dtypes):
+        """The storage a dtype that follows the data takes for keys and values of dtypes."""
+        if len(set(dtypes)) == 1 and dtypes[0] in ("float16", "bfloat16"):
+            return dtypes[0]
+        return "float32"
+
+    def _check_exact(self, views):
+        """A dtype that followed the data stores later appends exactly, or refuses them:
+        float32 storage holds float16 and bfloat16 exactly (and float64 as attn computes)."""
+        stored = self._cache.dtype
+        for name, x in views:
+            given = _arrays.dtype_name(x)
+            if given != stored and stored != "float32":
+                raise Error(
+                    f"{name}: expected {stored} (the dtype this cache follows, from its first "
+                    f"append), given {given}, which {stored} storage would round; convert it, "
+                    f"or create the KVCache with an explicit dtype (\"float32\" keeps both)")
+
+    def _decide(self, views):
+        """At the first append: the storage of a dtype that follows the data, the extension's
+        cache rebuilt in it with the same (empty) sequences."""
+        chosen = self._storage_for([_arrays.dtype_name(x) for _, x in views])
+        if chosen != self._cache.dtype:
+            live = set(self._cache.sequence_ids())
+            cache = _KVCache(dtype=chosen, **self._sizes)
+            for seq in range(self._ids_issued):
+                cache.add_sequence()  # the same ids: the extension gives out 0, 1, ...
+                if seq not in live:
+                    cache.drop(seq)
+            self._cache = cache
 
     def append(self, seq, k, v):
-        """Appends n tokens to sequence seq. k: [heads_kv, n, dim]  v: [heads_kv, n, dim_v]
-        (or [n, dim] and [n, dim_v] when heads_kv is 1), any float dtype."""
-        seq = _arrays.integer(seq, "seq", "a sequence id (int)")
-        self._torch_out = _arrays.is_torch(k)
+        """Appends n tokens to one sequence or to each of a batch of them.
+
+        One sequence: seq an id, k: [heads_kv, n, dim]  v: [heads_kv, n, dim_v] (or [n, dim]
+            and [n, dim_v] when heads_kv is 1).
+        A batch: seq a sequence of S distinct ids, k: [S, heads_kv, n, dim]  v: [S, heads_kv,
+            n, dim_v]; row s goes to seq[s], as S single appends would (a decode step's new
+            tokens in one call, the GIL released once). If the pool runs out (max_blocks)
+            part way, the error names the first id not appended; the ones before it were.
+        k and v: float16, bfloat16, float32 or float64 (see dtype in the class's doc).
+        """
+        batch = (not isinstance(seq, (int, np.integer)) and hasattr(seq, "__len__")
+                 and getattr(seq, "ndim", 1) != 0)
+        if batch:
+            ids = [_arrays.integer(i, "seq", "sequence ids (ints)") for i in seq]
+            counts = {}
+            for i in ids:
+                counts[i] = counts.get(i, 0) + 1
+            repeated = [i for i, c in counts.items() if c > 1]
+            if repeated:
+                raise Error(f"seq: expected distinct sequence ids, given {repeated[0]} "
+                            f"{counts[repeated[0]]} times")
+            for at, i in enumerate(ids):
+                if not self._cache.contains(i):
+                    raise Error(f"seq: expected ids of sequences in the cache, given {i} at position {at}")
+            seq = ids
+        else:
+            seq = _arrays.integer(seq, "seq", "a sequence id (int) or a sequence of ids")
         views = []
         for name, x in (("k", k), ("v", v)):
             x = _arrays.as_array(x, name)
-            if x.ndim == 2:
+            if batch:
+                if x.ndim != 4 or _arrays.shape(x)[0] != len(ids):
+                    raise Error(f"{name}: expected 4 dims [{len(ids)}, heads_kv, n, dim] (one row per "
+                                f"id of seq), given shape {_arrays.shape(x)}")
+            else:
+                if x.ndim == 2:
+                    x = _arrays.reshape(x, (1,) + _arrays.shape(x))
+                if x.ndim != 3:
+                    raise Error(f"{name}: expected 3 dims [heads_kv, n, dim], given shape "
+                                f"{_arrays.shape(x)}")
                 x = _arrays.reshape(x, (1,) + _arrays.shape(x))
-            if x.ndim != 3:
-                raise Error(f"{name}: expected 3 dims [heads_kv, n, dim], given shape {_arrays.shape(x)}")
-            views.append(_arrays.for_extension(_arrays.readable(_arrays.reshape(x, (1,) + _arrays.shape(x)))))
-        self._cache.append(seq, *views)
+            views.append((name, _arrays.readable(x)))
+        if batch and _arrays.shape(views[0][1])[2] != _arrays.shape(views[1][1])[2]:
+            raise Error(f"v: expected n = {_arrays.shape(views[0][1])[2]} tokens (as k), given shape "
+                        f"{_arrays.shape(views[1][1])}")
+        if self._undecided:
+            with self._choosing:
+                if self._undecided:
+                    self._decide(views)
+                    try:
+                        self._append(seq, views, batch)
+                        self._undecided = False
+                    finally:  # a batch that failed part way has stored tokens all the same
+                        self._undecided = self._undecided and self._cache.blocks_allocated == 0
+                    return
+        self._append(seq, views, batch)
+
+    def _append(self, seq, views, batch):
+        if self._follows_data:
+            self._check_exact(views)
+        arrays = [_arrays.for_extension(x) for _, x in views]
+        if batch:
+            self._cache.append_batch(seq, *arrays)
+        else:
+            self._cache.append(seq, *arrays)
+        self._torch_out = _arrays.is_torch(views[0][1])
 
     def drop(self, seq):
         """Forgets sequence seq; blocks no other sequence holds are reused."""
-        self._cache.drop(_arrays.integer(seq, "seq", "a sequence id (int)"))
+        seq = _arrays.integer(seq, "seq", "a sequence id (int)")
+        if not self._undecided:
+            return self._cache.drop(seq)
+        with self._choosing:
+            return self._cache.drop(seq)
 
     def length(self, seq):
         return self._cache.length(_arrays.integer(seq, "seq", "a sequence id (int)"))
@@ -212,7 +323,8 @@ class KVCache:
     dim = property(lambda self: self._cache.dim)
     dim_v = property(lambda self: self._cache.dim_v)
     page_size = property(lambda self: self._cache.page_size)
-    dtype = property(lambda self: self._cache.dtype)
+    dtype = property(lambda self: None if self._undecided else self._cache.dtype,
+                     doc="The storage dtype; None until the first append when it follows the data.")
     max_blocks = property(lambda self: self._cache.max_blocks)
 
     def __repr__(self):

@@ -39,8 +39,9 @@ def _path(path, suffixes, other):
 
 
 def _matrices(array, name, dims):
-    """`array` as the 4-D view the extension reads; dims names its 2-, 3- and 4-D shapes."""
-    array = _arrays.as_array(array, name)
+    """`array` as the 4-D view the extension reads; dims names its 2-, 3- and 4-D shapes.
+    A picture only reads the values, so tensors that need gradients are detached."""
+    array = _arrays.as_array(array, name, detach=True)
     if array.ndim not in (2, 3, 4):
         raise Error(
             f"{name}: expected 2 to 4 dims {dims}, given {array.ndim} dims with shape "

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -139,6 +140,42 @@ nb::tuple decode_arrays(const InputArray& q, const KVCache& cache,
   return nb::make_tuple(to_numpy(std::move(result.context)), to_numpy(std::move(result.lse)));
 }
 
+// view: [S, H, n, D] -> its row s as [1, H, n, D], the same memory.
+TensorView row_of(const TensorView& view, Index s) {
+  const auto* data = static_cast<const std::byte*>(view.data) +
+                     s * view.strides[0] * static_cast<Index>(dtype_size(view.dtype));
+  return TensorView(data, view.dtype, {1, view.shape[1], view.shape[2], view.shape[3]},
+                    view.strides);
+}
+
+// seq: S distinct ids  k: [S, Hkv, n, dim]  v: [S, Hkv, n, dim_v]: k[s] and v[s] go to
+// seq[s], one append each, in order, under one release of the GIL. The Python layer
+// (KVCache.append) has checked the ids and shapes; what can still fail is the pool (max_blocks,
+// memory), and then the sequences before the failing one keep their new tokens.
+void append_batch(KVCache& cache, const std::vector<KVCache::SequenceId>& seq, const InputArray& k,
+                  const InputArray& v) {
+  const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
+  const auto count = static_cast<Index>(seq.size());
+  if (k_view.shape[0] != count || v_view.shape[0] != count) {
+    throw Error("k, v: expected " + std::to_string(count) + " rows (one per id of seq), given " +
+                std::to_string(k_view.shape[0]) + " and " + std::to_string(v_view.shape[0]));
+  }
+  nb::gil_scoped_release unlocked;
+  for (Index s = 0; s < count; ++s) {
+    try {
+      cache.append(seq[static_cast<std::size_t>(s)], row_of(k_view, s), row_of(v_view, s));
+    } catch (const OutOfMemory& error) {
+      if (s == 0) throw;
+      throw OutOfMemory("seq[" + std::to_string(s) + "]: " + error.what() +
+                        " (seq[0:" + std::to_string(s) + "] were appended)");
+    } catch (const Error& error) {
+      if (s == 0) throw;
+      throw Error("seq[" + std::to_string(s) + "]: " + error.what() +
+                  " (seq[0:" + std::to_string(s) + "] were appended)");
+    }
+  }
+}
+
 }  // namespace
 
 void bind_generation(nb::module_& m) {
@@ -179,6 +216,7 @@ void bind_generation(nb::module_& m) {
             cache.append(seq, k_view, v_view);
           },
           "seq"_a, "k"_a, "v"_a)
+      .def("append_batch", &append_batch, "seq"_a, "k"_a, "v"_a)
       .def("drop", &KVCache::drop, "seq"_a)
       .def("contains", &KVCache::contains, "seq"_a)
       .def("length", &KVCache::length, "seq"_a)

@@ -207,3 +207,98 @@ def test_bad_input_raises_naming_the_argument():
         attn.merge(attn.State.empty(1, 1, 1, 1), None)
     with pytest.raises(ValueError, match=r"^b: expected acc of shape \[1, 1, 1, 1\]"):
         attn.merge(attn.State.empty(1, 1, 1, 1), attn.State.empty(1, 1, 1, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", None])
+def test_a_batched_append_stores_what_appends_one_by_one_store(dtype):
+    """cache.append(ids, k, v) with k: [S, Hkv, n, D] is S single appends: the same
+    tokens, blocks, copy-on-write of forked prompts and int8 scales, bit for bit."""
+    k, v = rng_arrays(11, (4, 2, 3, 8), (4, 2, 3, 5), dtype=np.float32)
+    prompt_k, prompt_v = rng_arrays(12, (2, 6, 8), (2, 6, 5), dtype=np.float32)
+    caches = [attn.KVCache(2, 8, 5, page_size=4, dtype=dtype) for _ in range(2)]
+    for cache in caches:
+        root = cache.add_sequence()
+        cache.append(root, prompt_k, prompt_v)
+        ids = [cache.fork(root), cache.add_sequence(), root, cache.fork(root)]
+    batched, single = caches
+    for step in range(3):  # a decode loop: one token per sequence and step
+        batched.append(ids, k[:, :, step:step + 1], v[:, :, step:step + 1])
+        for s, seq in enumerate(ids):
+            single.append(seq, k[s, :, step:step + 1], v[s, :, step:step + 1])
+    batched.append(ids[::-1], k[::-1], v[::-1])  # any order, n tokens each
+    for s, seq in enumerate(ids):
+        single.append(seq, k[s], v[s])
+    for seq in ids:
+        np.testing.assert_array_equal(batched.keys(seq), single.keys(seq))
+        np.testing.assert_array_equal(batched.values(seq), single.values(seq))
+        assert batched.block_table(seq) == single.block_table(seq)
+    assert batched.dtype == single.dtype == (dtype or "float32")
+    q = rng_arrays(13, (4, 4, 8), dtype=np.float32)[0]
+    np.testing.assert_array_equal(attn.decode(q, batched, ids), attn.decode(q, single, ids))
+    batched.append([], np.zeros((0, 2, 1, 8)), np.zeros((0, 2, 1, 5)))  # no sequences: nothing
+
+
+def test_a_batched_append_refuses_bad_input_naming_the_argument():
+    cache = attn.KVCache(2, 4, dtype="float32", page_size=2, max_blocks=3)
+    a, b = cache.add_sequence(), cache.add_sequence()
+    k = np.zeros((2, 2, 1, 4), np.float32)
+    with pytest.raises(ValueError, match=r"^seq: expected distinct sequence ids, given 0 2 times"):
+        cache.append([a, b, a], np.zeros((3, 2, 1, 4)), np.zeros((3, 2, 1, 4)))
+    with pytest.raises(ValueError, match=r"^seq: expected ids of sequences in the cache, given 9 at position 1"):
+        cache.append([a, 9], k, k)
+    with pytest.raises(TypeError, match=r"^seq: expected sequence ids \(ints\)"):
+        cache.append([a, "b"], k, k)
+    with pytest.raises(ValueError, match=r"^k: expected 4 dims \[3, heads_kv, n, dim\]"):
+        cache.append([a, b, cache.add_sequence()], k, k)
+    with pytest.raises(ValueError, match=r"^v: expected 4 dims \[2, heads_kv, n, dim\]"):
+        cache.append([a, b], k, k[0])
+    with pytest.raises(ValueError, match=r"^v: expected n = 1 tokens \(as k\)"):
+        cache.append([a, b], k, np.zeros((2, 2, 3, 4)))
+    with pytest.raises(ValueError, match=r"^k: expected shape \[1, 2, n, 4\]"):
+        cache.append([a, b], np.zeros((2, 3, 1, 4)), np.zeros((2, 3, 1, 4)))
+    assert cache.length(a) == cache.length(b) == 0  # nothing of a refused batch was stored
+    # The pool (3 blocks of 2 tokens) runs out at the second sequence: the first keeps its
+    # tokens, and the error says which id was not appended.
+    with pytest.raises(ValueError, match=r"^seq\[1\]: .*max_blocks.*seq\[0:1\] were appended"):
+        cache.append([a, b], np.zeros((2, 2, 4, 4)), np.zeros((2, 2, 4, 4)))
+    assert cache.length(a) == 4 and cache.length(b) == 0
+
+
+def test_a_cache_dtype_follows_the_first_append_and_keeps_the_sequence_ids():
+    """dtype=None: sequences added, forked and dropped before the first append keep their
+    ids when the storage is chosen; float64 data is stored as float32, attn's precision."""
+    cache = attn.KVCache(1, 4)
+    ids = [cache.add_sequence(), cache.add_sequence(), cache.add_sequence()]
+    ids.append(cache.fork(ids[0]))
+    cache.drop(ids[1])
+    assert cache.dtype is None and "dtype=None" in repr(cache)
+    k = np.full((1, 2, 4), 1 + 2**-12, np.float16)
+    cache.append(ids[3], k, k)
+    assert cache.dtype == "float16"
+    assert cache.sequence_ids == [0, 2, 3] and ids[1] not in cache
+    assert cache.add_sequence() == 4 and cache.length(ids[3]) == 2 and cache.length(ids[0]) == 0
+    np.testing.assert_array_equal(cache.keys(ids[3]), k.astype(np.float32))
+    with pytest.raises(ValueError, match=r"^k: expected float16 \(the dtype this cache follows"):
+        cache.append(ids[0], k.astype(np.float32), k)
+    wide = attn.KVCache(1, 4)
+    wide.append(wide.add_sequence(), np.full((1, 1, 4), 0.1), np.full((1, 1, 4), 0.1))
+    assert wide.dtype == "float32" and wide.keys(0)[0, 0, 0] == np.float32(0.1)
+    refused = attn.KVCache(1, 4)  # a first append that fails decides nothing
+    with pytest.raises(ValueError, match=r"^k: expected shape"):
+        refused.append(refused.add_sequence(), np.zeros((1, 1, 5), np.float16), np.zeros((1, 1, 4), np.float16))
+    assert refused.dtype is None
+    refused.append(0, np.zeros((1, 1, 4), np.float32), np.zeros((1, 1, 4), np.float32))
+    assert refused.dtype == "float32"
+
+
+def test_a_batch_of_ids_may_be_an_array_and_one_id_a_numpy_integer():
+    cache = attn.KVCache(1, 4, dtype="float32")
+    ids = np.array([cache.add_sequence(), cache.add_sequence()])
+    k = np.arange(16, dtype=np.float32).reshape(2, 1, 2, 4)
+    cache.append(ids, k, k)
+    cache.append(np.int64(1), k[1], k[1])
+    cache.append(0, k[0], k[0])
+    with pytest.raises(TypeError, match=r"^seq: expected a sequence id \(int\) or a sequence of ids"):
+        cache.append(np.array(0), k[0], k[0])  # a 0-d array is neither
+    np.testing.assert_array_equal(cache.keys(0), np.concatenate([k[0], k[0]], axis=1))
+    np.testing.assert_array_equal(cache.keys(1), np.concatenate([k[1], k[1]], axis=1))

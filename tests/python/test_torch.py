@@ -164,17 +164,77 @@ def test_decode_and_cache_give_torch_for_torch():
     assert isinstance(cache.keys(seq), np.ndarray)  # the kind appended last
 
 
-def test_default_cache_keeps_float32_exactly():
-    """The default storage is float32: float32 keys are not rounded to float16 behind the
-    caller's back (float16 is an explicit dtype="float16")."""
+def test_cache_storage_follows_the_data_or_the_callers_choice():
+    """No dtype: the first append fixes the storage to the data's dtype, as a cache of
+    torch tensors would; float32 keys are not rounded to float16 behind the caller's back,
+    and float16 keys do not take float32's memory."""
+    k = torch.tensor([[[1 + 2**-20, 1e-8, 70000.0, -3.3]]])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        cache = attn.KVCache(1, 4)
+        seq = cache.add_sequence()
+        assert cache.dtype is None
+        cache.append(seq, k.to(dtype), k.to(dtype))
+        assert cache.dtype == str(dtype).removeprefix("torch.")
+        assert torch.equal(cache.keys(seq), k.to(dtype).float())
+    mixed = attn.KVCache(1, 4)
+    mixed.append(mixed.add_sequence(), k.half(), k.bfloat16())  # float32 holds both exactly
+    assert mixed.dtype == "float32" and torch.equal(mixed.values(0), k.bfloat16().float())
+    half = attn.KVCache(1, 4, dtype="float16")  # the caller's choice: rounds, as asked
+    half.append(half.add_sequence(), k, k)
+    assert half.dtype == "float16" and not torch.equal(half.keys(0), k)
+
+
+def test_a_cache_that_follows_the_data_refuses_what_it_would_round():
     cache = attn.KVCache(1, 4)
     seq = cache.add_sequence()
-    k = torch.tensor([[[1 + 2**-20, 1e-8, 70000.0, -3.3]]])
-    cache.append(seq, k, k)
-    assert cache.dtype == "float32" and torch.equal(cache.keys(seq), k)
-    half = attn.KVCache(1, 4, dtype="float16")
-    half.append(half.add_sequence(), k, k)
-    assert not torch.equal(half.keys(0), k)
+    cache.append(seq, torch.ones(1, 2, 4, dtype=torch.float16), torch.ones(1, 2, 4, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"k: expected float16 .* given float32"):
+        cache.append(seq, torch.ones(1, 1, 4), torch.ones(1, 1, 4, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"v: expected float16 .* given bfloat16"):
+        cache.append(seq, torch.ones(1, 1, 4, dtype=torch.float16), torch.ones(1, 1, 4, dtype=torch.bfloat16))
+    assert cache.length(seq) == 2
+    wide = attn.KVCache(1, 4)
+    wide.append(wide.add_sequence(), torch.ones(1, 1, 4), torch.ones(1, 1, 4))
+    wide.append(0, torch.ones(1, 1, 4, dtype=torch.bfloat16), torch.ones(1, 1, 4, dtype=torch.float16))
+    assert wide.dtype == "float32" and wide.length(0) == 2
+
+
+def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
+    """attn has no backward pass: a tensor that needs gradients is refused, naming it,
+    rather than given a detached result; under no_grad or inference_mode it is read."""
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    p = torch.zeros(2, requires_grad=True)
+    plain = torch.randn(2, 3, 4)
+    cache = attn.KVCache(2, 4)
+    cache.append(cache.add_sequence(), plain, plain)
+    calls = [
+        ("q", lambda: attn.attention(x, plain, plain)),
+        ("v", lambda: attn.attention(plain, plain, x)),
+        ("mask", lambda: attn.attention(plain, plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
+        ("sinks", lambda: attn.attention(plain, plain, plain, sinks=p)),
+        ("alibi_slopes", lambda: attn.weights(plain, plain, alibi_slopes=p)),
+        ("k", lambda: attn.weights(plain, x)),
+        ("scale", lambda: attn.weights(plain, plain, scale=torch.tensor(0.5, requires_grad=True))),
+        ("q", lambda: attn.attention_state(x[None], plain[None], plain[None])),
+        ("q", lambda: attn.decode(x[None, :, 0], cache, [0])),
+        ("k", lambda: cache.append(0, x, plain)),
+        ("v", lambda: cache.append([0], plain[None], x[None])),
+        ("q", lambda: attn.scores(x, plain)),
+        ("scores", lambda: attn.softmax(x)),
+        ("weights", lambda: attn.context(x[..., :3], plain, check=False)),
+        ("query", lambda: attn.scaled_dot_product_attention(x, plain, plain)),
+    ]
+    for name, call in calls:
+        with pytest.raises(NotImplementedError, match=rf"^{name}: requires_grad=True .* no backward"):
+            call()
+        with torch.no_grad():
+            call()
+        with torch.inference_mode():
+            call()
+    assert cache.length(0) == 3 + 2 * 2 * 3  # the refused appends stored nothing
+    # A picture only reads the values: drawn, not refused.
+    attn.viz.heatmap(torch.rand(3, 3, requires_grad=True), str(tmp_path / "w.svg"))
+    assert (tmp_path / "w.svg").stat().st_size > 0
 
 
 def test_threads_follow_torch_for_torch_inputs(monkeypatch):
@@ -198,18 +258,27 @@ def test_threads_follow_torch_for_torch_inputs(monkeypatch):
     assert seen == [1, 1, 1, 2, 0]
 
 
-def test_a_cache_held_at_exit_leaks_nothing_nanobind_reports():
-    """nanobind prints "leaked instances" at interpreter exit when a bound object outlives
-    the module; a cache kept in a global, a cycle and the atexit list must not."""
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_a_cache_held_at_exit_leaks_nothing_nanobind_reports(kind):
+    """nanobind prints "leaked instances" at interpreter exit for bound objects still alive
+    when the module goes; a cache kept in a global, a cycle, the atexit list, a cache whose
+    dtype follows the data (rebuilt at its first append), one never appended to, and one a
+    daemon thread still holds at exit (which Python never frees) must not make it."""
+    zeros = "torch.zeros" if kind == "torch" else "np.zeros"
     script = (
-        "import atexit, torch, attn\n"
+        f"import atexit, threading, time, numpy as np, attn{', torch' if kind == 'torch' else ''}\n"
         "cache = attn.KVCache(2, 4)\n"
         "seq = cache.add_sequence()\n"
-        "cache.append(seq, torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))\n"
-        "out = attn.decode(torch.zeros(1, 2, 4), cache, [seq])\n"
+        f"cache.append(seq, {zeros}((2, 3, 4)), {zeros}((2, 3, 4)))\n"
+        f"cache.append([seq, cache.add_sequence()], {zeros}((2, 2, 1, 4)), {zeros}((2, 2, 1, 4)))\n"
+        f"out = attn.decode({zeros}((1, 2, 4)), cache, [seq])\n"
+        "empty = attn.KVCache(1, 8, dtype='int8'); empty.add_sequence()\n"
+        "state = attn.decode_state(np.zeros((1, 2, 4)), cache, [seq])\n"
         "class Holder: pass\n"
         "holder = Holder(); holder.self = holder; holder.cache = cache\n"
         "atexit.register(lambda: cache.length(seq))\n"
+        "def serve(held): time.sleep(600)\n"
+        "threading.Thread(target=serve, args=(attn.KVCache(1, 4),), daemon=True).start()\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -278,6 +278,8 @@ struct RowStep {
 HWY_INLINE RowStep softmax_step(float old_max, float tile_max) {
   const DF df;
   const float new_max = merged_max(old_max, tile_max);
+  // The vector step gives exactly these (VectorExp(0) is 1): a short cut for small tiles.
+  if (new_max == old_max && new_max != kMinusInfinity) return {new_max, new_max, 1.0f};
   const SoftmaxStep step = softmax_step(df, hn::Set(df, old_max), hn::Set(df, new_max));
   return {new_max, hn::GetLane(step.shift), hn::GetLane(step.rescale)};
 }

@@ -7,7 +7,7 @@ packages=(
   g++ make cmake git pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libfreetype-dev fonts-dejavu-core
-  libopenblas-dev
+  libopenblas-dev patchelf
   libexpat1-dev chromium
   python3 python3-venv python3-dev
   clang-format patch

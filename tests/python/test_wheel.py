@@ -8,7 +8,7 @@ Debian's base runtime: the libraries of the packages that dpkg (Essential) and a
 (required) depend on, so that every Debian 12 system has them: libc6 (libc, libm,
 libmvec, the loader, and the libpthread/libdl/librt stubs), libgcc-s1, libstdc++6 and
 zlib1g; the manylinux policies allow the same ones. Everything else (libhwy1, libgomp1,
-libpng16-16, which a slim Debian lacks) must come from the wheel. The same list is in
+libpng16-16, libfreetype6 and libbrotli1, which a slim Debian lacks) must come from the wheel. The same list is in
 python/CMakeLists.txt, which picks what the wheel carries.
 """
 
@@ -32,7 +32,8 @@ BASE_RUNTIME = {
     "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1",
 }
 # What the wheel must carry itself: Highway above all (Debian has no static libhwy.a).
-BUNDLED = ("libhwy.so.1", "libgomp.so.1", "libpng16.so.16")
+BUNDLED = ("libhwy.so.1", "libgomp.so.1", "libpng16.so.16", "libfreetype.so.6",
+           "libbrotlidec.so.1", "libbrotlicommon.so.1")
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not shutil.which("ldd") or not shutil.which("readelf"),
@@ -231,9 +232,10 @@ def _system_copies():
 
 
 def test_the_wheel_works_with_the_systems_copies_hidden(venv):
-    """As on a machine without libhwy1, libgomp1 and libpng16-16: in a private mount
-    namespace (root only), the system's copies read as empty files; the program built in
-    build/python then fails to start, and the wheel's import and command still work."""
+    """As on a machine without libhwy1, libgomp1, libpng16-16, libfreetype6 and libbrotli1:
+    in a private mount namespace (root only), the system's copies read as empty files; the
+    program built in build/python then fails to start, and the wheel's import and command
+    still work."""
     hidden = _system_copies()
     unshare = shutil.which("unshare")
     if not hidden or not unshare or subprocess.run([unshare, "-m", "true"], capture_output=True).returncode:

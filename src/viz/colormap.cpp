@@ -73,4 +73,18 @@ std::span<const char* const> colour_anchors() {
   return kAnchors;
 }
 
+const char* const kColourScript = R"JS(
+"use strict";
+function colourMap(hexAnchors) {
+  const anchors = hexAnchors.map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
+  return t => {
+    t = Math.min(1, Math.max(0, t || 0));
+    const p = t * (anchors.length - 1), low = Math.floor(p);
+    if (low >= anchors.length - 1) return anchors[anchors.length - 1];
+    const f = p - low, a = anchors[low], b = anchors[low + 1];
+    return [0, 1, 2].map(i => Math.round(a[i] + (b[i] - a[i]) * f));
+  };
+}
+)JS";
+
 }  // namespace attn::viz

@@ -25,6 +25,11 @@ std::string hex(Rgb colour);
 // steps; the HTML page's script uses the same table.
 std::span<const char* const> colour_anchors();
 
+// colour_at in JavaScript for the HTML pages, in a <script> of its own before the page's:
+// colourMap(anchors) takes colour_anchors() as the page's data holds them and returns
+// t -> [r, g, b], interpolated as colour_at does.
+extern const char* const kColourScript;
+
 // t in [0, 1] (clamped; NaN reads as 0.5) -> dark blue (0) .. white (0.5) .. dark red (1).
 Rgb diverging_colour_at(double t);
 

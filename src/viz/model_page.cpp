@@ -52,16 +52,7 @@ const raw = (() => {
   return new Float32Array(bytes.buffer);
 })();
 const L = data.tokens.length, H = data.heads, MEAN = H;
-const anchors = data.anchors.map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
-
-// Same interpolation as the C++ colour map: linear between equally spaced anchors.
-function colour(t) {
-  t = Math.min(1, Math.max(0, t || 0));
-  const p = t * (anchors.length - 1), low = Math.floor(p);
-  if (low >= anchors.length - 1) return anchors[anchors.length - 1];
-  const f = p - low, a = anchors[low], b = anchors[low + 1];
-  return [0, 1, 2].map(i => Math.round(a[i] + (b[i] - a[i]) * f));
-}
+const colour = colourMap(data.anchors);
 
 const state = {layer: 0, head: 0, perHead: false, hide: false, query: -1};
 let shown = [], views = [], maxima = [], modelMax = 1;
@@ -392,7 +383,8 @@ std::string model_page_html(const TensorView& weights, const ModelPageOptions& o
        << "<script type=\"application/json\" id=\"attn-data\">" << data.str() << "</script>\n"
        << "<script type=\"application/octet-stream\" id=\"attn-weights\">"
        << base64(float32_bytes(weights)) << "</script>\n"
-       << "<script>" << kScript << "</script>\n</body>\n</html>\n";
+       << "<script>" << kColourScript << "</script>\n<script>" << kScript
+       << "</script>\n</body>\n</html>\n";
   return page.str();
 }
 

@@ -37,16 +37,7 @@ p.note { color: #555; margin: 0 0 12px; max-width: 900px; }
 constexpr const char* kScript = R"JS(
 "use strict";
 const data = JSON.parse(document.getElementById("attn-data").textContent);
-const anchors = data.anchors.map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
-
-// Same interpolation as the C++ colour map: linear between equally spaced anchors.
-function colour(t) {
-  t = Math.min(1, Math.max(0, t || 0));
-  const p = t * (anchors.length - 1), low = Math.floor(p);
-  if (low >= anchors.length - 1) return anchors[anchors.length - 1];
-  const f = p - low, a = anchors[low], b = anchors[low + 1];
-  return [0, 1, 2].map(i => Math.round(a[i] + (b[i] - a[i]) * f));
-}
+const colour = colourMap(data.anchors);
 
 function headMax(h) {
   let m = 0;
@@ -269,7 +260,8 @@ std::string attention_page_html(const TensorView& weights, Index batch,
        << "</div>\n</div>\n<div>\n<h2>Head view: queries (left) attend to keys (right)</h2>\n"
        << "<svg id=\"head-view\" xmlns=\"http://www.w3.org/2000/svg\"></svg>\n</div>\n</div>\n"
        << "<script type=\"application/json\" id=\"attn-data\">" << data.str() << "</script>\n"
-       << "<script>" << kScript << "</script>\n</body>\n</html>\n";
+       << "<script>" << kColourScript << "</script>\n<script>" << kScript
+       << "</script>\n</body>\n</html>\n";
   return page.str();
 }
 

@@ -1,16 +1,20 @@
-// attn::backward: validate once, then hand the request to the reference.
+// attn::backward: validate once, then hand the request to the fast kernel or the reference.
 #include "attn/backward.hpp"
 
 #include "api/backend.hpp"
 #include "core/backward_problem.hpp"
+#include "cpu/backward.hpp"
 #include "reference/backward.hpp"
 
 namespace attn {
 namespace {
 
 void run(const core::BackwardProblem& problem, Backend requested) {
-  api::use_fast_kernel(requested, "a backward pass (the fast kernel has none yet)");
-  reference::backward(problem);
+  if (api::use_fast_kernel(requested, cpu::backward_unsupported(problem))) {
+    cpu::backward(problem);
+  } else {
+    reference::backward(problem);
+  }
 }
 
 }  // namespace

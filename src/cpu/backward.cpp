@@ -1,18 +1,17 @@
 // The fast backward kernel (FlashAttention-2's backward), on the pieces of cpu/tile-inl.h.
 // With P = exp(S - lse) recomputed from the forward's lse, D = rowsum(dO * O) and
-// dS = P (dP - D) times the softcap's derivative:
-//   pass 1, dK and dV: work items are (segment, KV head, block of keys), keys across lanes.
-//     Every query row of the group's heads that sees the block streams past it in a fixed
-//     order: S = Q K^T and dP = dO V^T (keys-vectorised), shaping, P, dS, then
-//     dV += P^T dO and dK += dS^T Q (row-broadcast products into the block's rows).
-//   pass 2, dQ: work items are (segment, query head, block of rows), rows across lanes.
-//     Every visible key tile: S^T = K Q^T and dP^T = V dO^T (rows-vectorised), shaping, P,
-//     dS, then dQ += dS K.
-// Each gradient row is summed by exactly one work item in a fixed order, so there are no
-// atomics and any thread count gives the same bits. Keys hidden from a row have P = 0 and
-// dS = 0 (selected, never 0 * NaN), and a key tile holding NaN or infinity adds to dQ only
-// where dS is not 0. Extra memory: D and lse as floats (O(L) per head), per thread O((rows
-// + keys) x d) floats; never L x L.
+// dS = P (dP - D) times the softcap's derivative, one pass over blocks of keys, keys across
+// lanes: every query row of the KV head's group that sees a block streams past it (heads
+// and rows in a fixed order): S = Q K^T and dP = dO V^T (keys-vectorised), shaping, P, dS,
+// then dV += P^T dO and dK += dS^T Q into the block's rows, and dQ += dS K into the
+// work item's own partial dQ (the context micro-kernel each time).
+// Work items are (segment, KV head, part): the part deals the key blocks round-robin to a
+// fixed number of items (by shape, never by thread count), each with its own partial dQ,
+// summed in part order at the end. So every sum has a fixed order, there are no atomics,
+// and any thread count gives the same bits. Keys hidden from a row have P = 0 and dS = 0
+// (selected, never 0 * NaN), and a key block holding NaN or infinity adds to dQ only where
+// dS is not 0. Extra memory: D and lse (O(L) per head), the partial dQs (parts x L x d per
+// head, float32) and per-thread tiles; never L x L.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/backward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -59,7 +58,6 @@ using tile::VF;
 using Traits = BackwardTraits;
 namespace hn = hwy::HWY_NAMESPACE;
 using Buffer = hwy::AlignedFreeUniquePtr<float[]>;
-using IntBuffer = hwy::AlignedFreeUniquePtr<std::int32_t[]>;
 
 // Per (batch, query head, query row): the forward's lse as a shift (tile::lse_shift) and
 // D = dO . O, both float.
@@ -157,7 +155,7 @@ const M* mask_row(const Problem& p, const Segment& seg, Index head, Index i) {
   return row_of<M>(p.mask, seg.batch, head, seg.q_begin + i) + seg.k_begin;
 }
 
-// ---- Pass 1: dK and dV by key blocks ------------------------------------------------------
+// ---- The pass over key blocks ----------------------------------------------------------
 
 struct KeyBlockScratch {
   KeyBlockScratch(Index keys, Index dim_p, Index dim_vp)
@@ -169,6 +167,8 @@ struct KeyBlockScratch {
         s(scratch_buffer<float>(Traits::kQueryTile * keys)),
         dp(scratch_buffer<float>(Traits::kQueryTile * keys)),
         slope(scratch_buffer<float>(Traits::kQueryTile * keys)),
+        k_rows(scratch_buffer<float>(keys * dim_p)),
+        ds_t(scratch_buffer<float>(keys * Traits::kQueryTile)),
         dk(scratch_buffer<float>(keys * dim_p)),
         dv(scratch_buffer<float>(keys * dim_vp)),
         ones(scratch_buffer<float>(std::max<Index>(keys, Traits::kContextRows))) {
@@ -179,6 +179,8 @@ struct KeyBlockScratch {
   Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO
   Buffer s, dp;    // [kQueryTile][keys]: S then P;  dP then dS
   Buffer slope;    // [kQueryTile][keys]: d score / d x (softcap only)
+  Buffer k_rows;   // [keys][dim_p]: the block's K rows in f32, zero-padded
+  Buffer ds_t;     // [keys][kQueryTile]: dS^T, for dQ += dS K
   Buffer dk, dv;   // [keys][dim_p], [keys][dim_vp]: the block's sums
   Buffer ones;     // the context micro-kernel's rescale, 1
 };
@@ -186,16 +188,34 @@ struct KeyBlockScratch {
 template <int kDim>
 class KeyBlockKernel {
  public:
-  KeyBlockKernel(const BackwardProblem& bp, const RowStatistics& stats, KeyBlockScratch& scratch)
-      : bp_(bp), p_(bp.forward), stats_(stats), s_(scratch) {}
+  KeyBlockKernel(const BackwardProblem& bp, const RowStatistics& stats, KeyBlockScratch& scratch,
+                 float* dq_parts, Index part_size)
+      : bp_(bp),
+        p_(bp.forward),
+        stats_(stats),
+        s_(scratch),
+        dq_parts_(dq_parts),
+        part_size_(part_size) {}
 
-  // The block [first, first + keys_) of segment seg's keys for one KV head.
-  void run(const Segment& seg, Index kv_head, Index first) {
+  // The key blocks part, part + parts, ... of segment seg's keys for one KV head.
+  void run(const Segment& seg, Index kv_head, Index part, Index parts) {
     seg_ = &seg;
     kv_head_ = kv_head;
+    dq_ = dq_parts_ + part * part_size_;
+    for (Index first = part * block_; first < seg.len_k; first += parts * block_) {
+      key_block(first);
+    }
+  }
+
+ private:
+  // The block [first, first + block_) of the segment's keys.
+  void key_block(Index first) {
+    const Segment& seg = *seg_;
+    const Index kv_head = kv_head_;
     first_ = first;
     end_ = std::min(first + block_, seg.len_k);
     pack_keys();
+    keys_finite_ = tile::rows_finite(s_.k_rows.get(), block_, dim_p_, dim_);
     std::fill(s_.dk.get(), s_.dk.get() + block_ * dim_p_, 0.0f);
     std::fill(s_.dv.get(), s_.dv.get() + block_ * dim_vp_, 0.0f);
     const Index group = p_.group_size();
@@ -214,15 +234,16 @@ class KeyBlockKernel {
     }
   }
 
- private:
-  // K^T and V^T of the block in f32, zero past the block's keys and past d.
+  // K^T, V^T and K rows of the block in f32, zero past the block's keys and past d.
   void pack_keys() {
     std::fill(s_.kt.get(), s_.kt.get() + dim_p_ * block_, 0.0f);
     std::fill(s_.vt.get(), s_.vt.get() + dim_vp_ * block_, 0.0f);
+    std::fill(s_.k_rows.get(), s_.k_rows.get() + block_ * dim_p_, 0.0f);
     for (Index j = first_; j < end_; ++j) {
       const Index key = seg_->k_begin + j, col = j - first_;
       load_row(p_.k, key, dim_);
       for (Index d = 0; d < dim_; ++d) s_.kt[d * block_ + col] = s_.row[d];
+      std::copy(s_.row.get(), s_.row.get() + dim_, s_.k_rows.get() + col * dim_p_);
       load_row(p_.v, key, dim_v_);
       for (Index d = 0; d < dim_v_; ++d) s_.vt[d * block_ + col] = s_.row[d];
     }
@@ -278,6 +299,27 @@ class KeyBlockKernel {
                dim_vp_);
     accumulate(s_.dp.get(), block_, s_.q.get(), dim_p_, rows, block_, s_.ones.get(), s_.dk.get(),
                dim_p_);
+    accumulate_dq(i0, rows);
+  }
+
+  // dQ += dS K (unscaled: the scale is applied once, when the parts are summed), with dS
+  // transposed so that rows are the micro-kernel's output rows. A block whose K holds NaN
+  // or infinity goes row by row, past the zeros of dS.
+  void accumulate_dq(Index i0, Index rows) {
+    constexpr Index kTile = Traits::kQueryTile;
+    for (Index t = 0; t < rows; ++t)
+      for (Index j = 0; j < block_; ++j) s_.ds_t[j * kTile + t] = s_.dp[t * block_ + j];
+    float* dq =
+        dq_ + (p_.total_q * (seg_->batch * p_.heads_q + head_) + seg_->q_begin + i0) * dim_p_;
+    if (keys_finite_) {
+      accumulate(s_.ds_t.get(), kTile, s_.k_rows.get(), dim_p_, block_, rows, s_.ones.get(), dq,
+                 dim_p_);
+      return;
+    }
+    for (Index t = 0; t < rows; ++t) {
+      tile::context_skipping_zero_weights(s_.ds_t.get() + t, kTile, s_.k_rows.get(), dim_p_, block_,
+                                          1.0f, dq + t * dim_p_, dim_p_);
+    }
   }
 
   // scale * q and dO of the rows in f32, zero-padded to whole vectors.
@@ -357,6 +399,8 @@ class KeyBlockKernel {
   const Problem& p_;
   const RowStatistics& stats_;
   KeyBlockScratch& s_;
+  float* const dq_parts_;
+  const Index part_size_;
   const DF df_;
   const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
   const Index block_ = Traits::kKeyVectors * tile::lanes();
@@ -365,218 +409,11 @@ class KeyBlockKernel {
   const Index dim_p_ = round_up(dim_, tile::lanes());
   const Index dim_vp_ = round_up(dim_v_, tile::lanes());
   const Segment* seg_ = nullptr;
+  float* dq_ = nullptr;  // this item's partial dQ: [B][Hq][total_q][dim_p]
+  bool keys_finite_ = true;
   Index kv_head_ = 0, head_ = 0, first_ = 0, end_ = 0;
   core::KeyRange range_[Traits::kQueryTile];
   Index position_[Traits::kQueryTile] = {};
-};
-
-// ---- Pass 2: dQ by query blocks ------------------------------------------------------------
-
-struct QueryBlockScratch {
-  QueryBlockScratch(Index rows, Index dim, Index dim_v, Index dim_p)
-      : qt(scratch_buffer<float>(dim * rows)),
-        dout_t(scratch_buffer<float>(dim_v * rows)),
-        s(scratch_buffer<float>(Traits::kKeyTile * rows)),
-        dp(scratch_buffer<float>(Traits::kKeyTile * rows)),
-        slope(scratch_buffer<float>(Traits::kKeyTile * rows)),
-        dq(scratch_buffer<float>(rows * dim_p)),
-        keys(scratch_buffer<float>(Traits::kKeyTile * dim_p)),
-        values(scratch_buffer<float>(Traits::kKeyTile * dim_v)),
-        row(scratch_buffer<float>(std::max(dim, dim_v))),
-        shift(scratch_buffer<float>(rows)),
-        d(scratch_buffer<float>(rows)),
-        alibi(scratch_buffer<float>(rows)),
-        ones(scratch_buffer<float>(std::max<Index>(Traits::kKeyTile, rows))),
-        first(scratch_buffer<std::int32_t>(rows)),
-        end(scratch_buffer<std::int32_t>(rows)),
-        position(scratch_buffer<std::int32_t>(rows)) {
-    std::fill(ones.get(), ones.get() + std::max<Index>(Traits::kKeyTile, rows), 1.0f);
-  }
-  Buffer qt, dout_t;       // [dim][rows], [dim_v][rows]: scale * q and dO, transposed
-  Buffer s, dp, slope;     // [kKeyTile][rows]: S^T then P^T;  dP^T then dS^T;  d score / d x
-  Buffer dq;               // [rows][dim_p]: dS K
-  Buffer keys, values;     // [kKeyTile][dim_p], [kKeyTile][dim_v]: the tile in f32
-  Buffer row;              // one input row in f32
-  Buffer shift, d, alibi;  // [rows]
-  Buffer ones;
-  IntBuffer first, end, position;  // [rows]
-};
-
-template <int kDim>
-class QueryBlockKernel {
- public:
-  QueryBlockKernel(const BackwardProblem& bp, const RowStatistics& stats,
-                   QueryBlockScratch& scratch)
-      : bp_(bp), p_(bp.forward), stats_(stats), s_(scratch) {}
-
-  void run(const Segment& seg, Index head, Index i0, Index rows) {
-    seg_ = &seg;
-    head_ = head;
-    i0_ = i0;
-    rows_ = rows;
-    rows_p_ = round_up(rows, n_);
-    set_up_rows();
-    std::fill(s_.dq.get(), s_.dq.get() + rows_p_ * dim_p_, 0.0f);
-    Index first = seg.len_k, end = 0;
-    for (Index r = 0; r < rows_; ++r) {
-      if (s_.first[r] >= s_.end[r] || s_.shift[r] == INFINITY) continue;
-      first = std::min<Index>(first, s_.first[r]);
-      end = std::max<Index>(end, s_.end[r]);
-    }
-    for (Index t = first; t < end; t += Traits::kKeyTile) {
-      key_tile(t, std::min<Index>(t + Traits::kKeyTile, end));
-    }
-    const auto scale = static_cast<float>(p_.scale);
-    for (Index r = 0; r < rows_; ++r) {
-      store_gradient(bp_.dq, seg.batch, head, seg.q_begin + i0 + r, s_.dq.get() + r * dim_p_, dim_,
-                     scale);
-    }
-  }
-
- private:
-  void set_up_rows() {
-    const Index b = seg_->batch;
-    const auto scale = static_cast<float>(p_.scale);
-    float* q = s_.row.get();
-    for (Index r = 0; r < rows_p_; ++r) {
-      const bool real = r < rows_;
-      const Index i = i0_ + (real ? r : 0), row = seg_->q_begin + i;
-      const Index position = p_.query_position(*seg_, i);
-      const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
-      const std::size_t at = static_cast<std::size_t>(stats_.at(b, head_, row));
-      s_.first[r] = static_cast<std::int32_t>(keys.first);
-      s_.end[r] = static_cast<std::int32_t>(real ? keys.end : keys.first);
-      s_.position[r] = static_cast<std::int32_t>(position);
-      s_.shift[r] = real ? stats_.shift[at] : INFINITY;
-      s_.d[r] = real ? stats_.d[at] : 0.0f;
-      s_.alibi[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head_];
-      with_float_type(p_.q.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, double>) {
-          tile::scaled_query(row_of<T>(p_.q, b, head_, row), dim_, scale, q);
-        }
-      });
-      for (Index d = 0; d < dim_; ++d) s_.qt[d * rows_p_ + r] = real ? q[d] : 0.0f;
-      with_float_type(bp_.dout.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, double>) {
-          to_floats(row_of<T>(bp_.dout, b, head_, row), dim_v_, q);
-        }
-      });
-      for (Index d = 0; d < dim_v_; ++d) s_.dout_t[d * rows_p_ + r] = real ? q[d] : 0.0f;
-    }
-  }
-
-  void key_tile(Index t0, Index t1) {
-    const Index keys = t1 - t0, key0 = seg_->k_begin + t0;
-    const FloatRows k =
-        rows_as_floats(p_.k, seg_->batch, kv_head(), key0, keys, dim_, dim_p_, s_.keys.get());
-    const FloatRows v =
-        rows_as_floats(p_.v, seg_->batch, kv_head(), key0, keys, dim_v_, dim_v_, s_.values.get());
-    scores(k, v, keys);
-    shape(t0, t1);
-    for (Index c = 0; c < rows_p_; c += n_) {
-      const VF shift = hn::Load(df_, s_.shift.get() + c), d = hn::Load(df_, s_.d.get() + c);
-      for (Index j = 0; j < keys; ++j) {
-        const Index x = j * rows_p_ + c;
-        weights_and_ds(df_, s_.s.get() + x, s_.dp.get() + x,
-                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d);
-      }
-    }
-    // dQ += dS K; a K row with NaN or infinity goes row by row, past the zeros of dS.
-    if (tile::rows_finite(k.rows, keys, k.stride, dim_)) {
-      accumulate(s_.dp.get(), rows_p_, k.rows, k.stride, keys, rows_, s_.ones.get(), s_.dq.get(),
-                 dim_p_);
-    } else {
-      for (Index r = 0; r < rows_; ++r) {
-        tile::context_skipping_zero_weights(s_.dp.get() + r, rows_p_, k.rows, k.stride, keys, 1.0f,
-                                            s_.dq.get() + r * dim_p_, dim_p_);
-      }
-    }
-  }
-
-  Index kv_head() const { return head_ / p_.group_size(); }
-
-  // S^T = K (scale q)^T and dP^T = V dO^T, rows across lanes.
-  void scores(const FloatRows& k, const FloatRows& v, Index keys) {
-    const Index vectors = rows_p_ / n_;
-    for (Index c = 0; c < vectors; c += Traits::kRowVectors) {
-      const Index width = std::min<Index>(Traits::kRowVectors, vectors - c);
-      if (width == 1) {
-        scores<1>(k, v, keys, c * n_);
-      } else if (width == 2) {
-        scores<2>(k, v, keys, c * n_);
-      } else {
-        scores<Traits::kRowVectors>(k, v, keys, c * n_);
-      }
-    }
-  }
-
-  template <int C>
-  void scores(const FloatRows& k, const FloatRows& v, Index keys, Index row) {
-    constexpr int K = Traits::kScoreKeys;
-    Index j = 0;
-    for (; j + K <= keys; j += K) {
-      const float* key_rows[K];
-      const float* value_rows[K];
-      for (int i = 0; i < K; ++i) {
-        key_rows[i] = k.rows + (j + i) * k.stride;
-        value_rows[i] = v.rows + (j + i) * v.stride;
-      }
-      tile::scores_rows_vectorised<kDim, C, K>(s_.qt.get() + row, rows_p_, key_rows, dim_,
-                                               s_.s.get() + j * rows_p_ + row);
-      tile::scores_rows_vectorised<kDim, C, K>(s_.dout_t.get() + row, rows_p_, value_rows, dim_v_,
-                                               s_.dp.get() + j * rows_p_ + row);
-    }
-    for (; j < keys; ++j) {
-      const float* key_rows[1] = {k.rows + j * k.stride};
-      const float* value_rows[1] = {v.rows + j * v.stride};
-      tile::scores_rows_vectorised<kDim, C, 1>(s_.qt.get() + row, rows_p_, key_rows, dim_,
-                                               s_.s.get() + j * rows_p_ + row);
-      tile::scores_rows_vectorised<kDim, C, 1>(s_.dout_t.get() + row, rows_p_, value_rows, dim_v_,
-                                               s_.dp.get() + j * rows_p_ + row);
-    }
-  }
-
-  // The shared shaper (rows across lanes, one key broadcast), then the mask.
-  void shape(Index t0, Index t1) {
-    const DI di;
-    for (Index c = 0; c < rows_p_; c += n_) {
-      const auto first = hn::Load(di, s_.first.get() + c);
-      const auto end = hn::Load(di, s_.end.get() + c);
-      const auto position = hn::Load(di, s_.position.get() + c);
-      const VF slope = hn::Load(df_, s_.alibi.get() + c);
-      for (Index j = t0; j < t1; ++j) {
-        const Index x = (j - t0) * rows_p_ + c;
-        const auto key = hn::Set(di, static_cast<std::int32_t>(j));
-        VF derivative = hn::Zero(df_);
-        hn::Store(tile::shape_scores<true>(shaping_, hn::Load(df_, s_.s.get() + x), key, position,
-                                           slope, first, end, &derivative),
-                  df_, s_.s.get() + x);
-        if (shaping_.softcap) hn::Store(derivative, df_, s_.slope.get() + x);
-      }
-    }
-    if (p_.mask_kind == MaskKind::none) return;
-    with_element_type(p_.mask.dtype, [&](auto tag) {
-      using M = decltype(tag);
-      for (Index r = 0; r < rows_; ++r) {
-        tile::mask_scores(mask_row<M>(p_, *seg_, head_, i0_ + r), t0, t1, s_.s.get() + r, rows_p_);
-      }
-    });
-  }
-
-  const BackwardProblem& bp_;
-  const Problem& p_;
-  const RowStatistics& stats_;
-  QueryBlockScratch& s_;
-  const DF df_;
-  const Index n_ = tile::lanes();
-  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
-  const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
-  const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
-  const Index dim_p_ = round_up(dim_, tile::lanes());
-  const Segment* seg_ = nullptr;
-  Index head_ = 0, i0_ = 0, rows_ = 0, rows_p_ = 0;
 };
 
 template <int kDim>
@@ -585,54 +422,48 @@ void run_kernel(const BackwardProblem& bp, int threads) {
   const RowStatistics stats = row_statistics(bp);
   const Index n = tile::lanes();
   const Index dim_p = round_up(p.dim_qk, n), dim_vp = round_up(p.dim_v, n);
+  const Index parts = key_parts(static_cast<Index>(p.segments.size()) * p.heads_kv);
+  const Index part_size = p.batch * p.heads_q * p.total_q * dim_p;
+  const auto dq_parts = scratch_buffer<float>(parts * part_size);
+  std::fill(dq_parts.get(), dq_parts.get() + parts * part_size, 0.0f);
 
-  struct KeyItem {
-    Index segment, kv_head, first;
+  struct Item {
+    Index segment, kv_head, part;
   };
-  std::vector<KeyItem> key_items;
-  const Index block = Traits::kKeyVectors * n;
+  std::vector<Item> items;
   for (std::size_t s = 0; s < p.segments.size(); ++s)
     for (Index h = 0; h < p.heads_kv; ++h)
-      for (Index j = 0; j < p.segments[s].len_k; j += block)
-        key_items.push_back({static_cast<Index>(s), h, j});
-  // Keys no query row sees still get their zero gradient from the block that holds them.
-  if (!key_items.empty()) {
-    const int t = tile::threads_for(static_cast<Index>(key_items.size()), threads);
+      for (Index part = 0; part < parts; ++part) items.push_back({static_cast<Index>(s), h, part});
+  if (!items.empty()) {
+    const int t = tile::threads_for(static_cast<Index>(items.size()), threads);
+    const Index block = Traits::kKeyVectors * n;
     std::vector<KeyBlockScratch> scratch;
     scratch.reserve(static_cast<std::size_t>(t));
     for (int i = 0; i < t; ++i) scratch.emplace_back(block, dim_p, dim_vp);
-    tile::run_items(static_cast<Index>(key_items.size()), t, [&](int thread) {
-      return [&, kernel = KeyBlockKernel<kDim>(
-                     bp, stats, scratch[static_cast<std::size_t>(thread)])](Index i) mutable {
-        const KeyItem& item = key_items[static_cast<std::size_t>(i)];
-        kernel.run(p.segments[static_cast<std::size_t>(item.segment)], item.kv_head, item.first);
+    tile::run_items(static_cast<Index>(items.size()), t, [&](int thread) {
+      return [&, kernel = KeyBlockKernel<kDim>(bp, stats, scratch[static_cast<std::size_t>(thread)],
+                                               dq_parts.get(), part_size)](Index i) mutable {
+        const Item& item = items[static_cast<std::size_t>(i)];
+        kernel.run(p.segments[static_cast<std::size_t>(item.segment)], item.kv_head, item.part,
+                   parts);
       };
     });
   }
 
-  struct QueryItem {
-    Index segment, head, first, rows;
-  };
-  std::vector<QueryItem> query_items;
-  const Index rows = Traits::kRowVectors * n;
-  for (std::size_t s = 0; s < p.segments.size(); ++s)
+  // dq = scale * the parts' sum, in part order.
+  std::vector<float> sum(static_cast<std::size_t>(dim_p));
+  const auto scale = static_cast<float>(p.scale);
+  for (Index b = 0; b < p.batch; ++b)
     for (Index h = 0; h < p.heads_q; ++h)
-      for (Index i = 0; i < p.segments[s].len_q; i += rows)
-        query_items.push_back(
-            {static_cast<Index>(s), h, i, std::min(rows, p.segments[s].len_q - i)});
-  if (query_items.empty()) return;
-  const int t = tile::threads_for(static_cast<Index>(query_items.size()), threads);
-  std::vector<QueryBlockScratch> scratch;
-  scratch.reserve(static_cast<std::size_t>(t));
-  for (int i = 0; i < t; ++i) scratch.emplace_back(rows, p.dim_qk, p.dim_v, dim_p);
-  tile::run_items(static_cast<Index>(query_items.size()), t, [&](int thread) {
-    return [&, kernel = QueryBlockKernel<kDim>(
-                   bp, stats, scratch[static_cast<std::size_t>(thread)])](Index i) mutable {
-      const QueryItem& item = query_items[static_cast<std::size_t>(i)];
-      kernel.run(p.segments[static_cast<std::size_t>(item.segment)], item.head, item.first,
-                 item.rows);
-    };
-  });
+      for (Index row = 0; row < p.total_q; ++row) {
+        const Index at = ((b * p.heads_q + h) * p.total_q + row) * dim_p;
+        std::copy(dq_parts.get() + at, dq_parts.get() + at + dim_p, sum.begin());
+        for (Index part = 1; part < parts; ++part) {
+          const float* add = dq_parts.get() + part * part_size + at;
+          for (Index d = 0; d < dim_p; ++d) sum[static_cast<std::size_t>(d)] += add[d];
+        }
+        store_gradient(bp.dq, b, h, row, sum.data(), p.dim_qk, scale);
+      }
 }
 
 }  // namespace

@@ -56,6 +56,8 @@ using tile::DI;
 using tile::scratch_buffer;
 using tile::VF;
 using Traits = BackwardTraits;
+// AVX-512 targets have 32 vector registers, for BackwardTraits' wide blocks.
+constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 namespace hn = hwy::HWY_NAMESPACE;
 using Buffer = hwy::AlignedFreeUniquePtr<float[]>;
 
@@ -110,12 +112,12 @@ void store_gradient(const MutableTensorView& t, Index b, Index h, Index s, const
 
 // o[r][:] += sum_{j < count} a[j * a_stride + r] b[j][:] for `rows` rows of o, by the tile
 // core's rows-vectorised context micro-kernel with a rescale of 1: kContextRows rows by up
-// to kContextVectors vectors of columns. o rows are `width` floats (whole vectors).
+// to kContextVectors(Wide) vectors of columns. o rows are `width` floats (whole vectors).
 void accumulate(const float* a, Index a_stride, const float* b, Index b_stride, Index count,
                 Index rows, const float* ones, float* o, Index width) {
   const Index n = tile::lanes(), vectors = width / n;
   constexpr int kRows = Traits::kContextRows;
-  constexpr Index kWidest = Traits::kContextVectors;
+  constexpr Index kWidest = kWideRegisters ? Traits::kContextVectorsWide : Traits::kContextVectors;
   Index r = 0;
   auto columns = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
@@ -129,8 +131,10 @@ void accumulate(const float* a, Index a_stride, const float* b, Index b_stride, 
         tile::context_rows_vectorised<1, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
       } else if (w == 2) {
         tile::context_rows_vectorised<2, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
-      } else {
+      } else if (w == 3) {
         tile::context_rows_vectorised<3, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+      } else {
+        tile::context_rows_vectorised<4, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
       }
       v += w;
     }
@@ -349,7 +353,7 @@ class KeyBlockKernel {
 
   // S = (scale q) K^T and dP = dO V^T, keys across lanes.
   void scores(Index rows) {
-    constexpr Index R = Traits::kScoreRows;
+    constexpr int R = kWideRegisters ? Traits::kScoreRowsWide : Traits::kScoreRows;
     constexpr int C = Traits::kKeyVectors;
     Index t = 0;
     for (; t + R <= rows; t += R) {

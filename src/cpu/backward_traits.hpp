@@ -22,11 +22,19 @@ struct BackwardTraits {
   static constexpr int kItemsWanted = 32;
   static constexpr int kMaxKeyParts = 8;
 
-  static_assert(kQueryTile % kScoreRows == 0, "a query tile holds whole score blocks");
+  // Targets with 32 vector registers (AVX-512) take wider blocks: more accumulators hide
+  // the FMA latency, and each broadcast feeds more FMAs.
+  static constexpr int kScoreRowsWide = 8;
+  static constexpr int kContextVectorsWide = 4;
+
+  static_assert(kQueryTile % kScoreRows == 0 && kQueryTile % kScoreRowsWide == 0,
+                "a query tile holds whole score blocks");
   // 16 vector registers on AVX2: accumulators plus operands must fit, or the kernels spill.
   static_assert(kScoreRows * kKeyVectors + kKeyVectors + 1 <= 16);
   static_assert(kContextRows * kContextVectors + kContextVectors + 1 <= 16);
-  static_assert(kContextVectors >= 1 && kContextVectors <= 3, "accumulate has 1 to 3");
+  static_assert(kScoreRowsWide * kKeyVectors + kKeyVectors + 1 <= 32);
+  static_assert(kContextRows * kContextVectorsWide + kContextVectorsWide + 1 <= 32);
+  static_assert(kContextVectors >= 1 && kContextVectorsWide <= 4, "accumulate has 1 to 4");
 };
 
 // Parts per (segment, KV head), from the problem's shape alone and never the thread count,

@@ -12,6 +12,8 @@ const char* work_name(Work work) {
       return "weights";
     case Work::top8:
       return "top8";
+    case Work::backward:
+      return "backward";
   }
   return "forward";
 }
@@ -37,8 +39,10 @@ double visible_pairs(const testing::Case& shape) {
 }
 
 double BenchCase::flops() const {
-  const double per_pair =
-      2.0 * static_cast<double>(work == Work::forward ? shape.dim + shape.dim_v : shape.dim);
+  const double d = static_cast<double>(shape.dim), dv = static_cast<double>(shape.dim_v);
+  const double per_pair = work == Work::forward    ? 2.0 * (d + dv)
+                          : work == Work::backward ? 2.0 * (3.0 * d + 2.0 * dv)
+                                                   : 2.0 * d;
   return per_pair * visible_pairs(shape) * static_cast<double>(shape.batch * shape.heads_q);
 }
 
@@ -86,6 +90,8 @@ std::vector<BenchCase> bench_cases(bool quick) {
       for (const bool causal : {false, true})
         for (const int threads : thread_counts) {
           out.push_back({fp32_case(len, len, dim, causal), threads});
+          if (len == 2048)
+            out.push_back({fp32_case(len, len, dim, causal), threads, Work::backward});
           if (len == 2048 && dim == 64 && !causal) {
             out.push_back({fp32_case(len, len, dim, causal), threads, Work::weights});
             out.push_back({fp32_case(len, len, dim, causal), threads, Work::top8});

@@ -10,9 +10,9 @@
 
 namespace attn::bench {
 
-// What a case times: attn::forward (context only), or attn::weights, every weight or the
-// top 8 per query row.
-enum class Work : std::uint8_t { forward, weights, top8 };
+// What a case times: attn::forward (context only), attn::weights (every weight or the top
+// 8 per query row), or attn::backward (dq, dk, dv from the forward's out and lse).
+enum class Work : std::uint8_t { forward, weights, top8, backward };
 
 const char* work_name(Work work);
 
@@ -26,7 +26,9 @@ struct BenchCase {
   std::string name() const;
   // forward: 2 * D * (visible query-key pairs) for Q K^T plus 2 * Dv * (same) for P V,
   // over all heads and batch entries; keys hidden by causal masking are not counted.
-  // weights and top8: 2 * D * (visible pairs), the scores once.
+  // weights and top8: 2 * D * (visible pairs), the scores once. backward: the five
+  // products Q K^T, dO V^T, P^T dO, dS^T Q and dS K, 2 * (3 D + 2 Dv) * (visible pairs),
+  // i.e. 10 L^2 D per head for D = Dv (half for causal).
   double flops() const;
   // The forward case of the same shape and threads, whose time the weights cases are
   // reported against.
@@ -42,7 +44,8 @@ double visible_pairs(const testing::Case& shape);
 // Prefill: B = 1, H = 8, L in {512, 2048, 8192} (quick: {512, 2048}), D in {64, 128},
 // non-causal and causal; decode: Lq = 1 against the same Lk; each at 1 and 2 threads.
 // Weights: every weight and the top 8, at B = 1, H = 8, L = 2048, D = 64, non-causal, at 1
-// and 2 threads, each listed right after its forward case.
+// and 2 threads, each listed right after its forward case. Backward: at L = 2048, D in
+// {64, 128}, non-causal and causal, at 1 and 2 threads, right after its forward case.
 std::vector<BenchCase> bench_cases(bool quick);
 
 }  // namespace attn::bench

@@ -1,5 +1,5 @@
-// attn_bench: GFLOP/s of attn::forward on the cases, each as a fraction of this
-// machine's FMA peak measured in the same run; --memory measures peak RSS instead.
+// attn_bench: GFLOP/s of attn::forward (and weights, backward) on the cases, each as a
+// fraction of this machine's FMA peak measured in the same run; --memory measures peak RSS instead.
 #include <benchmark/benchmark.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +33,7 @@ class InputCache {
     testing::Inputs inputs;
     Tensor output;
     Tensor weights;                     // the weights cases' output, fitted per case
+    Tensor lse, dq, dk, dv;             // the backward cases' lse and gradients
     std::vector<std::int64_t> indices;  // of the top-k cases
   };
 
@@ -84,6 +85,24 @@ void run_weights(const BenchCase& bench_case, InputCache::Entry& entry, const Op
                selection.top_k ? entry.indices.data() : nullptr);
 }
 
+// The forward's out and lse for a backward case (causal or not, so per case), and its
+// gradients' storage, outside the timing. dout is q: the same shape and distribution.
+void prepare_backward(InputCache::Entry& entry, const Options& options) {
+  const testing::Inputs& in = entry.inputs;
+  entry.lse = Tensor(DType::f32, {in.q.shape[0], in.q.shape[1], in.q.shape[2], 1});
+  forward_into(in.q, in.k, in.v, options,
+               {entry.output.mutable_view(), entry.lse.mutable_view(), std::nullopt});
+  entry.dq = Tensor(DType::f32, in.q.shape);
+  entry.dk = Tensor(DType::f32, in.k.shape);
+  entry.dv = Tensor(DType::f32, in.v.shape);
+}
+
+void run_backward(InputCache::Entry& entry, const Options& options) {
+  const testing::Inputs& in = entry.inputs;
+  backward_into({in.q, in.k, in.v, entry.output.view(), entry.lse.view(), in.q}, options,
+                {entry.dq.mutable_view(), entry.dk.mutable_view(), entry.dv.mutable_view(), {}});
+}
+
 void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache) {
   InputCache::Entry& entry = cache.get(bench_case.shape);
   const Outputs outputs{entry.output.mutable_view(), std::nullopt, std::nullopt};
@@ -91,10 +110,15 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& 
   options.causal = bench_case.shape.causal;
   options.threads = bench_case.threads;
   const testing::Inputs& in = entry.inputs;
-  if (bench_case.work != Work::forward) prepare_weights(bench_case, entry);
+  if (bench_case.work == Work::weights || bench_case.work == Work::top8) {
+    prepare_weights(bench_case, entry);
+  }
+  if (bench_case.work == Work::backward) prepare_backward(entry, options);
   auto once = [&] {
     if (bench_case.work == Work::forward) {
       forward_into(in.q, in.k, in.v, options, outputs);
+    } else if (bench_case.work == Work::backward) {
+      run_backward(entry, options);
     } else {
       run_weights(bench_case, entry, options);
     }

@@ -75,7 +75,7 @@ void MedianReporter::report_ratios() {
     for (const CaseResult& forward : results_) {
       if (forward.bench_case.name() != result.bench_case.forward_name()) continue;
       result.vs_forward = result.seconds / forward.seconds;
-      if (!header) std::printf("%-46s %9s\n", "weights case", "/ forward");
+      if (!header) std::printf("%-46s %9s\n", "case", "/ forward");
       header = true;
       std::printf("%-46s %8.2fx\n", result.bench_case.name().c_str(), result.vs_forward);
     }

@@ -38,7 +38,7 @@ class MedianReporter : public benchmark::BenchmarkReporter {
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
 
-  // Each weights case's median time over its forward case's, once every case has run
+  // Each weights or backward case's median time over its forward case's, once every case has run
   // (fills vs_forward and prints a table).
   void report_ratios();
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attn/attention.hpp"
+#include "attn/backward.hpp"
 #include "attn/decode.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"

@@ -1,6 +1,6 @@
-// The shared tile core of the fast kernels (forward, weights, decode): every policy that
-// decides a result is written here once, and each kernel file keeps only its planning,
-// packing and tile walk (docs/architecture.md, "The shared tile core").
+// The shared tile core of the fast kernels (forward, weights, decode, backward): every
+// policy that decides a result is written here once, and each kernel file keeps only its
+// planning, packing and tile walk (docs/architecture.md, "The shared tile core").
 //   - the state merge and the end of a row (target-independent, below);
 //   - the query rule: scale * q in float32 (scaled_query);
 //   - the score shaper: int8 dequantisation, softcap, ALiBi, the visible range, the mask,
@@ -187,15 +187,19 @@ struct ScoreShaping {
 // softcap (cap tanh(x * (1 / cap))), ALiBi (- slope |position - key|), then -inf for keys outside
 // [first, end) (kHide). Lanes are whatever the layout puts there: rows-vectorised kernels
 // pass a broadcast key and per-row position, slope and range; keys-vectorised ones pass
-// per-lane keys and a broadcast row.
+// per-lane keys and a broadcast row. The backward pass passes `derivative`, which gets
+// d score / d x (the softcap's 1 - tanh^2, from the same tanh; 1 without softcap).
 template <bool kDequantise, bool kHide>
 HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VI key, VI position,
-                           VF slope, VI first, VI end) {
+                           VF slope, VI first, VI end, VF* derivative = nullptr) {
   const DF df;
   if constexpr (kDequantise) x = hn::Mul(x, key_scale);
   if (shaping.softcap) {
-    x = hn::Mul(hn::Set(df, shaping.cap),
-                hn::Tanh(df, hn::Mul(x, hn::Set(df, shaping.inverse_cap))));
+    const VF t = hn::Tanh(df, hn::Mul(x, hn::Set(df, shaping.inverse_cap)));
+    x = hn::Mul(hn::Set(df, shaping.cap), t);
+    if (derivative != nullptr) *derivative = hn::NegMulAdd(t, t, hn::Set(df, 1.0f));
+  } else if (derivative != nullptr) {
+    *derivative = hn::Set(df, 1.0f);
   }
   if (shaping.alibi) {
     const VF distance = hn::Abs(hn::ConvertTo(df, hn::Sub(position, key)));
@@ -211,9 +215,9 @@ HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VI k
 // shape_scores for keys that need no int8 dequantisation.
 template <bool kHide>
 HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VI key, VI position, VF slope,
-                           VI first, VI end) {
+                           VI first, VI end, VF* derivative = nullptr) {
   return shape_scores<false, kHide>(shaping, x, hn::Set(DF(), 1.0f), key, position, slope, first,
-                                    end);
+                                    end, derivative);
 }
 
 // The mask of one row over keys [first, end): scores[(j - first) * stride] for key j; the
@@ -287,6 +291,13 @@ HWY_INLINE RowStep softmax_step(float old_max, float tile_max) {
 // The softmax weight of a shaped score: exp(s - shift).
 HWY_INLINE VF softmax_weight(DF df, VF score, VF shift) {
   return VectorExp(df, hn::Sub(score, shift));
+}
+
+// The backward pass's shift for a row: its weights are exp(s - lse) from the forward's lse
+// (softmax_weight with this shift), not from a running max. A row that saw no key (lse =
+// -inf) gets +inf, so every weight is exp(-inf) = 0 rather than NaN.
+inline float lse_shift(float lse) {
+  return lse == kMinusInfinity ? std::numeric_limits<float>::infinity() : lse;
 }
 
 // The online softmax over one vector of rows (lanes are rows) and keys [0, keys) of the

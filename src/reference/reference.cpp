@@ -40,13 +40,20 @@ bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j)
   return true;
 }
 
+// The shaped score of key j, and in slope its derivative with respect to scale * q.k (the
+// softcap's 1 - tanh^2; ALiBi and an additive mask do not depend on q or k).
 double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
-             const std::vector<double>& q_row, std::vector<double>& k_row) {
+             const std::vector<double>& q_row, std::vector<double>& k_row, double& slope) {
   core::load_row(p.k, seg.batch, head / p.group_size(), seg.k_begin + j, k_row.data());
   double dot = 0.0;
   for (Index d = 0; d < p.dim_qk; ++d) dot += q_row[d] * k_row[d];
   double s = dot * p.scale;
-  if (p.softcap > 0.0) s = p.softcap * std::tanh(s / p.softcap);
+  slope = 1.0;
+  if (p.softcap > 0.0) {
+    const double t = std::tanh(s / p.softcap);
+    s = p.softcap * t;
+    slope = 1.0 - t * t;
+  }
   if (!p.alibi_slopes.empty()) {
     const auto distance = static_cast<double>(std::abs(p.query_position(seg, i) - j));
     s -= static_cast<double>(p.alibi_slopes[head]) * distance;
@@ -88,6 +95,7 @@ double row_weights(const Problem& p, const Segment& seg, Index head, Index i, Ro
   scratch.k_row.resize(static_cast<std::size_t>(p.dim_qk));
   scratch.weights.assign(static_cast<std::size_t>(seg.len_k), 0.0);
   scratch.shown.assign(static_cast<std::size_t>(seg.len_k), 0);
+  scratch.score_slopes.assign(static_cast<std::size_t>(seg.len_k), 0.0);
   std::vector<double>& scores = scratch.weights;
   std::vector<char>& shown = scratch.shown;
   core::load_row(p.q, seg.batch, head, seg.q_begin + i, scratch.q_row.data());
@@ -97,7 +105,7 @@ double row_weights(const Problem& p, const Segment& seg, Index head, Index i, Ro
   for (Index j = 0; j < seg.len_k; ++j) {
     shown[j] = visible(p, seg, head, i, j);
     if (!shown[j]) continue;
-    scores[j] = score(p, seg, head, i, j, scratch.q_row, scratch.k_row);
+    scores[j] = score(p, seg, head, i, j, scratch.q_row, scratch.k_row, scratch.score_slopes[j]);
     if (scores[j] == kMinusInfinity) shown[j] = false;  // takes no weight
     // A NaN score makes m NaN, so the row's outputs are NaN: a NaN the query sees must not
     // pass for a fully masked row (zeros, lse = -inf).

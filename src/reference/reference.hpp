@@ -15,6 +15,8 @@ struct RowScratch {
   std::vector<double> weights;  // [len_k of the segment]
   std::vector<char> shown;      // [len_k of the segment]: 1 where the key takes weight
   std::vector<double> packed;   // [total_k]: the row's weights over all packed keys
+  // [len_k of the segment]: d score_j / d (scale q.k_j), for the backward pass
+  std::vector<double> score_slopes;
 };
 
 // alpha of query row i (relative to seg) of `head` against the segment's keys:

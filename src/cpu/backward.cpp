@@ -1,0 +1,503 @@
+// The fast backward kernel (FlashAttention-2's backward), on the pieces of cpu/tile-inl.h.
+// With P = exp(S - lse) recomputed from the forward's lse, D = rowsum(dO * O) and
+// dS = P (dP - D) times the softcap's derivative, one pass over blocks of keys, keys across
+// lanes: every query row of the KV head's group that sees a block streams past it (heads
+// and rows in a fixed order): S = Q K^T and dP = dO V^T (keys-vectorised), shaping, P, dS,
+// then dV += P^T dO and dK += dS^T Q into the block's rows, and dQ += dS K into the
+// work item's own partial dQ (the context micro-kernel each time).
+// Work items are (segment, KV head, part): the part deals the key blocks round-robin to a
+// fixed number of items (by shape, never by thread count), each with its own partial dQ,
+// summed in part order at the end. So every sum has a fixed order, there are no atomics,
+// and any thread count gives the same bits. Keys hidden from a row have P = 0 and dS = 0
+// (selected, never 0 * NaN), and a key block holding NaN or infinity adds to dQ only where
+// dS is not 0. Extra memory: D and lse (O(L) per head), the partial dQs (parts x L x d per
+// head, float32) and per-thread tiles; never L x L.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/backward.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "core/backward_problem.hpp"
+#include "core/element_type.hpp"
+#include "core/mask.hpp"
+#include "core/rows.hpp"
+#include "core/visible_keys.hpp"
+#include "cpu/backward.hpp"
+#include "cpu/backward_traits.hpp"
+#include "cpu/head_dim.hpp"
+#include "cpu/threads.hpp"
+
+#include "cpu/tile-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace {
+
+using core::BackwardProblem;
+using core::from_float;
+using core::MaskKind;
+using core::Problem;
+using core::round_up;
+using core::row_of;
+using core::Segment;
+using core::with_element_type;
+using core::with_float_type;
+using tile::DF;
+using tile::DI;
+using tile::scratch_buffer;
+using tile::VF;
+using Traits = BackwardTraits;
+// AVX-512 targets have 32 vector registers, for BackwardTraits' wide blocks.
+constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
+namespace hn = hwy::HWY_NAMESPACE;
+using Buffer = hwy::AlignedFreeUniquePtr<float[]>;
+
+// Per (batch, query head, query row): the forward's lse as a shift (tile::lse_shift) and
+// D = dO . O, both float.
+struct RowStatistics {
+  std::vector<float> shift, d;
+  Index heads = 0, rows = 0;
+  Index at(Index b, Index h, Index row) const { return (b * heads + h) * rows + row; }
+};
+
+// D, the shifts, and dsinks (-sum over rows of P_sink D, in float64 in a fixed order).
+RowStatistics row_statistics(const BackwardProblem& bp) {
+  const Problem& p = bp.forward;
+  RowStatistics stats;
+  stats.heads = p.heads_q;
+  stats.rows = p.total_q;
+  const auto size = static_cast<std::size_t>(p.batch * p.heads_q * p.total_q);
+  stats.shift.assign(size, 0.0f);
+  stats.d.assign(size, 0.0f);
+  std::vector<double> out(p.dim_v), dout(p.dim_v), dsinks(p.heads_q, 0.0);
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.heads_q; ++h)
+      for (Index row = 0; row < p.total_q; ++row) {
+        core::load_row(bp.out, b, h, row, out.data());
+        core::load_row(bp.dout, b, h, row, dout.data());
+        double d = 0.0;
+        for (Index c = 0; c < p.dim_v; ++c) d += out[c] * dout[c];
+        const double lse = core::load_element(bp.lse, b, h, row, 0);
+        const std::size_t i = static_cast<std::size_t>(stats.at(b, h, row));
+        stats.d[i] = static_cast<float>(d);
+        stats.shift[i] = tile::lse_shift(static_cast<float>(lse));
+        if (!p.sinks.empty() && lse != -INFINITY) {
+          dsinks[h] -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d;
+        }
+      }
+  if (bp.dsinks) {
+    for (Index h = 0; h < p.heads_q; ++h) core::store_row(*bp.dsinks, 0, h, 0, &dsinks[h]);
+  }
+  return stats;
+}
+
+// One row of a gradient, acc * factor, written in the gradient's dtype.
+void store_gradient(const MutableTensorView& t, Index b, Index h, Index s, const float* acc,
+                    Index width, float factor) {
+  with_float_type(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* row = row_of<T>(t, b, h, s);
+    for (Index d = 0; d < width; ++d) row[d] = from_float<T>(acc[d] * factor);
+  });
+}
+
+// o[r][:] += sum_{j < count} a[j * a_stride + r] b[j][:] for `rows` rows of o, by the tile
+// core's rows-vectorised context micro-kernel with a rescale of 1: kContextRows rows by up
+// to kContextVectors(Wide) vectors of columns. o rows are `width` floats (whole vectors).
+void accumulate(const float* a, Index a_stride, const float* b, Index b_stride, Index count,
+                Index rows, const float* ones, float* o, Index width) {
+  const Index n = tile::lanes(), vectors = width / n;
+  constexpr int kRows = Traits::kContextRows;
+  constexpr Index kWidest = kWideRegisters ? Traits::kContextVectorsWide : Traits::kContextVectors;
+  Index r = 0;
+  auto columns = [&](auto rows_tag) {
+    constexpr int R = decltype(rows_tag)::value;
+    for (Index v = 0; v < vectors;) {
+      const Index left = vectors - v;
+      // A remainder of 1 after the widest blocks becomes 2 + 2 (as forward's context pass).
+      const Index w = left == kWidest + 1 && kWidest > 2 ? kWidest - 1 : std::min(left, kWidest);
+      const float* bb = b + v * n;
+      float* oo = o + r * width + v * n;
+      if (w == 1) {
+        tile::context_rows_vectorised<1, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+      } else if (w == 2) {
+        tile::context_rows_vectorised<2, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+      } else if (w == 3) {
+        tile::context_rows_vectorised<3, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+      } else {
+        tile::context_rows_vectorised<4, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+      }
+      v += w;
+    }
+  };
+  for (; r + kRows <= rows; r += kRows) columns(std::integral_constant<int, kRows>{});
+  for (; r < rows; ++r) columns(std::integral_constant<int, 1>{});
+}
+
+// The shaped score's weight and dS for one vector: P = exp(s - shift) and
+// dS = P (dP - D) d score / d x, exactly 0 where P is 0 (a hidden key's dP may be NaN).
+HWY_INLINE void weights_and_ds(DF df, float* HWY_RESTRICT s, float* HWY_RESTRICT dp,
+                               const float* HWY_RESTRICT slope, VF shift, VF d) {
+  const VF p = tile::softmax_weight(df, hn::Load(df, s), shift);
+  VF ds = hn::Mul(p, hn::Sub(hn::Load(df, dp), d));
+  if (slope != nullptr) ds = hn::Mul(ds, hn::Load(df, slope));
+  hn::Store(p, df, s);
+  hn::Store(hn::IfThenZeroElse(hn::Eq(p, hn::Zero(df)), ds), df, dp);
+}
+
+template <class M>
+const M* mask_row(const Problem& p, const Segment& seg, Index head, Index i) {
+  return row_of<M>(p.mask, seg.batch, head, seg.q_begin + i) + seg.k_begin;
+}
+
+// ---- The pass over key blocks ----------------------------------------------------------
+
+struct KeyBlockScratch {
+  KeyBlockScratch(Index keys, Index dim_p, Index dim_vp)
+      : kt(scratch_buffer<float>(dim_p * keys)),
+        vt(scratch_buffer<float>(dim_vp * keys)),
+        row(scratch_buffer<float>(std::max(dim_p, dim_vp))),
+        q(scratch_buffer<float>(Traits::kQueryTile * dim_p)),
+        dout(scratch_buffer<float>(Traits::kQueryTile * dim_vp)),
+        s(scratch_buffer<float>(Traits::kQueryTile * keys)),
+        dp(scratch_buffer<float>(Traits::kQueryTile * keys)),
+        slope(scratch_buffer<float>(Traits::kQueryTile * keys)),
+        k_rows(scratch_buffer<float>(keys * dim_p)),
+        ds_t(scratch_buffer<float>(keys * Traits::kQueryTile)),
+        dk(scratch_buffer<float>(keys * dim_p)),
+        dv(scratch_buffer<float>(keys * dim_vp)),
+        ones(scratch_buffer<float>(std::max<Index>(keys, Traits::kContextRows))) {
+    std::fill(ones.get(), ones.get() + std::max<Index>(keys, Traits::kContextRows), 1.0f);
+  }
+  Buffer kt, vt;   // [dim_p][keys], [dim_vp][keys]: the block's K^T and V^T, zero-padded
+  Buffer row;      // one input row in f32
+  Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO
+  Buffer s, dp;    // [kQueryTile][keys]: S then P;  dP then dS
+  Buffer slope;    // [kQueryTile][keys]: d score / d x (softcap only)
+  Buffer k_rows;   // [keys][dim_p]: the block's K rows in f32, zero-padded
+  Buffer ds_t;     // [keys][kQueryTile]: dS^T, for dQ += dS K
+  Buffer dk, dv;   // [keys][dim_p], [keys][dim_vp]: the block's sums
+  Buffer ones;     // the context micro-kernel's rescale, 1
+};
+
+template <int kDim>
+class KeyBlockKernel {
+ public:
+  KeyBlockKernel(const BackwardProblem& bp, const RowStatistics& stats, KeyBlockScratch& scratch,
+                 float* dq_parts, Index part_size)
+      : bp_(bp),
+        p_(bp.forward),
+        stats_(stats),
+        s_(scratch),
+        dq_parts_(dq_parts),
+        part_size_(part_size) {}
+
+  // The key blocks part, part + parts, ... of segment seg's keys for one KV head.
+  void run(const Segment& seg, Index kv_head, Index part, Index parts) {
+    seg_ = &seg;
+    kv_head_ = kv_head;
+    dq_ = dq_parts_ + part * part_size_;
+    for (Index first = part * block_; first < seg.len_k; first += parts * block_) {
+      key_block(first);
+    }
+  }
+
+ private:
+  // The block [first, first + block_) of the segment's keys.
+  void key_block(Index first) {
+    const Segment& seg = *seg_;
+    const Index kv_head = kv_head_;
+    first_ = first;
+    end_ = std::min(first + block_, seg.len_k);
+    pack_keys();
+    keys_finite_ = tile::rows_finite(s_.k_rows.get(), block_, dim_p_, dim_);
+    std::fill(s_.dk.get(), s_.dk.get() + block_ * dim_p_, 0.0f);
+    std::fill(s_.dv.get(), s_.dv.get() + block_ * dim_vp_, 0.0f);
+    const Index group = p_.group_size();
+    for (Index g = 0; g < group; ++g) {
+      head_ = kv_head * group + g;
+      for (Index i = 0; i < seg.len_q; i += Traits::kQueryTile) {
+        query_tile(i, std::min<Index>(Traits::kQueryTile, seg.len_q - i));
+      }
+    }
+    for (Index j = first_; j < end_; ++j) {
+      const Index key = seg.k_begin + j;
+      store_gradient(bp_.dk, seg.batch, kv_head, key, s_.dk.get() + (j - first_) * dim_p_, dim_,
+                     1.0f);
+      store_gradient(bp_.dv, seg.batch, kv_head, key, s_.dv.get() + (j - first_) * dim_vp_, dim_v_,
+                     1.0f);
+    }
+  }
+
+  // K^T, V^T and K rows of the block in f32, zero past the block's keys and past d.
+  void pack_keys() {
+    std::fill(s_.kt.get(), s_.kt.get() + dim_p_ * block_, 0.0f);
+    std::fill(s_.vt.get(), s_.vt.get() + dim_vp_ * block_, 0.0f);
+    std::fill(s_.k_rows.get(), s_.k_rows.get() + block_ * dim_p_, 0.0f);
+    for (Index j = first_; j < end_; ++j) {
+      const Index key = seg_->k_begin + j, col = j - first_;
+      load_row(p_.k, key, dim_);
+      for (Index d = 0; d < dim_; ++d) s_.kt[d * block_ + col] = s_.row[d];
+      std::copy(s_.row.get(), s_.row.get() + dim_, s_.k_rows.get() + col * dim_p_);
+      load_row(p_.v, key, dim_v_);
+      for (Index d = 0; d < dim_v_; ++d) s_.vt[d * block_ + col] = s_.row[d];
+    }
+  }
+
+  void load_row(const TensorView& x, Index key, Index width) {
+    with_float_type(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, double>) {
+        to_floats(row_of<T>(x, seg_->batch, kv_head_, key), width, s_.row.get());
+      }
+    });
+  }
+
+  // Query rows [i0, i0 + rows) of head_ against the block, when any of them sees it.
+  void query_tile(Index i0, Index rows) {
+    for (Index t = 0; t < rows; ++t) {
+      const Index position = p_.query_position(*seg_, i0 + t);
+      range_[t] = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
+      range_[t].first = std::max(range_[t].first, first_);
+      range_[t].end = std::min(range_[t].end, end_);
+      position_[t] = position;
+    }
+    Index first_row = rows, end_row = 0;
+    for (Index t = 0; t < rows; ++t) {
+      if (range_[t].first >= range_[t].end) continue;
+      first_row = std::min(first_row, t);
+      end_row = t + 1;
+    }
+    if (first_row >= end_row) return;
+    i0 += first_row;
+    rows = end_row - first_row;
+    if (first_row > 0) {
+      std::copy(range_ + first_row, range_ + end_row, range_);
+      std::copy(position_ + first_row, position_ + end_row, position_);
+    }
+    pack_rows(i0, rows);
+    scores(rows);
+    shape(i0, rows);
+    const Index n = tile::lanes();
+    for (Index t = 0; t < rows; ++t) {
+      const std::size_t at =
+          static_cast<std::size_t>(stats_.at(seg_->batch, head_, seg_->q_begin + i0 + t));
+      const VF shift = hn::Set(df_, stats_.shift[at]), d = hn::Set(df_, stats_.d[at]);
+      for (Index c = 0; c < block_; c += n) {
+        const Index x = t * block_ + c;
+        weights_and_ds(df_, s_.s.get() + x, s_.dp.get() + x,
+                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d);
+      }
+    }
+    // dV += P^T dO and dK += dS^T (scale q): keys are the output rows, query rows the sum.
+    accumulate(s_.s.get(), block_, s_.dout.get(), dim_vp_, rows, block_, s_.ones.get(), s_.dv.get(),
+               dim_vp_);
+    accumulate(s_.dp.get(), block_, s_.q.get(), dim_p_, rows, block_, s_.ones.get(), s_.dk.get(),
+               dim_p_);
+    accumulate_dq(i0, rows);
+  }
+
+  // dQ += dS K (unscaled: the scale is applied once, when the parts are summed), with dS
+  // transposed so that rows are the micro-kernel's output rows. A block whose K holds NaN
+  // or infinity goes row by row, past the zeros of dS.
+  void accumulate_dq(Index i0, Index rows) {
+    constexpr Index kTile = Traits::kQueryTile;
+    for (Index t = 0; t < rows; ++t)
+      for (Index j = 0; j < block_; ++j) s_.ds_t[j * kTile + t] = s_.dp[t * block_ + j];
+    float* dq =
+        dq_ + (p_.total_q * (seg_->batch * p_.heads_q + head_) + seg_->q_begin + i0) * dim_p_;
+    if (keys_finite_) {
+      accumulate(s_.ds_t.get(), kTile, s_.k_rows.get(), dim_p_, block_, rows, s_.ones.get(), dq,
+                 dim_p_);
+      return;
+    }
+    for (Index t = 0; t < rows; ++t) {
+      tile::context_skipping_zero_weights(s_.ds_t.get() + t, kTile, s_.k_rows.get(), dim_p_, block_,
+                                          1.0f, dq + t * dim_p_, dim_p_);
+    }
+  }
+
+  // scale * q and dO of the rows in f32, zero-padded to whole vectors.
+  void pack_rows(Index i0, Index rows) {
+    const auto scale = static_cast<float>(p_.scale);
+    const Index b = seg_->batch;
+    for (Index t = 0; t < rows; ++t) {
+      const Index row = seg_->q_begin + i0 + t;
+      float* q = s_.q.get() + t * dim_p_;
+      float* dout = s_.dout.get() + t * dim_vp_;
+      with_float_type(p_.q.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          tile::scaled_query(row_of<T>(p_.q, b, head_, row), dim_, scale, q);
+        }
+      });
+      with_float_type(bp_.dout.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          to_floats(row_of<T>(bp_.dout, b, head_, row), dim_v_, dout);
+        }
+      });
+      std::fill(q + dim_, q + dim_p_, 0.0f);
+      std::fill(dout + dim_v_, dout + dim_vp_, 0.0f);
+    }
+  }
+
+  // S = (scale q) K^T and dP = dO V^T, keys across lanes.
+  void scores(Index rows) {
+    constexpr int R = kWideRegisters ? Traits::kScoreRowsWide : Traits::kScoreRows;
+    constexpr int C = Traits::kKeyVectors;
+    Index t = 0;
+    for (; t + R <= rows; t += R) {
+      tile::scores_keys_vectorised<R, C>(s_.q.get() + t * dim_p_, s_.kt.get(), block_, dim_p_,
+                                         s_.s.get() + t * block_, block_);
+      tile::scores_keys_vectorised<R, C>(s_.dout.get() + t * dim_vp_, s_.vt.get(), block_, dim_vp_,
+                                         s_.dp.get() + t * block_, block_);
+    }
+    for (; t < rows; ++t) {
+      tile::scores_keys_vectorised<1, C>(s_.q.get() + t * dim_p_, s_.kt.get(), block_, dim_p_,
+                                         s_.s.get() + t * block_, block_);
+      tile::scores_keys_vectorised<1, C>(s_.dout.get() + t * dim_vp_, s_.vt.get(), block_, dim_vp_,
+                                         s_.dp.get() + t * block_, block_);
+    }
+  }
+
+  // The shared shaper (keys across lanes, one row broadcast), then the mask.
+  void shape(Index i0, Index rows) {
+    const DI di;
+    const Index n = tile::lanes();
+    for (Index t = 0; t < rows; ++t) {
+      const auto position = hn::Set(di, static_cast<std::int32_t>(position_[t]));
+      const auto first = hn::Set(di, static_cast<std::int32_t>(range_[t].first));
+      const auto end = hn::Set(di, static_cast<std::int32_t>(range_[t].end));
+      const VF slope = hn::Set(df_, p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head_]);
+      for (Index c = 0; c < block_; c += n) {
+        const auto key = hn::Iota(di, static_cast<std::int32_t>(first_ + c));
+        float* at = s_.s.get() + t * block_ + c;
+        VF derivative = hn::Zero(df_);
+        hn::Store(tile::shape_scores<true>(shaping_, hn::Load(df_, at), key, position, slope, first,
+                                           end, &derivative),
+                  df_, at);
+        if (shaping_.softcap) hn::Store(derivative, df_, s_.slope.get() + t * block_ + c);
+      }
+    }
+    if (p_.mask_kind == MaskKind::none) return;
+    with_element_type(p_.mask.dtype, [&](auto tag) {
+      using M = decltype(tag);
+      for (Index t = 0; t < rows; ++t) {
+        tile::mask_scores(mask_row<M>(p_, *seg_, head_, i0 + t), first_, end_,
+                          s_.s.get() + t * block_, 1);
+      }
+    });
+  }
+
+  const BackwardProblem& bp_;
+  const Problem& p_;
+  const RowStatistics& stats_;
+  KeyBlockScratch& s_;
+  float* const dq_parts_;
+  const Index part_size_;
+  const DF df_;
+  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const Index block_ = Traits::kKeyVectors * tile::lanes();
+  const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
+  const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
+  const Index dim_p_ = round_up(dim_, tile::lanes());
+  const Index dim_vp_ = round_up(dim_v_, tile::lanes());
+  const Segment* seg_ = nullptr;
+  float* dq_ = nullptr;  // this item's partial dQ: [B][Hq][total_q][dim_p]
+  bool keys_finite_ = true;
+  Index kv_head_ = 0, head_ = 0, first_ = 0, end_ = 0;
+  core::KeyRange range_[Traits::kQueryTile];
+  Index position_[Traits::kQueryTile] = {};
+};
+
+template <int kDim>
+void run_kernel(const BackwardProblem& bp, int threads) {
+  const Problem& p = bp.forward;
+  const RowStatistics stats = row_statistics(bp);
+  const Index n = tile::lanes();
+  const Index dim_p = round_up(p.dim_qk, n), dim_vp = round_up(p.dim_v, n);
+  const Index parts = key_parts(static_cast<Index>(p.segments.size()) * p.heads_kv);
+  const Index part_size = p.batch * p.heads_q * p.total_q * dim_p;
+  const auto dq_parts = scratch_buffer<float>(parts * part_size);
+  std::fill(dq_parts.get(), dq_parts.get() + parts * part_size, 0.0f);
+
+  struct Item {
+    Index segment, kv_head, part;
+  };
+  std::vector<Item> items;
+  for (std::size_t s = 0; s < p.segments.size(); ++s)
+    for (Index h = 0; h < p.heads_kv; ++h)
+      for (Index part = 0; part < parts; ++part) items.push_back({static_cast<Index>(s), h, part});
+  if (!items.empty()) {
+    const int t = tile::threads_for(static_cast<Index>(items.size()), threads);
+    const Index block = Traits::kKeyVectors * n;
+    std::vector<KeyBlockScratch> scratch;
+    scratch.reserve(static_cast<std::size_t>(t));
+    for (int i = 0; i < t; ++i) scratch.emplace_back(block, dim_p, dim_vp);
+    tile::run_items(static_cast<Index>(items.size()), t, [&](int thread) {
+      return [&, kernel = KeyBlockKernel<kDim>(bp, stats, scratch[static_cast<std::size_t>(thread)],
+                                               dq_parts.get(), part_size)](Index i) mutable {
+        const Item& item = items[static_cast<std::size_t>(i)];
+        kernel.run(p.segments[static_cast<std::size_t>(item.segment)], item.kv_head, item.part,
+                   parts);
+      };
+    });
+  }
+
+  // dq = scale * the parts' sum, in part order.
+  std::vector<float> sum(static_cast<std::size_t>(dim_p));
+  const auto scale = static_cast<float>(p.scale);
+  for (Index b = 0; b < p.batch; ++b)
+    for (Index h = 0; h < p.heads_q; ++h)
+      for (Index row = 0; row < p.total_q; ++row) {
+        const Index at = ((b * p.heads_q + h) * p.total_q + row) * dim_p;
+        std::copy(dq_parts.get() + at, dq_parts.get() + at + dim_p, sum.begin());
+        for (Index part = 1; part < parts; ++part) {
+          const float* add = dq_parts.get() + part * part_size + at;
+          for (Index d = 0; d < dim_p; ++d) sum[static_cast<std::size_t>(d)] += add[d];
+        }
+        store_gradient(bp.dq, b, h, row, sum.data(), p.dim_qk, scale);
+      }
+}
+
+}  // namespace
+
+void BackwardTarget(const BackwardProblem& problem, int threads) {
+  with_head_dim(problem.forward.dim_qk, problem.forward.dim_v,
+                [&](auto dim) { run_kernel<decltype(dim)::value>(problem, threads); });
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu {
+
+HWY_EXPORT(BackwardTarget);
+
+std::string backward_unsupported(const core::BackwardProblem& problem) {
+  const core::Problem& p = problem.forward;
+  for (const TensorView* input : {&p.q, &p.k, &p.v, &problem.out, &problem.dout}) {
+    if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
+  }
+  constexpr Index kMaxRows = Index{1} << 30;  // key positions and distances fit in int32
+  if (p.total_q >= kMaxRows || p.total_k >= kMaxRows) return "sequences of 2^30 rows or more";
+  return {};
+}
+
+void backward(const core::BackwardProblem& problem) {
+  HWY_DYNAMIC_DISPATCH(BackwardTarget)(problem, resolve_threads(problem.forward.threads));
+}
+
+}  // namespace attn::cpu
+#endif

@@ -8,6 +8,7 @@
     attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)      # C as a blend of the values
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
+    dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
@@ -17,6 +18,7 @@ are RuntimeErrors too, as PyTorch raises for the same mistakes.
 """
 
 from ._attention import attention, describe_input, scaled_dot_product_attention
+from ._backward import attention_backward
 from ._attn import version as __version__
 from ._errors import ArgumentTypeError, Error
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
@@ -31,6 +33,7 @@ __all__ = [
     "State",
     "__version__",
     "attention",
+    "attention_backward",
     "attention_state",
     "context",
     "decode",

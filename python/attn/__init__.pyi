@@ -72,6 +72,16 @@ def attention(
     return_weights: bool = False, threads: Optional[int] = None,
 ) -> Union[Array, Tuple[Array, Array], Tuple[Array, Array, Array]]: ...
 
+def attention_backward(
+    q: Array, k: Array, v: Array, out: Array, lse: Array, dout: Array, *,
+    mask: Optional[Array] = None, causal: bool = False,
+    causal_align: Literal["top-left", "bottom-right"] = "top-left",
+    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
+    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+) -> Tuple[Array, ...]:
+    """(dq, dk, dv) in the shapes of q, k, v, or (dq, dk, dv, dsinks [Hq]) with sinks."""
 @overload
 def weights(
     q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,

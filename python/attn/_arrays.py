@@ -50,15 +50,22 @@ def _check_dtype(x, name, allow_bool):
         raise ArgumentTypeError(f"{name}: expected dtype {expected}, given {given}")
 
 
+def records_gradients(*arrays):
+    """True when autograd records and one of arrays is a torch tensor that requires grad."""
+    torch = _torch()
+    return (torch is not None and torch.is_grad_enabled()
+            and any(is_torch(x) and x.requires_grad for x in arrays))
+
+
 def refuse_gradients(x, name):
-    """attn has no backward pass yet: a result detached from the graph would train nothing
-    without a word, so a tensor that needs gradients is refused while autograd records
-    (NotImplementedError naming the argument)."""
-    if is_torch(x) and x.requires_grad and _torch().is_grad_enabled():
+    """For an argument attn computes no gradient for (a mask, slopes, a cache's contents):
+    a result silently detached from it would train nothing, so a tensor that needs
+    gradients is refused while autograd records (NotImplementedError naming it)."""
+    if records_gradients(x):
         raise NotImplementedError(
-            f"{name}: requires_grad=True while gradients are recorded, but attn has no "
-            f"backward pass; call it under torch.no_grad() or torch.inference_mode(), "
-            f"or pass {name}.detach()"
+            f"{name}: requires_grad=True while gradients are recorded, but attn computes no "
+            f"gradient for {name} here; call it under torch.no_grad() or "
+            f"torch.inference_mode(), or pass {name}.detach()"
         )
 
 

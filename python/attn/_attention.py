@@ -162,8 +162,20 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
     A row that sees no key gives zeros (and lse = -inf), never NaN. The GIL is released
     while the kernel runs. Bad input raises ValueError or TypeError naming the argument.
 
+    Autograd: when q, k, v or sinks are torch tensors that require grad while gradients
+    are recorded, out has a grad_fn whose backward is attn.attention_backward (lse and
+    weights carry no gradient; a mask or alibi_slopes that requires grad is refused).
+
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
+    if _arrays.records_gradients(q, k, v, sinks):
+        from ._backward import attention_with_gradients
+
+        keywords = dict(mask=mask, causal=causal, causal_align=causal_align, scale=scale,
+                        window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, layout=layout,
+                        threads=threads)
+        return attention_with_gradients(q, k, v, sinks, keywords, return_lse, return_weights)
     q, (k, v), options, layout_view = prepare(
         q, (("k", k), ("v", v)), mask=mask, causal=causal, causal_align=causal_align,
         scale=scale, window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
@@ -255,7 +267,7 @@ def mask_view(mask, heads_shape, len_q, len_k):
 
 def _refuse_gradients(arrays):
     """(name, array) pairs: refuses, before any other check, the tensors that need
-    gradients while autograd records (attn has no backward pass yet)."""
+    gradients while autograd records, for arguments attn computes no gradient for."""
     for name, x in arrays:
         _arrays.refuse_gradients(x, name)
 
@@ -363,9 +375,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     attn_mask other than float32 or query's dtype; a 1-D attn_mask. Errors are attn.Error /
     attn.ArgumentTypeError, which are RuntimeErrors as PyTorch's are.
 
+    Autograd: when query, key or value require grad while gradients are recorded, the
+    result has a grad_fn (attn.attention_backward computes the gradients; broadcast
+    leading dims sum theirs back). An attn_mask that requires grad is refused
+    (NotImplementedError): no gradient flows into a mask.
+
     Differences from PyTorch:
-        - No autograd: a tensor that requires grad while gradients are recorded raises
-          NotImplementedError (use torch.no_grad(), or detach it).
         - dropout_p other than 0.0 raises NotImplementedError: attn has no dropout.
         - A NaN in query gives NaN in that output row here (PyTorch's CPU kernel may give
           zeros); a row that a mask hides entirely gives zeros in both.
@@ -386,11 +401,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if causal_bias is not None:
         bottom_right, bias_lengths = causal_bias
         is_causal, attn_mask = True, None
-    _refuse_gradients((("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)))
+    records = _arrays.records_gradients(query, key, value)
+    _refuse_gradients((("attn_mask", attn_mask),))
     query, key, value, attn_mask = _autocast([query, key, value, attn_mask])
-    q = _arrays.as_array(query, "query")
-    k = _arrays.as_array(key, "key")
-    v = _arrays.as_array(value, "value")
+    q = _arrays.as_array(query, "query", detach=records)
+    k = _arrays.as_array(key, "key", detach=records)
+    v = _arrays.as_array(value, "value", detach=records)
     for name, x in (("query", q), ("key", k), ("value", v)):
         if x.ndim < 2:
             raise Error(f"{name}: expected at least 2 dims [..., L, E], given shape {_arrays.shape(x)}")
@@ -416,17 +432,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         full = _arrays.broadcast(x, x_lead + (length, last))
         return _arrays.readable(_arrays.reshape(full, (batch, heads, length, last)))
 
+    if records:  # the same views of the tensors autograd follows (broadcasts sum back)
+        q, k, v = query, key, value
     q4, k4, v4 = to4(q, lead, heads_q), to4(k, lead_kv, heads_kv), to4(v, lead_kv, heads_kv)
     out4 = _arrays.empty_in_layout(q4, (batch, heads_q, len_q, dim_v), dtypes[0])
     out = _arrays.reshape(out4, lead + (len_q, dim_v))  # splits B: a view of out4
     mask4 = None if attn_mask is None else _sdpa_mask(attn_mask, q, lead, len_q, len_k)
     scale = _arrays.number(scale, "scale", allow_none=True)
     if _arrays.shape(out4).count(0) or len_k == 0:
-        out[...] = 0  # no output, or no key to attend to: zeros, as PyTorch
+        if records:  # zeros whose gradient is zeros (an empty sum reads no value)
+            out = out.detach().zero_() + sum(x[..., :0].sum() for x in (query, key, value))
+        else:
+            out[...] = 0  # no output, or no key to attend to: zeros, as PyTorch
         return out
     if dim == 0:  # every score is 0 (PyTorch's too, whatever the scale): uniform weights
         q4, k4 = (_arrays.zeros(x, _arrays.shape(x)[:3] + (1,), dtypes[0]) for x in (q4, k4))
         scale = 1.0
+    if records:
+        out4.copy_(attention(q4, k4, v4, mask=mask4, causal=is_causal, scale=scale,
+                             causal_align="bottom-right" if bottom_right else "top-left"))
+        return out4.reshape(lead + (len_q, dim_v))
     _run(q4, k4, v4, out4, mask=mask4, scale=scale, causal=is_causal, bottom_right=bottom_right,
          threads=_threads(None, query))
     return out

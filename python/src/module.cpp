@@ -49,6 +49,30 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
   forward_into(q_view, k_view, v_view, options, outputs);
 }
 
+// q, k, v, out, dout as for forward  lse: [B, Hq, Lq, 1]  dq, dk, dv: the shapes of q, k, v
+// dsinks: [1, Hq, 1, 1], exactly when sinks are given
+void backward(const InputArray& q, const InputArray& k, const InputArray& v,
+              const InputArray& out, const InputArray& lse, const InputArray& dout,
+              const OutputArray& dq, const OutputArray& dk, const OutputArray& dv,
+              const std::optional<OutputArray>& dsinks, const std::optional<InputArray>& mask,
+              std::optional<double> scale, bool causal, bool bottom_right, Index window_left,
+              Index window_right, double softcap, std::vector<float> alibi_slopes,
+              std::vector<float> sinks, std::vector<std::int64_t> cu_seqlens_q,
+              std::vector<std::int64_t> cu_seqlens_k, int threads) {
+  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
+                                       softcap, std::move(alibi_slopes), std::move(sinks),
+                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
+  const BackwardInputs inputs{input_view(q, "q"),     input_view(k, "k"),
+                              input_view(v, "v"),     input_view(out, "out"),
+                              input_view(lse, "lse"), input_view(dout, "dout")};
+  Gradients gradients{output_view(dq, "dq"), output_view(dk, "dk"), output_view(dv, "dv"),
+                      std::nullopt};
+  if (dsinks) gradients.dsinks = output_view(*dsinks, "dsinks");
+
+  nb::gil_scoped_release unlocked;
+  backward_into(inputs, options, gradients);
+}
+
 using IndexArray = nb::ndarray<std::int64_t, nb::c_contig, nb::device::cpu>;
 
 // q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  out: [B, heads, rows, Lk], or [B, heads, rows, k]
@@ -241,6 +265,11 @@ NB_MODULE(_attn, m) {
         "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
         "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
         "Attention of 4-D [B, H, S, D] views, written into out (and lse, weights).");
+  m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, nb::kw_only(),
+        "dq"_a, "dk"_a, "dv"_a, "dsinks"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a,
+        "bottom_right"_a, "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a,
+        "sinks"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "Gradients of attention of 4-D [B, H, S, D] views, written into dq, dk, dv (and dsinks).");
   m.def("weights", &weights, "q"_a, "k"_a, nb::kw_only(), "out"_a, "indices"_a.none(), "heads"_a,
         "rows"_a, "top_k"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,
         "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,

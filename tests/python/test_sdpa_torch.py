@@ -73,12 +73,10 @@ def test_other_tensor_subclasses_are_refused_and_parameters_read():
         _side_by_side(torch.nn.Parameter(q), q, q)
 
 
-@pytest.mark.parametrize("which", ["query", "key", "value", "attn_mask"])
-def test_tensors_that_require_grad_are_refused_while_recording(which):
+def test_a_mask_that_requires_grad_is_refused_while_recording():
     args = dict(query=_randn(2, 5, 4), key=_randn(2, 6, 4), value=_randn(2, 6, 4),
-                attn_mask=_randn(5, 6))
-    args[which].requires_grad_(True)
-    with pytest.raises(NotImplementedError, match=f"{which}: requires_grad=True .* no backward"):
+                attn_mask=_randn(5, 6).requires_grad_(True))
+    with pytest.raises(NotImplementedError, match="attn_mask: requires_grad=True .* no gradient"):
         attn.scaled_dot_product_attention(**args)
     with torch.no_grad():
         _side_by_side(**args)
@@ -209,3 +207,63 @@ def test_nan_in_query_propagates():
     finite = torch.ones(got.shape[:-1], dtype=torch.bool)
     finite[0, 1, 2] = False
     _assert_same(got[finite], F.scaled_dot_product_attention(q, k, k)[finite])
+
+
+def _grads_side_by_side(query, key, value, **kwargs):
+    """The gradients of sum(out * w) through attn's and torch's SDPA, compared."""
+    grads = []
+    for sdpa in (attn.scaled_dot_product_attention, F.scaled_dot_product_attention):
+        leaves = [x.detach().requires_grad_() for x in (query, key, value)]
+        out = sdpa(*leaves, **kwargs)
+        out.backward(_randn(*out.shape, seed=7, dtype=out.dtype))
+        grads.append([x.grad for x in leaves])
+    for got, want in zip(*grads):
+        _assert_same(got, want)
+
+
+GRADIENT_CASES = {
+    "plain": ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4), {}),
+    "is_causal": ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4), dict(is_causal=True)),
+    "causal_lower_right": ((1, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8),
+                           dict(attn_mask=causal_lower_right(5, 7))),
+    "float_mask": ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4), dict(attn_mask=_randn(5, 7, seed=5))),
+    "bool_mask": ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4),
+                  dict(attn_mask=_randn(2, 1, 5, 7, seed=5) > -1)),
+    "broadcast_heads": ((2, 4, 5, 8), (2, 1, 7, 8), (2, 1, 7, 8), {}),  # MQA without enable_gqa
+    "broadcast_batch": ((3, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8), {}),
+    "enable_gqa": ((2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8), dict(enable_gqa=True)),
+    "three_dims": ((3, 5, 8), (3, 7, 8), (3, 7, 4), dict(scale=0.2)),
+}
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES)
+def test_gradients_match_torch(case):
+    q_shape, k_shape, v_shape, kwargs = GRADIENT_CASES[case]
+    _grads_side_by_side(_randn(*q_shape), _randn(*k_shape, seed=1), _randn(*v_shape, seed=2), **kwargs)
+
+
+def test_gradients_of_bshd_views_match_torch_and_keep_the_layout():
+    """The Hugging Face pattern: [B, L, H, E] memory seen as [B, H, L, E]."""
+    q, k, v = (_randn(2, 6, 3, 8, seed=s).transpose(1, 2) for s in range(3))
+    _grads_side_by_side(q, k, v, is_causal=True)
+    leaf = q.detach().requires_grad_()
+    out = attn.scaled_dot_product_attention(leaf, k, v)
+    assert out.grad_fn is not None
+    out.transpose(1, 2).view(2, 6, 24)  # the output's memory is [B, L, H, Ev], as torch's
+
+
+def test_gradcheck_through_broadcasting_and_gqa():
+    q = _randn(2, 4, 3, 5, dtype=torch.float64).requires_grad_()
+    k = _randn(1, 2, 4, 5, seed=1, dtype=torch.float64).requires_grad_()
+    v = _randn(1, 2, 4, 3, seed=2, dtype=torch.float64).requires_grad_()
+
+    def run(q, k, v):
+        return attn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.autograd.gradcheck(run, (q, k, v), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_zero_sizes_give_zero_gradients():
+    q = _randn(2, 3, 0, 8).requires_grad_()
+    k, v = _randn(2, 3, 4, 8, seed=1).requires_grad_(), _randn(2, 3, 4, 5, seed=2).requires_grad_()
+    attn.scaled_dot_product_attention(q, k, v).sum().backward()
+    assert torch.equal(k.grad, torch.zeros_like(k)) and torch.equal(v.grad, torch.zeros_like(v))

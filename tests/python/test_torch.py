@@ -199,19 +199,21 @@ def test_a_cache_that_follows_the_data_refuses_what_it_would_round():
     assert wide.dtype == "float32" and wide.length(0) == 2
 
 
-def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
-    """attn has no backward pass: a tensor that needs gradients is refused, naming it,
-    rather than given a detached result; under no_grad or inference_mode it is read."""
+def test_gradients_attn_does_not_compute_are_refused_while_recorded(tmp_path):
+    """A tensor that needs a gradient attn does not compute (masks, slopes, the scale, the
+    lesson's steps, the cache and decoding) is refused, naming it, rather than given a
+    detached result; under no_grad or inference_mode it is read. (attn.attention and
+    scaled_dot_product_attention differentiate q, k, v and sinks: test_backward.py.)"""
     x = torch.randn(2, 3, 4, requires_grad=True)
     p = torch.zeros(2, requires_grad=True)
     plain = torch.randn(2, 3, 4)
     cache = attn.KVCache(2, 4)
     cache.append(cache.add_sequence(), plain, plain)
     calls = [
-        ("q", lambda: attn.attention(x, plain, plain)),
-        ("v", lambda: attn.attention(plain, plain, x)),
-        ("mask", lambda: attn.attention(plain, plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
-        ("sinks", lambda: attn.attention(plain, plain, plain, sinks=p)),
+        ("mask", lambda: attn.attention(x, plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
+        ("alibi_slopes", lambda: attn.attention(x, plain, plain, alibi_slopes=p)),
+        ("attn_mask", lambda: attn.scaled_dot_product_attention(
+            x, plain, plain, attn_mask=torch.zeros(3, 3, requires_grad=True))),
         ("alibi_slopes", lambda: attn.weights(plain, plain, alibi_slopes=p)),
         ("k", lambda: attn.weights(plain, x)),
         ("scale", lambda: attn.weights(plain, plain, scale=torch.tensor(0.5, requires_grad=True))),
@@ -222,10 +224,9 @@ def test_gradients_are_refused_by_every_entry_point_while_recorded(tmp_path):
         ("q", lambda: attn.scores(x, plain)),
         ("scores", lambda: attn.softmax(x)),
         ("weights", lambda: attn.context(x[..., :3], plain, check=False)),
-        ("query", lambda: attn.scaled_dot_product_attention(x, plain, plain)),
     ]
     for name, call in calls:
-        with pytest.raises(NotImplementedError, match=rf"^{name}: requires_grad=True .* no backward"):
+        with pytest.raises(NotImplementedError, match=rf"^{name}: requires_grad=True .* no gradient for {name}"):
             call()
         with torch.no_grad():
             call()

@@ -20,7 +20,7 @@ import transformers
 import transformers.masking_utils
 
 from .. import viz
-from .._attention import _refuse_gradients, attention
+from .._attention import attention
 from .._errors import ArgumentTypeError, Error
 
 NAME = "attn"
@@ -36,12 +36,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     when output_attentions=True, else None).
     is_causal (default module.is_causal) applies only without a mask and for L > 1, as in
     transformers' sdpa, which also drops keys past L then (an empty static cache).
-    Training (inputs that require grad while autograd records) raises NotImplementedError:
-    attn has no backward pass yet.
+    Training works: inputs that require grad give an out with a grad_fn (attn's backward
+    pass); the mask gets no gradient.
     """
     if dropout and module.training:
         raise NotImplementedError(f"dropout: attn has no dropout; expected 0.0, given {dropout}")
-    _refuse_gradients((("query", query), ("key", key), ("value", value)))
     len_q = query.shape[2]
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(is_causal and attention_mask is None and len_q > 1)

@@ -1,0 +1,105 @@
+"""attn.attention_backward (the gradients of attn.attention, for NumPy and torch alike) and
+the torch.autograd.Function through which attn.attention and
+attn.scaled_dot_product_attention take part in autograd."""
+
+import functools
+
+from . import _arrays
+from ._attention import _to_bhsd, attention, mask_view, prepare
+from ._attn import backward as _backward
+from ._errors import Error
+
+
+def attention_backward(q, k, v, out, lse, dout, *, mask=None, causal=False,
+                       causal_align="top-left", scale=None, window=(-1, -1), softcap=0.0,
+                       alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                       layout="bhsd", threads=None):
+    """The gradients of attn.attention(q, k, v, ...) = out with respect to q, k and v (and
+    the sinks), given dout, the gradient of a loss with respect to out.
+
+    q, k, v and every keyword are those the forward call was given; out and lse are what it
+    returned (attn.attention(..., return_lse=True)), in its shapes and layout. dout has
+    out's shape. The weights are recomputed from q, k and lse, never stored, so the extra
+    memory is O(L x D) per head. No gradient flows into mask, alibi_slopes or scale. With
+    GQA / MQA, dk and dv sum over the query heads of each group.
+
+    Returns (dq, dk, dv) in the shapes and dtypes of q, k and v, or (dq, dk, dv, dsinks)
+    when sinks are given, dsinks: [Hq], float32 (float64 for float64 q), summed over batch
+    and rows. The results are the same bytes for any thread count. NumPy arrays in give
+    NumPy arrays out, torch tensors give torch tensors.
+    """
+    q, (k, v, out, dout), options, layout_view = prepare(
+        q, (("k", k), ("v", v), ("out", out), ("dout", dout)), mask=mask, causal=causal,
+        causal_align=causal_align, scale=scale, window=window, softcap=softcap,
+        alibi_slopes=alibi_slopes, sinks=sinks, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, layout=layout, threads=threads)
+    lse = _arrays.as_array(lse, "lse")
+    if lse.ndim != q.ndim - 1:
+        raise Error(f"lse: expected {q.ndim - 1} dims (q's, less the last), given shape "
+                    f"{_arrays.shape(lse)}")
+    q4, k4, v4, out4, dout4 = (layout_view(x) for x in (q, k, v, out, dout))
+    lse4 = _arrays.readable(_arrays.reshape(lse, (1,) * (3 - lse.ndim) + _arrays.shape(lse) + (1,)))
+    batch, heads, len_q, _ = _arrays.shape(q4)
+    len_k = _arrays.shape(k4)[2]
+
+    grads = [_arrays.empty(x, _arrays.shape(x), _arrays.dtype_name(x)) for x in (q, k, v)]
+    dsinks = dsinks4 = None
+    if options["sinks"]:
+        dsinks = _arrays.empty(q, (heads,), _arrays.stats_dtype(q))
+        dsinks4 = _arrays.reshape(dsinks, (1, heads, 1, 1))
+    dq4, dk4, dv4 = (_to_bhsd(g, layout) for g in grads)
+    ext = _arrays.for_extension
+    _backward(
+        ext(q4), ext(k4), ext(v4), ext(out4), ext(lse4), ext(dout4),
+        dq=ext(dq4), dk=ext(dk4), dv=ext(dv4),
+        dsinks=None if dsinks4 is None else ext(dsinks4),
+        mask=None if mask is None else ext(mask_view(mask, (batch, heads), len_q, len_k)),
+        **options,
+    )
+    return tuple(grads) if dsinks is None else (*grads, dsinks)
+
+
+@functools.cache
+def _attention_function():
+    """The autograd Function, made on first use (torch is optional)."""
+    torch = _arrays._torch()
+
+    class AttentionFunction(torch.autograd.Function):
+        """attn.attention as one autograd node: forward saves q, k, v, out and lse (and the
+        sinks), backward calls attention_backward."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, sinks, keywords, return_weights):
+            results = attention(q, k, v, sinks=sinks, return_lse=True,
+                                return_weights=return_weights, **keywords)
+            out, lse = results[0], results[1]
+            ctx.keywords = keywords
+            ctx.sinks_tensor = _arrays.is_torch(sinks)
+            ctx.save_for_backward(q, k, v, out, lse, sinks if ctx.sinks_tensor else None)
+            ctx.mark_non_differentiable(*results[1:])
+            ctx.sinks = sinks
+            return results
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, dout, *_):
+            q, k, v, out, lse, sinks_tensor = ctx.saved_tensors
+            sinks = sinks_tensor if ctx.sinks_tensor else ctx.sinks
+            grads = attention_backward(q, k, v, out, lse, dout, sinks=sinks, **ctx.keywords)
+            dsinks = None
+            if ctx.sinks_tensor and ctx.needs_input_grad[3]:
+                dsinks = grads[3].to(sinks_tensor.dtype).reshape(sinks_tensor.shape)
+            return grads[0], grads[1], grads[2], dsinks, None, None
+
+    return AttentionFunction
+
+
+def attention_with_gradients(q, k, v, sinks, keywords, return_lse, return_weights):
+    """attn.attention recorded by autograd: its out has a grad_fn whose backward is
+    attention_backward; lse and weights, when asked for, carry no gradient."""
+    for name in ("mask", "alibi_slopes"):
+        _arrays.refuse_gradients(keywords.get(name), name)
+    return_lse = _arrays.flag(return_lse, "return_lse")
+    results = _attention_function().apply(q, k, v, sinks, keywords, return_weights)
+    kept = [results[0]] + ([results[1]] if return_lse else []) + list(results[2:])
+    return kept[0] if len(kept) == 1 else tuple(kept)

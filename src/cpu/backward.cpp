@@ -58,6 +58,8 @@ using tile::VF;
 using Traits = BackwardTraits;
 // AVX-512 targets have 32 vector registers, for BackwardTraits' wide blocks.
 constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
+constexpr int kKeyVectors =
+    kWideRegisters ? BackwardTraits::kKeyVectorsWide : BackwardTraits::kKeyVectors;
 namespace hn = hwy::HWY_NAMESPACE;
 using Buffer = hwy::AlignedFreeUniquePtr<float[]>;
 
@@ -354,7 +356,7 @@ class KeyBlockKernel {
   // S = (scale q) K^T and dP = dO V^T, keys across lanes.
   void scores(Index rows) {
     constexpr int R = kWideRegisters ? Traits::kScoreRowsWide : Traits::kScoreRows;
-    constexpr int C = Traits::kKeyVectors;
+    constexpr int C = kKeyVectors;
     Index t = 0;
     for (; t + R <= rows; t += R) {
       tile::scores_keys_vectorised<R, C>(s_.q.get() + t * dim_p_, s_.kt.get(), block_, dim_p_,
@@ -407,7 +409,7 @@ class KeyBlockKernel {
   const Index part_size_;
   const DF df_;
   const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
-  const Index block_ = Traits::kKeyVectors * tile::lanes();
+  const Index block_ = kKeyVectors * tile::lanes();
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
   const Index dim_p_ = round_up(dim_, tile::lanes());
@@ -440,7 +442,7 @@ void run_kernel(const BackwardProblem& bp, int threads) {
       for (Index part = 0; part < parts; ++part) items.push_back({static_cast<Index>(s), h, part});
   if (!items.empty()) {
     const int t = tile::threads_for(static_cast<Index>(items.size()), threads);
-    const Index block = Traits::kKeyVectors * n;
+    const Index block = kKeyVectors * n;
     std::vector<KeyBlockScratch> scratch;
     scratch.reserve(static_cast<std::size_t>(t));
     for (int i = 0; i < t; ++i) scratch.emplace_back(block, dim_p, dim_vp);

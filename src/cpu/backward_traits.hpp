@@ -24,7 +24,8 @@ struct BackwardTraits {
 
   // Targets with 32 vector registers (AVX-512) take wider blocks: more accumulators hide
   // the FMA latency, and each broadcast feeds more FMAs.
-  static constexpr int kScoreRowsWide = 8;
+  static constexpr int kKeyVectorsWide = 4;
+  static constexpr int kScoreRowsWide = 4;
   static constexpr int kContextVectorsWide = 4;
 
   static_assert(kQueryTile % kScoreRows == 0 && kQueryTile % kScoreRowsWide == 0,
@@ -32,7 +33,7 @@ struct BackwardTraits {
   // 16 vector registers on AVX2: accumulators plus operands must fit, or the kernels spill.
   static_assert(kScoreRows * kKeyVectors + kKeyVectors + 1 <= 16);
   static_assert(kContextRows * kContextVectors + kContextVectors + 1 <= 16);
-  static_assert(kScoreRowsWide * kKeyVectors + kKeyVectors + 1 <= 32);
+  static_assert(kScoreRowsWide * kKeyVectorsWide + kKeyVectorsWide + 1 <= 32);
   static_assert(kContextRows * kContextVectorsWide + kContextVectorsWide + 1 <= 32);
   static_assert(kContextVectors >= 1 && kContextVectorsWide <= 4, "accumulate has 1 to 4");
 };

@@ -19,9 +19,11 @@ struct BackwardTraits {
   static constexpr int kContextRows = 4;
   static constexpr int kContextVectors = 3;
   // Work items wanted: a (segment, KV head) deals its key blocks to up to kMaxKeyParts
-  // items, each summing its own partial dQ (parts x the size of dq, in float32).
+  // items, each summing its own partial dQ (parts x the size of dq, in float32). 4 parts
+  // keep one head of L = 32768, d = 64 at 32 MiB of partial dQs (the issue allows 64 MiB
+  // of extra memory there) while still feeding 4 threads.
   static constexpr int kItemsWanted = 32;
-  static constexpr int kMaxKeyParts = 8;
+  static constexpr int kMaxKeyParts = 4;
 
   // Targets with 32 vector registers (AVX-512) take wider blocks: more accumulators hide
   // the FMA latency, and each broadcast feeds more FMAs.

@@ -149,7 +149,7 @@ std::vector<Case> supported_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, FastBackward, ::testing::ValuesIn(supported_cases()), case_name);
 
-// Past one key block and one query block of each pass, at head dims with their own copy.
+// Past several key blocks, query tiles and key parts, at head dims with their own copy.
 TEST(FastBackwardLarger, MatchesReferenceOnEveryTarget) {
   auto shaped = [](Index hq, Index hkv, Index lq, Index lk, Index d) {
     Case c;

@@ -1,5 +1,5 @@
-// The fast CPU backward kernel (FlashAttention-2's backward on the shared tile core):
-// dK and dV by key blocks, dQ by query blocks, no atomics (docs/architecture.md).
+// The fast CPU backward kernel (FlashAttention-2's backward on the shared tile core): one
+// pass over key blocks, dQ summed into per-part partials, no atomics (docs/architecture.md).
 #pragma once
 
 #include <string>

@@ -51,9 +51,9 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
 
 // q, k, v, out, dout as for forward  lse: [B, Hq, Lq, 1]  dq, dk, dv: the shapes of q, k, v
 // dsinks: [1, Hq, 1, 1], exactly when sinks are given
-void backward(const InputArray& q, const InputArray& k, const InputArray& v,
-              const InputArray& out, const InputArray& lse, const InputArray& dout,
-              const OutputArray& dq, const OutputArray& dk, const OutputArray& dv,
+void backward(const InputArray& q, const InputArray& k, const InputArray& v, const InputArray& out,
+              const InputArray& lse, const InputArray& dout, const OutputArray& dq,
+              const OutputArray& dk, const OutputArray& dv,
               const std::optional<OutputArray>& dsinks, const std::optional<InputArray>& mask,
               std::optional<double> scale, bool causal, bool bottom_right, Index window_left,
               Index window_right, double softcap, std::vector<float> alibi_slopes,

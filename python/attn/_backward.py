@@ -72,22 +72,21 @@ def _attention_function():
         def forward(ctx, q, k, v, sinks, keywords, return_weights):
             results = attention(q, k, v, sinks=sinks, return_lse=True,
                                 return_weights=return_weights, **keywords)
-            out, lse = results[0], results[1]
-            ctx.keywords = keywords
-            ctx.sinks_tensor = _arrays.is_torch(sinks)
-            ctx.save_for_backward(q, k, v, out, lse, sinks if ctx.sinks_tensor else None)
+            sinks_tensor = sinks if _arrays.is_torch(sinks) else None
+            ctx.save_for_backward(q, k, v, results[0], results[1], sinks_tensor)
             ctx.mark_non_differentiable(*results[1:])
-            ctx.sinks = sinks
+            ctx.keywords = keywords
+            ctx.sinks = None if sinks_tensor is not None else sinks  # a list, or None
             return results
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, dout, *_):
             q, k, v, out, lse, sinks_tensor = ctx.saved_tensors
-            sinks = sinks_tensor if ctx.sinks_tensor else ctx.sinks
+            sinks = ctx.sinks if sinks_tensor is None else sinks_tensor
             grads = attention_backward(q, k, v, out, lse, dout, sinks=sinks, **ctx.keywords)
             dsinks = None
-            if ctx.sinks_tensor and ctx.needs_input_grad[3]:
+            if sinks_tensor is not None and ctx.needs_input_grad[3]:
                 dsinks = grads[3].to(sinks_tensor.dtype).reshape(sinks_tensor.shape)
             return grads[0], grads[1], grads[2], dsinks, None, None
 

@@ -124,9 +124,7 @@ void accumulate(const float* a, Index a_stride, const float* b, Index b_stride, 
   auto columns = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
     for (Index v = 0; v < vectors;) {
-      const Index left = vectors - v;
-      // A remainder of 1 after the widest blocks becomes 2 + 2 (as forward's context pass).
-      const Index w = left == kWidest + 1 && kWidest > 2 ? kWidest - 1 : std::min(left, kWidest);
+      const Index w = tile::context_block_width(vectors - v, kWidest);
       const float* bb = b + v * n;
       float* oo = o + r * width + v * n;
       if (w == 1) {
@@ -247,21 +245,17 @@ class KeyBlockKernel {
     std::fill(s_.k_rows.get(), s_.k_rows.get() + block_ * dim_p_, 0.0f);
     for (Index j = first_; j < end_; ++j) {
       const Index key = seg_->k_begin + j, col = j - first_;
-      load_row(p_.k, key, dim_);
-      for (Index d = 0; d < dim_; ++d) s_.kt[d * block_ + col] = s_.row[d];
-      std::copy(s_.row.get(), s_.row.get() + dim_, s_.k_rows.get() + col * dim_p_);
-      load_row(p_.v, key, dim_v_);
-      for (Index d = 0; d < dim_v_; ++d) s_.vt[d * block_ + col] = s_.row[d];
+      const float* k = key_row(p_.k, key, dim_);
+      for (Index d = 0; d < dim_; ++d) s_.kt[d * block_ + col] = k[d];
+      std::copy(k, k + dim_, s_.k_rows.get() + col * dim_p_);
+      const float* v = key_row(p_.v, key, dim_v_);
+      for (Index d = 0; d < dim_v_; ++d) s_.vt[d * block_ + col] = v[d];
     }
   }
 
-  void load_row(const TensorView& x, Index key, Index width) {
-    with_float_type(x.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {
-        to_floats(row_of<T>(x, seg_->batch, kv_head_, key), width, s_.row.get());
-      }
-    });
+  // Row `key` of x[batch][kv head] in f32: x's own row, or converted into s_.row.
+  const float* key_row(const TensorView& x, Index key, Index width) {
+    return rows_as_floats(x, seg_->batch, kv_head_, key, 1, width, width, s_.row.get()).rows;
   }
 
   // Query rows [i0, i0 + rows) of head_ against the block, when any of them sees it.

@@ -406,12 +406,7 @@ class ItemKernel {
     }
     const Index vectors = dim_v_padded_ / lanes_;
     for (Index v = 0; v < vectors;) {
-      // The widest blocks, but a remainder of 1 after them becomes 2 + 2: a 1-vector block
-      // has too few accumulators to hide the FMA latency.
-      constexpr Index kWidest = Traits::kContextVectors;
-      const Index left = vectors - v;
-      const Index width =
-          left == kWidest + 1 && kWidest > 2 ? kWidest - 1 : std::min(left, kWidest);
+      const Index width = tile::context_block_width(vectors - v, Traits::kContextVectors);
       for (Index b = 0; b < block_count; ++b) {
         if (!blocks[b].skip_hidden_by_row) context_columns(blocks[b], v * lanes_, width);
       }

@@ -401,6 +401,13 @@ HWY_INLINE void scores_rows_vectorised(const float* HWY_RESTRICT qt, Index rows_
     for (int c = 0; c < C; ++c) hn::Store(acc[k][c], df, out + k * rows_stride + c * n);
 }
 
+// The width in vectors of the next column block of context_rows_vectorised, `left` vectors
+// remaining: the widest blocks, but a remainder of 1 after them becomes 2 + 2, since a
+// 1-vector block has too few accumulators to hide the FMA latency.
+inline Index context_block_width(Index left, Index widest) {
+  return left == widest + 1 && widest > 2 ? widest - 1 : std::min(left, widest);
+}
+
 // O[r][:C vectors] = O[r] * rescale[r] + sum_{j < keys} P^T[j][r] V[j] for kRows rows.
 // p: P^T at (first key, first row), stride rows_stride
 // v: V at the first key and the block's first column, stride v_stride

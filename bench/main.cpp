@@ -132,14 +132,18 @@ struct CommandLine {
   bool quick = false;
   bool list = false;
   bool memory = false;
-  Index memory_length = 65536;
+  bool memory_backward = false;
+  std::optional<Index> memory_length;
   std::vector<std::string> benchmark_flags;
 };
 
 int run_memory_case(const CommandLine& command_line) {
   std::optional<JsonFile> json;
   if (!command_line.json_path.empty()) json.emplace(command_line.json_path);
-  const MemoryReport report = measure_peak_memory(command_line.memory_length, 64, 0);
+  // The issues' cases: forward at L = 65536, backward at L = 32768 (both D = 64, causal).
+  const bool backward = command_line.memory_backward;
+  const Index length = command_line.memory_length.value_or(backward ? 32768 : 65536);
+  const MemoryReport report = measure_peak_memory(length, 64, 0, backward);
   print(report);
   if (json) json->commit(nlohmann::json::array({to_json(report)}));
   return 0;
@@ -207,9 +211,13 @@ int main(int argc, char** argv) {
   CLI::Option* memory =
       app.add_flag("--memory", command_line.memory,
                    "Measure peak RSS of one causal L = 65536, D = 64 forward instead");
-  app.add_option("--memory-length", command_line.memory_length, "L for --memory")
-      ->check(CLI::PositiveNumber)
-      ->needs(memory);
+  CLI::Option* memory_backward =
+      app.add_flag("--memory-backward", command_line.memory_backward,
+                   "Measure peak RSS of one causal L = 32768, D = 64 backward instead");
+  memory->excludes(memory_backward);
+  app.add_option("--memory-length", command_line.memory_length,
+                 "L for --memory or --memory-backward")
+      ->check(CLI::PositiveNumber);
   app.allow_extras();
   app.footer(
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, "
@@ -239,8 +247,13 @@ int main(int argc, char** argv) {
       std::printf("%s\n", cases.dump(2).c_str());
       return 0;
     }
-    return command_line.memory ? attn::bench::run_memory_case(command_line)
-                               : attn::bench::run_speed_cases(command_line);
+    if (command_line.memory_length && !command_line.memory && !command_line.memory_backward) {
+      std::fprintf(stderr, "attn_bench: --memory-length needs --memory or --memory-backward\n");
+      return 2;
+    }
+    return command_line.memory || command_line.memory_backward
+               ? attn::bench::run_memory_case(command_line)
+               : attn::bench::run_speed_cases(command_line);
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn_bench: %s\n", e.what());
     return 2;

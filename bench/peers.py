@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """attn side by side with its peers, interleaved in one run.
 
-For every case of `attn_bench --list` (B=1, H=8, fp32, 1 and 2 threads), each round times
+For every forward and backward case of `attn_bench --list` (B=1, H=8, fp32, 1 and 2
+threads), each round times
   attn   through the C++ attn_bench (one fresh process per case and round),
-  torch  torch.nn.functional.scaled_dot_product_attention (when torch imports),
-  numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32,
+  torch  torch.nn.functional.scaled_dot_product_attention (when torch imports); for
+         backward, torch.autograd.grad through it (PyTorch's own CPU backward),
+  numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32; for backward, the
+         same formulas' gradients with P materialised,
 one after the other, rotating who goes first, so that a noisy machine slows all three
-alike. The figure per peer is the median over rounds of the mean time of one forward in a
-round (calls repeat for at least --min-time seconds). GFLOP/s count 4 * Lq * Lk * D per
-head, only the unmasked part for causal (as attn_bench does), for every peer alike, so a
-peer that computes the masked half too is charged for it.
+alike. The figure per peer is the median over rounds of the mean time of one call in a
+round (calls repeat for at least --min-time seconds). GFLOP/s use attn_bench's count
+(4 * Lq * Lk * D per head forward, 10 * Lq * Lk * D backward, only the unmasked part for
+causal) for every peer alike, so a peer that computes the masked half too is charged for it.
+Backward cases time the backward alone, from the forward's saved results; dout = q, as in
+attn_bench.
 
 torch and numpy each run in their own worker process so that their thread pools do not
 meet. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, when set, are removed from the numpy
@@ -78,6 +83,34 @@ def numpy_attention(q, k, v, bias):
     return out
 
 
+def numpy_attention_backward(q, k, v, out, dout, bias):
+    """q, out, dout: [B, H, Lq, D]  k, v: [B, H, Lk, D]  bias: [Lq, Lk] or None
+    -> dq, dk, dv. FlashAttention-2's formulas with P materialised, one head at a time:
+    dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q.
+    """
+    import numpy as np
+
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    scale = np.float32(1.0 / math.sqrt(q.shape[-1]))
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = (q[b, h] * scale) @ k[b, h].T
+            if bias is not None:
+                s += bias
+            s -= s.max(axis=1, keepdims=True)  # only for numerical stability
+            np.exp(s, out=s)
+            s /= s.sum(axis=1, keepdims=True)
+            np.matmul(s.T, dout[b, h], out=dv[b, h])
+            dp = dout[b, h] @ v[b, h].T
+            dp -= np.sum(dout[b, h] * out[b, h], axis=1, keepdims=True)
+            dp *= s
+            np.matmul(dp, k[b, h], out=dq[b, h])
+            dq[b, h] *= scale
+            np.matmul(dp.T, q[b, h], out=dk[b, h])
+            dk[b, h] *= scale
+    return dq, dk, dv
+
+
 def reference_attention(q, k, v, causal):
     """float64 oracle for the self-check: q: [B, H, Lq, D]  k, v: [B, H, Lk, D]."""
     import numpy as np
@@ -88,6 +121,23 @@ def reference_attention(q, k, v, causal):
         s = s + causal_bias(q.shape[-2], k.shape[-2]).astype(np.float64)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+def reference_backward(q, k, v, dout, causal):
+    """float64 oracle for the self-check: the gradients of reference_attention, with P
+    materialised, in the same formulas as numpy_attention_backward but in float64."""
+    import numpy as np
+
+    q, k, v, dout = (x.astype(np.float64) for x in (q, k, v, dout))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = q @ k.swapaxes(-1, -2) * scale
+    if causal:
+        s = s + causal_bias(q.shape[-2], k.shape[-2]).astype(np.float64)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    out = p @ v
+    ds = p * (dout @ v.swapaxes(-1, -2) - np.sum(dout * out, axis=-1, keepdims=True))
+    return ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, p.swapaxes(-1, -2) @ dout
 
 
 class NumpyPeer:
@@ -115,6 +165,9 @@ class NumpyPeer:
             if key not in self.biases:
                 self.biases = {key: causal_bias(*key)}
             bias = self.biases[key]
+        if case["work"] == "backward":
+            out = numpy_attention(q, k, v, bias)
+            return lambda: numpy_attention_backward(q, k, v, out, q, bias)
         return lambda: numpy_attention(q, k, v, bias)
 
     def with_threads(self, threads):
@@ -123,6 +176,10 @@ class NumpyPeer:
     def check(self, q, k, v, causal):
         bias = causal_bias(q.shape[-2], k.shape[-2]) if causal else None
         return numpy_attention(q, k, v, bias)
+
+    def check_backward(self, q, k, v, dout, causal):
+        bias = causal_bias(q.shape[-2], k.shape[-2]) if causal else None
+        return numpy_attention_backward(q, k, v, numpy_attention(q, k, v, bias), dout, bias)
 
 
 class TorchPeer:
@@ -137,15 +194,26 @@ class TorchPeer:
 
     def prepare(self, case, q, k, v):
         torch = self.torch
-        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
         sdpa = torch.nn.functional.scaled_dot_product_attention
         causal = bool(case["causal"])
+        if case["work"] == "backward":
+            return self._backward(q, k, v, q, causal)
+        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
 
         def run():
             with torch.inference_mode():
                 return sdpa(tq, tk, tv, is_causal=causal)
 
         return run
+
+    def _backward(self, q, k, v, dout, causal):
+        """A call of PyTorch's backward of SDPA alone: the forward runs once here and keeps
+        its graph (retain_graph), so each call is autograd's backward from the saved tensors."""
+        torch = self.torch
+        leaves = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
+        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+        grad_out = torch.from_numpy(dout)
+        return lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
 
     @contextlib.contextmanager
     def with_threads(self, threads):
@@ -163,15 +231,25 @@ class TorchPeer:
                 *(torch.from_numpy(x) for x in (q, k, v)), is_causal=causal)
         return out.numpy()
 
+    def check_backward(self, q, k, v, dout, causal):
+        return [g.numpy() for g in self._backward(q, k, v, dout, causal)()]
+
 
 def self_check(peer):
-    """Largest |peer - float64 oracle| over two tiny cases, causal and not."""
+    """Largest |peer - float64 oracle| over two tiny cases, causal and not, of the forward
+    and of each gradient."""
     import numpy as np
 
     case = {"batch": 1, "heads": 2, "len_q": 17, "len_k": 17, "dim": 8}
     q, k, v = make_inputs(case)
-    return max(float(np.abs(peer.check(q, k, v, causal) - reference_attention(q, k, v, causal)).max())
-               for causal in (False, True))
+    dout = np.random.default_rng(2).standard_normal(q.shape, dtype=np.float32)
+    errors = []
+    for causal in (False, True):
+        errors.append(np.abs(peer.check(q, k, v, causal) - reference_attention(q, k, v, causal)).max())
+        for got, want in zip(peer.check_backward(q, k, v, dout, causal),
+                             reference_backward(q, k, v, dout, causal)):
+            errors.append(np.abs(got - want).max())
+    return float(max(errors))
 
 
 def time_calls(run, min_time):
@@ -263,9 +341,9 @@ def list_cases(attn_bench, quick, pattern):
     listing = subprocess.run(command, capture_output=True, text=True)
     if listing.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({listing.returncode}): {listing.stderr}")
-    # The peers compute attention, not weights: only attn::forward's cases are theirs.
+    # The peers compute attention and its gradients, not weights: forward and backward cases.
     return [case for case in json.loads(listing.stdout)
-            if case.get("work", "forward") == "forward" and re.search(pattern, case["name"])]
+            if case["work"] in ("forward", "backward") and re.search(pattern, case["name"])]
 
 
 def parse_arguments():
@@ -363,12 +441,12 @@ def print_table(rows):
     def cell(row, key, form):
         return format(row[key], form) if key in row else "-"
 
-    header = (f"{'case':<46} {'attn':>8} {'of peak':>7} {'torch':>8} {'numpy':>8} "
+    header = (f"{'case':<55} {'attn':>8} {'of peak':>7} {'torch':>8} {'numpy':>8} "
               f"{'attn/torch':>10} {'attn/numpy':>10}")
     print("\nGFLOP/s (median over rounds; causal counts the unmasked part only)")
     print(header)
     for row in rows:
-        print(f"{row['name']:<46} {cell(row, 'attn_gflops', '8.2f')} "
+        print(f"{row['name']:<55} {cell(row, 'attn_gflops', '8.2f')} "
               f"{format(100 * row['attn_peak_fraction'], '6.1f')}% "
               f"{cell(row, 'torch_gflops', '8.2f')} {cell(row, 'numpy_gflops', '8.2f')} "
               f"{cell(row, 'attn_over_torch', '10.2f')} {cell(row, 'attn_over_numpy', '10.2f')}")

@@ -71,8 +71,9 @@ struct RowStatistics {
   Index at(Index b, Index h, Index row) const { return (b * heads + h) * rows + row; }
 };
 
-// D, the shifts, and dsinks (-sum over rows of P_sink D, in float64 in a fixed order).
-RowStatistics row_statistics(const BackwardProblem& bp) {
+// D, the shifts, and dsinks (-sum over rows of P_sink D, in float64: per (batch, head)
+// over rows in order, then over batch entries in order, so on any thread count).
+RowStatistics row_statistics(const BackwardProblem& bp, int threads) {
   const Problem& p = bp.forward;
   RowStatistics stats;
   stats.heads = p.heads_q;
@@ -80,9 +81,13 @@ RowStatistics row_statistics(const BackwardProblem& bp) {
   const auto size = static_cast<std::size_t>(p.batch * p.heads_q * p.total_q);
   stats.shift.assign(size, 0.0f);
   stats.d.assign(size, 0.0f);
-  std::vector<double> out(p.dim_v), dout(p.dim_v), dsinks(p.heads_q, 0.0);
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.heads_q; ++h)
+  std::vector<double> dsinks(static_cast<std::size_t>(p.batch * p.heads_q), 0.0);
+  const Index items = p.batch * p.heads_q;
+  tile::run_items(items, tile::threads_for(items, threads), [&](int) {
+    return [&, out = std::vector<double>(p.dim_v),
+            dout = std::vector<double>(p.dim_v)](Index item) mutable {
+      const Index b = item / p.heads_q, h = item % p.heads_q;
+      double dsink = 0.0;
       for (Index row = 0; row < p.total_q; ++row) {
         core::load_row(bp.out, b, h, row, out.data());
         core::load_row(bp.dout, b, h, row, dout.data());
@@ -93,11 +98,19 @@ RowStatistics row_statistics(const BackwardProblem& bp) {
         stats.d[i] = static_cast<float>(d);
         stats.shift[i] = tile::lse_shift(static_cast<float>(lse));
         if (!p.sinks.empty() && lse != -INFINITY) {
-          dsinks[h] -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d;
+          dsink -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d;
         }
       }
+      dsinks[static_cast<std::size_t>(item)] = dsink;
+    };
+  });
   if (bp.dsinks) {
-    for (Index h = 0; h < p.heads_q; ++h) core::store_row(*bp.dsinks, 0, h, 0, &dsinks[h]);
+    for (Index h = 0; h < p.heads_q; ++h) {
+      double sum = 0.0;
+      for (Index b = 0; b < p.batch; ++b)
+        sum += dsinks[static_cast<std::size_t>(b * p.heads_q + h)];
+      core::store_row(*bp.dsinks, 0, h, 0, &sum);
+    }
   }
   return stats;
 }
@@ -112,34 +125,37 @@ void store_gradient(const MutableTensorView& t, Index b, Index h, Index s, const
   });
 }
 
-// o[r][:] += sum_{j < count} a[j * a_stride + r] b[j][:] for `rows` rows of o, by the tile
-// core's rows-vectorised context micro-kernel with a rescale of 1: kContextRows rows by up
-// to kContextVectors(Wide) vectors of columns. o rows are `width` floats (whole vectors).
-void accumulate(const float* a, Index a_stride, const float* b, Index b_stride, Index count,
-                Index rows, const float* ones, float* o, Index width) {
+// o[r][:] += sum_{j < count} a[j * a_key_stride + r * a_row_stride] b[j][:] for `rows` rows
+// of o, by the tile core's rows-vectorised context micro-kernel: kContextRows(Wide) rows by
+// up to kContextVectors(Wide) vectors of columns. o rows are `width` floats (whole vectors).
+void accumulate(const float* a, Index a_key_stride, Index a_row_stride, const float* b,
+                Index b_stride, Index count, Index rows, float* o, Index width) {
   const Index n = tile::lanes(), vectors = width / n;
-  constexpr int kRows = Traits::kContextRows;
+  constexpr int kRows = kWideRegisters ? Traits::kContextRowsWide : Traits::kContextRows;
   constexpr Index kWidest = kWideRegisters ? Traits::kContextVectorsWide : Traits::kContextVectors;
   Index r = 0;
   auto columns = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
+    const float* aa = a + r * a_row_stride;
+    const Index ks = a_key_stride, rs = a_row_stride;
     for (Index v = 0; v < vectors;) {
       const Index w = tile::context_block_width(vectors - v, kWidest);
       const float* bb = b + v * n;
       float* oo = o + r * width + v * n;
       if (w == 1) {
-        tile::context_rows_vectorised<1, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+        tile::context_rows_vectorised<1, R>(aa, ks, rs, bb, b_stride, count, nullptr, oo, width);
       } else if (w == 2) {
-        tile::context_rows_vectorised<2, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+        tile::context_rows_vectorised<2, R>(aa, ks, rs, bb, b_stride, count, nullptr, oo, width);
       } else if (w == 3) {
-        tile::context_rows_vectorised<3, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+        tile::context_rows_vectorised<3, R>(aa, ks, rs, bb, b_stride, count, nullptr, oo, width);
       } else {
-        tile::context_rows_vectorised<4, R>(a + r, a_stride, bb, b_stride, count, ones, oo, width);
+        tile::context_rows_vectorised<4, R>(aa, ks, rs, bb, b_stride, count, nullptr, oo, width);
       }
       v += w;
     }
   };
   for (; r + kRows <= rows; r += kRows) columns(std::integral_constant<int, kRows>{});
+  for (; r + 2 <= rows; r += 2) columns(std::integral_constant<int, 2>{});
   for (; r < rows; ++r) columns(std::integral_constant<int, 1>{});
 }
 
@@ -172,21 +188,15 @@ struct KeyBlockScratch {
         dp(scratch_buffer<float>(Traits::kQueryTile * keys)),
         slope(scratch_buffer<float>(Traits::kQueryTile * keys)),
         k_rows(scratch_buffer<float>(keys * dim_p)),
-        ds_t(scratch_buffer<float>(keys * Traits::kQueryTile)),
         dk(scratch_buffer<float>(keys * dim_p)),
-        dv(scratch_buffer<float>(keys * dim_vp)),
-        ones(scratch_buffer<float>(std::max<Index>(keys, Traits::kContextRows))) {
-    std::fill(ones.get(), ones.get() + std::max<Index>(keys, Traits::kContextRows), 1.0f);
-  }
+        dv(scratch_buffer<float>(keys * dim_vp)) {}
   Buffer kt, vt;   // [dim_p][keys], [dim_vp][keys]: the block's K^T and V^T, zero-padded
   Buffer row;      // one input row in f32
   Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO
   Buffer s, dp;    // [kQueryTile][keys]: S then P;  dP then dS
   Buffer slope;    // [kQueryTile][keys]: d score / d x (softcap only)
   Buffer k_rows;   // [keys][dim_p]: the block's K rows in f32, zero-padded
-  Buffer ds_t;     // [keys][kQueryTile]: dS^T, for dQ += dS K
   Buffer dk, dv;   // [keys][dim_p], [keys][dim_vp]: the block's sums
-  Buffer ones;     // the context micro-kernel's rescale, 1
 };
 
 template <int kDim>
@@ -295,30 +305,24 @@ class KeyBlockKernel {
       }
     }
     // dV += P^T dO and dK += dS^T (scale q): keys are the output rows, query rows the sum.
-    accumulate(s_.s.get(), block_, s_.dout.get(), dim_vp_, rows, block_, s_.ones.get(), s_.dv.get(),
-               dim_vp_);
-    accumulate(s_.dp.get(), block_, s_.q.get(), dim_p_, rows, block_, s_.ones.get(), s_.dk.get(),
-               dim_p_);
+    accumulate(s_.s.get(), block_, 1, s_.dout.get(), dim_vp_, rows, block_, s_.dv.get(), dim_vp_);
+    accumulate(s_.dp.get(), block_, 1, s_.q.get(), dim_p_, rows, block_, s_.dk.get(), dim_p_);
     accumulate_dq(i0, rows);
   }
 
-  // dQ += dS K (unscaled: the scale is applied once, when the parts are summed), with dS
-  // transposed so that rows are the micro-kernel's output rows. A block whose K holds NaN
-  // or infinity goes row by row, past the zeros of dS.
+  // dQ += dS K (unscaled: the scale is applied once, when the parts are summed), dS read
+  // in place (query rows are the micro-kernel's output rows). A block whose K holds NaN or
+  // infinity goes row by row, past the zeros of dS.
   void accumulate_dq(Index i0, Index rows) {
-    constexpr Index kTile = Traits::kQueryTile;
-    for (Index t = 0; t < rows; ++t)
-      for (Index j = 0; j < block_; ++j) s_.ds_t[j * kTile + t] = s_.dp[t * block_ + j];
     float* dq =
         dq_ + (p_.total_q * (seg_->batch * p_.heads_q + head_) + seg_->q_begin + i0) * dim_p_;
     if (keys_finite_) {
-      accumulate(s_.ds_t.get(), kTile, s_.k_rows.get(), dim_p_, block_, rows, s_.ones.get(), dq,
-                 dim_p_);
+      accumulate(s_.dp.get(), 1, block_, s_.k_rows.get(), dim_p_, block_, rows, dq, dim_p_);
       return;
     }
     for (Index t = 0; t < rows; ++t) {
-      tile::context_skipping_zero_weights(s_.ds_t.get() + t, kTile, s_.k_rows.get(), dim_p_, block_,
-                                          1.0f, dq + t * dim_p_, dim_p_);
+      tile::context_skipping_zero_weights(s_.dp.get() + t * block_, 1, s_.k_rows.get(), dim_p_,
+                                          block_, 1.0f, dq + t * dim_p_, dim_p_);
     }
   }
 
@@ -421,7 +425,7 @@ class KeyBlockKernel {
 template <int kDim>
 void run_kernel(const BackwardProblem& bp, int threads) {
   const Problem& p = bp.forward;
-  const RowStatistics stats = row_statistics(bp);
+  const RowStatistics stats = row_statistics(bp, threads);
   const Index n = tile::lanes();
   const Index dim_p = round_up(p.dim_qk, n), dim_vp = round_up(p.dim_v, n);
   const Index parts = key_parts(static_cast<Index>(p.segments.size()) * p.heads_kv);
@@ -452,13 +456,14 @@ void run_kernel(const BackwardProblem& bp, int threads) {
     });
   }
 
-  // dq = scale * the parts' sum, in part order.
-  std::vector<float> sum(static_cast<std::size_t>(dim_p));
+  // dq = scale * the parts' sum, in part order, a (batch, head) per item.
   const auto scale = static_cast<float>(p.scale);
-  for (Index b = 0; b < p.batch; ++b)
-    for (Index h = 0; h < p.heads_q; ++h)
+  const Index heads = p.batch * p.heads_q;
+  tile::run_items(heads, tile::threads_for(heads, threads), [&](int) {
+    return [&, sum = std::vector<float>(static_cast<std::size_t>(dim_p))](Index item) mutable {
+      const Index b = item / p.heads_q, h = item % p.heads_q;
       for (Index row = 0; row < p.total_q; ++row) {
-        const Index at = ((b * p.heads_q + h) * p.total_q + row) * dim_p;
+        const Index at = (item * p.total_q + row) * dim_p;
         std::copy(dq_parts.get() + at, dq_parts.get() + at + dim_p, sum.begin());
         for (Index part = 1; part < parts; ++part) {
           const float* add = dq_parts.get() + part * part_size + at;
@@ -466,6 +471,8 @@ void run_kernel(const BackwardProblem& bp, int threads) {
         }
         store_gradient(bp.dq, b, h, row, sum.data(), p.dim_qk, scale);
       }
+    };
+  });
 }
 
 }  // namespace

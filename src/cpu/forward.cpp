@@ -435,10 +435,10 @@ class ItemKernel {
     const Index keys = block.end - block.first;
     const Index r = rows_padded_, vs = value_stride_, os = dim_v_padded_;
     if (width == 1)
-      return tile::context_rows_vectorised<1, kRows>(p, r, v, vs, keys, rescale, o, os);
+      return tile::context_rows_vectorised<1, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
     if (width == 2)
-      return tile::context_rows_vectorised<2, kRows>(p, r, v, vs, keys, rescale, o, os);
-    tile::context_rows_vectorised<3, kRows>(p, r, v, vs, keys, rescale, o, os);
+      return tile::context_rows_vectorised<2, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
+    tile::context_rows_vectorised<3, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
   }
 
   void context_skipping_hidden(const RowBlock& block) {

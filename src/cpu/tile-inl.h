@@ -409,26 +409,31 @@ inline Index context_block_width(Index left, Index widest) {
 }
 
 // O[r][:C vectors] = O[r] * rescale[r] + sum_{j < keys} P^T[j][r] V[j] for kRows rows.
-// p: P^T at (first key, first row), stride rows_stride
+// p: P^T at (first key, first row): element (j, r) at p[j * key_stride + r * row_stride]
+//    (row_stride 1 for P^T laid out by key; key_stride 1 reads a P laid out by row in place)
 // v: V at the first key and the block's first column, stride v_stride
+// rescale: kRows factors, or nullptr to add onto O as it is
 // o: O at (first row, first column), stride o_stride
 template <int C, int kRows>
-HWY_INLINE void context_rows_vectorised(const float* HWY_RESTRICT p, Index rows_stride,
-                                        const float* HWY_RESTRICT v, Index v_stride, Index keys,
+HWY_INLINE void context_rows_vectorised(const float* HWY_RESTRICT p, Index key_stride,
+                                        Index row_stride, const float* HWY_RESTRICT v,
+                                        Index v_stride, Index keys,
                                         const float* HWY_RESTRICT rescale, float* HWY_RESTRICT o,
                                         Index o_stride) {
   const DF df;
   const Index n = lanes();
   VF acc[kRows][C];
   for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::Load(df, o + r * o_stride + c * n);
+    if (rescale == nullptr) continue;
     const VF factor = hn::Set(df, rescale[r]);
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Mul(hn::Load(df, o + r * o_stride + c * n), factor);
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::Mul(acc[r][c], factor);
   }
   for (Index j = 0; j < keys; ++j) {
     VF value[C];
     for (int c = 0; c < C; ++c) value[c] = hn::LoadU(df, v + j * v_stride + c * n);
     for (int r = 0; r < kRows; ++r) {
-      const VF weight = hn::Set(df, p[j * rows_stride + r]);
+      const VF weight = hn::Set(df, p[j * key_stride + r * row_stride]);
       for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(weight, value[c], acc[r][c]);
     }
   }

@@ -49,17 +49,12 @@ double BenchCase::flops() const {
 nlohmann::json describe(const BenchCase& bench_case) {
   const testing::Case& shape = bench_case.shape;
   return {
-      {"name", bench_case.name()},
-      {"flops", bench_case.flops()},
-      {"batch", shape.batch},
-      {"heads", shape.heads_q},
-      {"len_q", shape.len_q},
-      {"len_k", shape.len_k},
-      {"dim", shape.dim},
-      {"causal", shape.causal},
-      {"dtype", dtype_name(shape.dtype)},
-      {"threads", bench_case.threads},
-      {"work", work_name(bench_case.work)},
+      {"name", bench_case.name()},     {"flops", bench_case.flops()},
+      {"batch", shape.batch},          {"heads", shape.heads_q},
+      {"heads_kv", shape.heads_kv},    {"len_q", shape.len_q},
+      {"len_k", shape.len_k},          {"dim", shape.dim},
+      {"causal", shape.causal},        {"dtype", dtype_name(shape.dtype)},
+      {"threads", bench_case.threads}, {"work", work_name(bench_case.work)},
   };
 }
 
@@ -74,6 +69,11 @@ testing::Case fp32_case(Index len_q, Index len_k, Index dim, bool causal) {
   c.dim = c.dim_v = dim;
   c.causal = causal;
   c.dtype = DType::f32;
+  return c;
+}
+
+testing::Case with_dtype(testing::Case c, DType dtype) {
+  c.dtype = dtype;
   return c;
 }
 
@@ -103,6 +103,20 @@ std::vector<BenchCase> bench_cases(bool quick) {
     for (const Index dim : dims)
       for (const int threads : thread_counts)
         out.push_back({fp32_case(1, len, dim, false), threads});
+  // The dtypes models run in: bf16 and fp16 prefill at L = 2048 (the table), and a
+  // grouped-query decode step (32 query heads on 8 KV heads, as Llama-3-8B) against a long
+  // cache, in every dtype.
+  for (const DType dtype : {DType::bf16, DType::f16})
+    for (const Index dim : dims)
+      for (const bool causal : {false, true})
+        for (const int threads : thread_counts)
+          out.push_back({with_dtype(fp32_case(2048, 2048, dim, causal), dtype), threads});
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const int threads : thread_counts) {
+      testing::Case decode = with_dtype(fp32_case(1, 32768, 128, false), dtype);
+      decode.heads_q = 32;
+      out.push_back({decode, threads});
+    }
   return out;
 }
 

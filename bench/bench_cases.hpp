@@ -17,7 +17,7 @@ enum class Work : std::uint8_t { forward, weights, top8, backward };
 const char* work_name(Work work);
 
 struct BenchCase {
-  testing::Case shape;  // fp32, [B, H, Lq, D] against [B, H, Lk, D]
+  testing::Case shape;  // [B, Hq, Lq, D] against [B, Hkv, Lk, D], in shape.dtype
   int threads = 1;
   Work work = Work::forward;
 
@@ -42,7 +42,9 @@ nlohmann::json describe(const BenchCase& bench_case);
 double visible_pairs(const testing::Case& shape);
 
 // Prefill: B = 1, H = 8, L in {512, 2048, 8192} (quick: {512, 2048}), D in {64, 128},
-// non-causal and causal; decode: Lq = 1 against the same Lk; each at 1 and 2 threads.
+// non-causal and causal; decode: Lq = 1 against the same Lk; each at 1 and 2 threads, fp32.
+// bf16 and fp16 prefill at L = 2048; a decode step of Hq = 32 on Hkv = 8 against Lk = 32768,
+// D = 128, in fp32, bf16 and fp16.
 // Weights: every weight and the top 8, at B = 1, H = 8, L = 2048, D = 64, non-causal, at 1
 // and 2 threads, each listed right after its forward case. Backward: at L = 2048, D in
 // {64, 128}, non-causal and causal, at 1 and 2 threads, right after its forward case.

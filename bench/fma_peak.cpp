@@ -1,7 +1,7 @@
-// FMA probe: each thread keeps kChains independent accumulators and updates each with one
-// fused multiply-add per round. FMA latency is about 4 cycles on current x86 and Arm cores,
-// with two FMA pipes, so 8 chains in flight saturate both; 12 leave headroom and still fit
-// the 16 AVX2 registers with the two constants.
+// Peak probes: each thread keeps kChains independent accumulators and updates each with one
+// fused multiply-add (fp32 FMA, or the bf16 dot product vdpbf16ps) per round. FMA latency
+// is about 4 cycles on current x86 and Arm cores, with two FMA pipes, so 8 chains in flight
+// saturate both; 12 leave headroom and still fit the 16 AVX2 registers with the constants.
 #include "fma_peak.hpp"
 
 #include <omp.h>
@@ -9,7 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "fma_peak.cpp"
@@ -29,14 +34,14 @@ struct FmaWork {
   std::int64_t target = 0;
 };
 
+constexpr int kChains = 12;
+
 }  // namespace attn::bench
 #endif  // ATTN_BENCH_FMA_WORK_DEFINED
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::bench::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-constexpr int kChains = 12;
 
 // rounds: FMAs per chain. a <- a * 0.999999 + 1e-7 converges, so values stay finite.
 void RunFmaChains(std::int64_t rounds, FmaWork* work) {
@@ -79,13 +84,41 @@ HWY_EXPORT(RunFmaChains);
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Chains = void (*)(std::int64_t rounds, FmaWork* work);
 
 constexpr int kTrials = 7;
 constexpr double kTrialSeconds = 0.03;
 
+void run_fma_chains(std::int64_t rounds, FmaWork* work) {
+  HWY_DYNAMIC_DISPATCH(RunFmaChains)(rounds, work);
+}
+
+#if defined(__x86_64__)
+// The bf16 dot product of AVX512-BF16: each vdpbf16ps adds two bf16 products into each of
+// 16 fp32 lanes (4 FLOPs a lane). a <- a + 2 * 0.001^2 per round stays finite.
+__attribute__((target("avx512f,avx512bf16"))) void run_bf16_dot_chains(std::int64_t rounds,
+                                                                       FmaWork* work) {
+  const auto factor = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3a83));  // 0.001 in bf16
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.1f * static_cast<float>(c));
+  for (std::int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], factor, factor);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  // Stored and summed here: GCC 12 warns inside its own _mm512_reduce_add_ps.
+  float lanes[16];
+  _mm512_storeu_ps(lanes, sum);
+  work->checksum = 0.0f;
+  for (const float lane : lanes) work->checksum += lane;
+  work->flops = 4.0 * 16.0 * kChains * static_cast<double>(rounds);
+}
+#endif
+
 // All threads start together after a barrier; the wall time covers the slowest one.
 // Returns GFLOP/s over all threads and the work record of thread 0.
-double timed_trial(int threads, std::int64_t rounds, FmaWork& first) {
+double timed_trial(Chains chains, int threads, std::int64_t rounds, FmaWork& first) {
   std::vector<FmaWork> work(static_cast<std::size_t>(threads));
   Clock::time_point start, stop;
 #pragma omp parallel num_threads(threads)
@@ -93,8 +126,7 @@ double timed_trial(int threads, std::int64_t rounds, FmaWork& first) {
 #pragma omp barrier
 #pragma omp master
     start = Clock::now();
-    HWY_DYNAMIC_DISPATCH(RunFmaChains)
-    (rounds, &work[static_cast<std::size_t>(omp_get_thread_num())]);
+    chains(rounds, &work[static_cast<std::size_t>(omp_get_thread_num())]);
 #pragma omp barrier
 #pragma omp master
     stop = Clock::now();
@@ -105,25 +137,43 @@ double timed_trial(int threads, std::int64_t rounds, FmaWork& first) {
   return flops / std::chrono::duration<double>(stop - start).count() * 1e-9;
 }
 
-}  // namespace
-
-FmaPeak measure_fma_peak(int threads) {
-  FmaWork first;
+// The best of kTrials trials of `chains` on `threads` threads.
+double best_gflops(Chains chains, int threads, FmaWork& first) {
   // Calibrate one thread on a short run, so that one trial lasts about kTrialSeconds
   // whatever the CPU; one thread, because a busy sibling core would make trials too short.
   const std::int64_t calibration_rounds = 100000;
-  const double calibration_gflops = timed_trial(1, calibration_rounds, first);
+  const double calibration_gflops = timed_trial(chains, 1, calibration_rounds, first);
   const double flops_per_round = first.flops / static_cast<double>(calibration_rounds);
   const auto rounds = std::max<std::int64_t>(
       calibration_rounds,
       static_cast<std::int64_t>(kTrialSeconds * calibration_gflops * 1e9 / flops_per_round));
+  double best = 0.0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    best = std::max(best, timed_trial(chains, threads, rounds, first));
+  }
+  return best;
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak(int threads) {
+  FmaWork first;
   FmaPeak peak;
   peak.threads = threads;
-  for (int trial = 0; trial < kTrials; ++trial) {
-    peak.gflops = std::max(peak.gflops, timed_trial(threads, rounds, first));
-  }
+  peak.gflops = best_gflops(run_fma_chains, threads, first);
   peak.target = hwy::TargetName(first.target);
   return peak;
+}
+
+std::optional<FmaPeak> measure_bf16_dot_peak(int threads) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512bf16")) {
+    FmaWork first;
+    return FmaPeak{threads, best_gflops(run_bf16_dot_chains, threads, first), "AVX512-BF16"};
+  }
+#endif
+  (void)threads;
+  return std::nullopt;
 }
 
 }  // namespace attn::bench

@@ -2,6 +2,7 @@
 // which fraction of it a kernel reaches.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace attn::bench {
@@ -15,5 +16,9 @@ struct FmaPeak {
 // Runs independent chains of fp32 FMAs on `threads` OpenMP threads for the widest SIMD
 // target this CPU supports; takes about 0.1 s.
 FmaPeak measure_fma_peak(int threads);
+
+// The same for the bf16 dot product (vdpbf16ps, 4 FLOPs per fp32 lane) where the CPU has
+// AVX512-BF16, else nothing. The unit low-precision kernels can use instead of widening.
+std::optional<FmaPeak> measure_bf16_dot_peak(int threads);
 
 }  // namespace attn::bench

@@ -2,11 +2,12 @@
 """attn side by side with its peers, interleaved in one run.
 
 For every forward and backward case of `attn_bench --list` (B=1, H=8, fp32, 1 and 2
-threads), each round times
+threads; bf16 and fp16 prefill; a grouped-query decode step), each round times
   attn   through the C++ attn_bench (one fresh process per case and round),
   torch  torch.nn.functional.scaled_dot_product_attention (when torch imports); for
          backward, torch.autograd.grad through it (PyTorch's own CPU backward),
-  numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32; for backward, the
+  numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32 (so fp32 cases only;
+         K and V repeated per query head for grouped-query cases); for backward, the
          same formulas' gradients with P materialised,
 one after the other, rotating who goes first, so that a noisy machine slows all three
 alike. The figure per peer is the median over rounds of the mean time of one call in a
@@ -42,14 +43,15 @@ OPENBLAS_PINNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def make_inputs(case):
-    """q: [B, H, Lq, D]  k, v: [B, H, Lk, D], float32 normals, the same for every peer."""
+    """q: [B, Hq, Lq, D]  k, v: [B, Hkv, Lk, D], float32 normals, the same for every peer
+    (each converts them to the case's dtype)."""
     import numpy as np
 
     rng = np.random.default_rng(1)
-    b, h, d = case["batch"], case["heads"], case["dim"]
-    q = rng.standard_normal((b, h, case["len_q"], d), dtype=np.float32)
-    k = rng.standard_normal((b, h, case["len_k"], d), dtype=np.float32)
-    v = rng.standard_normal((b, h, case["len_k"], d), dtype=np.float32)
+    b, d = case["batch"], case["dim"]
+    q = rng.standard_normal((b, case["heads"], case["len_q"], d), dtype=np.float32)
+    k = rng.standard_normal((b, case["heads_kv"], case["len_k"], d), dtype=np.float32)
+    v = rng.standard_normal((b, case["heads_kv"], case["len_k"], d), dtype=np.float32)
     return q, k, v
 
 
@@ -159,6 +161,12 @@ class NumpyPeer:
         return {"numpy": self.np.__version__, "blas": blas}
 
     def prepare(self, case, q, k, v):
+        """The call to time, or None for a case NumPy/BLAS has no kernel for (bf16, fp16)."""
+        if case["dtype"] != "float32":
+            return None
+        group = case["heads"] // case["heads_kv"]
+        if group > 1:  # grouped-query attention: each KV head serves `group` query heads
+            k, v = self.np.repeat(k, group, axis=1), self.np.repeat(v, group, axis=1)
         bias = None
         if case["causal"]:
             key = (case["len_q"], case["len_k"])
@@ -198,11 +206,14 @@ class TorchPeer:
         causal = bool(case["causal"])
         if case["work"] == "backward":
             return self._backward(q, k, v, q, causal)
-        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                 "float16": torch.float16}[case["dtype"]]
+        tq, tk, tv = (torch.from_numpy(x).to(dtype) for x in (q, k, v))
+        gqa = case["heads"] != case["heads_kv"]
 
         def run():
             with torch.inference_mode():
-                return sdpa(tq, tk, tv, is_causal=causal)
+                return sdpa(tq, tk, tv, is_causal=causal, enable_gqa=gqa)
 
         return run
 
@@ -240,7 +251,7 @@ def self_check(peer):
     and of each gradient."""
     import numpy as np
 
-    case = {"batch": 1, "heads": 2, "len_q": 17, "len_k": 17, "dim": 8}
+    case = {"batch": 1, "heads": 2, "heads_kv": 2, "len_q": 17, "len_k": 17, "dim": 8}
     q, k, v = make_inputs(case)
     dout = np.random.default_rng(2).standard_normal(q.shape, dtype=np.float32)
     errors = []
@@ -288,6 +299,9 @@ def worker(kind):
             inputs = None  # free the previous shape first
             inputs, shape_key = make_inputs(case), key
         run = peer.prepare(case, *inputs)
+        if run is None:
+            answer({"seconds": None})
+            continue
         with peer.with_threads(case["threads"]):
             if case["name"] not in warmed:
                 run()
@@ -415,7 +429,8 @@ def measure(args, cases, workers):
                     s = workers[peer].seconds(case, args.min_time)
                 else:
                     continue
-                seconds[case["name"]][peer].append(s)
+                if s is not None:
+                    seconds[case["name"]][peer].append(s)
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
     return seconds, peaks
 
@@ -439,7 +454,7 @@ def summarize(cases, seconds, peaks):
 
 def print_table(rows):
     def cell(row, key, form):
-        return format(row[key], form) if key in row else "-"
+        return format(row[key], form) if key in row else format("-", ">" + form.split(".")[0])
 
     header = (f"{'case':<55} {'attn':>8} {'of peak':>7} {'torch':>8} {'numpy':>8} "
               f"{'attn/torch':>10} {'attn/numpy':>10}")

@@ -192,7 +192,7 @@ struct KeyBlockScratch {
         dv(scratch_buffer<float>(keys * dim_vp)) {}
   Buffer kt, vt;   // [dim_p][keys], [dim_vp][keys]: the block's K^T and V^T, zero-padded
   Buffer row;      // one input row in f32
-  Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO
+  Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO when converted
   Buffer s, dp;    // [kQueryTile][keys]: S then P;  dP then dS
   Buffer slope;    // [kQueryTile][keys]: d score / d x (softcap only)
   Buffer k_rows;   // [keys][dim_p]: the block's K rows in f32, zero-padded
@@ -305,7 +305,7 @@ class KeyBlockKernel {
       }
     }
     // dV += P^T dO and dK += dS^T (scale q): keys are the output rows, query rows the sum.
-    accumulate(s_.s.get(), block_, 1, s_.dout.get(), dim_vp_, rows, block_, s_.dv.get(), dim_vp_);
+    accumulate(s_.s.get(), block_, 1, dout_.rows, dout_.stride, rows, block_, s_.dv.get(), dim_vp_);
     accumulate(s_.dp.get(), block_, 1, s_.q.get(), dim_p_, rows, block_, s_.dk.get(), dim_p_);
     accumulate_dq(i0, rows);
   }
@@ -326,47 +326,43 @@ class KeyBlockKernel {
     }
   }
 
-  // scale * q and dO of the rows in f32, zero-padded to whole vectors.
+  // scale * q of the rows in f32 and dO's rows as f32, zero-padded to whole vectors: dO is
+  // read in place where it is f32 of whole vectors (rows_as_floats), since every key
+  // block reads every query tile again.
   void pack_rows(Index i0, Index rows) {
     const auto scale = static_cast<float>(p_.scale);
-    const Index b = seg_->batch;
+    const Index b = seg_->batch, first = seg_->q_begin + i0;
     for (Index t = 0; t < rows; ++t) {
-      const Index row = seg_->q_begin + i0 + t;
       float* q = s_.q.get() + t * dim_p_;
-      float* dout = s_.dout.get() + t * dim_vp_;
       with_float_type(p_.q.dtype, [&](auto tag) {
         using T = decltype(tag);
         if constexpr (!std::is_same_v<T, double>) {
-          tile::scaled_query(row_of<T>(p_.q, b, head_, row), dim_, scale, q);
-        }
-      });
-      with_float_type(bp_.dout.dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (!std::is_same_v<T, double>) {
-          to_floats(row_of<T>(bp_.dout, b, head_, row), dim_v_, dout);
+          tile::scaled_query(row_of<T>(p_.q, b, head_, first + t), dim_, scale, q);
         }
       });
       std::fill(q + dim_, q + dim_p_, 0.0f);
-      std::fill(dout + dim_v_, dout + dim_vp_, 0.0f);
     }
+    dout_ = rows_as_floats(bp_.dout, b, head_, first, rows, dim_v_, dim_vp_, s_.dout.get());
   }
 
   // S = (scale q) K^T and dP = dO V^T, keys across lanes.
   void scores(Index rows) {
     constexpr int R = kWideRegisters ? Traits::kScoreRowsWide : Traits::kScoreRows;
     constexpr int C = kKeyVectors;
+    const float *q = s_.q.get(), *dout = dout_.rows;
+    const Index dout_stride = dout_.stride;
     Index t = 0;
     for (; t + R <= rows; t += R) {
-      tile::scores_keys_vectorised<R, C>(s_.q.get() + t * dim_p_, s_.kt.get(), block_, dim_p_,
+      tile::scores_keys_vectorised<R, C>(q + t * dim_p_, dim_p_, s_.kt.get(), block_, dim_p_,
                                          s_.s.get() + t * block_, block_);
-      tile::scores_keys_vectorised<R, C>(s_.dout.get() + t * dim_vp_, s_.vt.get(), block_, dim_vp_,
-                                         s_.dp.get() + t * block_, block_);
+      tile::scores_keys_vectorised<R, C>(dout + t * dout_stride, dout_stride, s_.vt.get(), block_,
+                                         dim_vp_, s_.dp.get() + t * block_, block_);
     }
     for (; t < rows; ++t) {
-      tile::scores_keys_vectorised<1, C>(s_.q.get() + t * dim_p_, s_.kt.get(), block_, dim_p_,
+      tile::scores_keys_vectorised<1, C>(q + t * dim_p_, dim_p_, s_.kt.get(), block_, dim_p_,
                                          s_.s.get() + t * block_, block_);
-      tile::scores_keys_vectorised<1, C>(s_.dout.get() + t * dim_vp_, s_.vt.get(), block_, dim_vp_,
-                                         s_.dp.get() + t * block_, block_);
+      tile::scores_keys_vectorised<1, C>(dout + t * dout_stride, dout_stride, s_.vt.get(), block_,
+                                         dim_vp_, s_.dp.get() + t * block_, block_);
     }
   }
 
@@ -415,7 +411,8 @@ class KeyBlockKernel {
   const Index dim_p_ = round_up(dim_, tile::lanes());
   const Index dim_vp_ = round_up(dim_v_, tile::lanes());
   const Segment* seg_ = nullptr;
-  float* dq_ = nullptr;  // this item's partial dQ: [B][Hq][total_q][dim_p]
+  float* dq_ = nullptr;         // this item's partial dQ: [B][Hq][total_q][dim_p]
+  FloatRows dout_{nullptr, 0};  // the query tile's dO rows as f32
   bool keys_finite_ = true;
   Index kv_head_ = 0, head_ = 0, first_ = 0, end_ = 0;
   core::KeyRange range_[Traits::kQueryTile];

@@ -142,8 +142,12 @@ void run_items(Index count, int threads, MakeWorker&& make_worker) {
 // kernel scales q this way, so equal inputs give equal scores.
 template <class T>
 void scaled_query(const T* HWY_RESTRICT q, Index dim, float scale, float* HWY_RESTRICT out) {
-  to_floats(q, dim, out);
-  for (Index d = 0; d < dim; ++d) out[d] = scale * out[d];
+  if constexpr (std::is_same_v<T, float>) {
+    for (Index d = 0; d < dim; ++d) out[d] = scale * q[d];  // one pass: no copy to widen
+  } else {
+    to_floats(q, dim, out);
+    for (Index d = 0; d < dim; ++d) out[d] = scale * out[d];
+  }
 }
 
 // One vector of a stored row (float, float16, bfloat16 or int8) as float32; exact.
@@ -490,12 +494,12 @@ inline void context_skipping_zero_weights(const float* HWY_RESTRICT p, Index p_s
 
 // S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys: the same FMA
 // chain over d per score as scores_rows_vectorised, so the two layouts give equal bits.
-// q: [kRows][dim]  kt: K^T at the block's first key, stride kt_stride (any alignment)
-// out: S at (first row, first key), stride out_stride
+// q: kRows rows of dim, stride q_stride  kt: K^T at the block's first key, stride kt_stride
+// (any alignment)  out: S at (first row, first key), stride out_stride
 template <int kRows, int C>
-HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt,
-                                       Index kt_stride, Index dim, float* HWY_RESTRICT out,
-                                       Index out_stride) {
+HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, Index q_stride,
+                                       const float* HWY_RESTRICT kt, Index kt_stride, Index dim,
+                                       float* HWY_RESTRICT out, Index out_stride) {
   const DF df;
   const Index n = lanes();
   VF acc[kRows][C];
@@ -505,7 +509,7 @@ HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, const float*
     VF key[C];
     for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * n);
     for (int r = 0; r < kRows; ++r) {
-      const VF query = hn::Set(df, q[r * dim + d]);
+      const VF query = hn::Set(df, q[r * q_stride + d]);
       for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
     }
   }

@@ -256,12 +256,12 @@ class ItemKernel {
     const float* kt = tile_keys_ + at;
     constexpr int kWidest = Traits::kScoreVectors;
     if (end - first == 1) {
-      return tile::scores_keys_vectorised<kScoreRows, 1>(q, kt, stride, dim_, out, kKeyTile);
+      return tile::scores_keys_vectorised<kScoreRows, 1>(q, dim_, kt, stride, dim_, out, kKeyTile);
     }
     if (end - first == 2) {
-      return tile::scores_keys_vectorised<kScoreRows, 2>(q, kt, stride, dim_, out, kKeyTile);
+      return tile::scores_keys_vectorised<kScoreRows, 2>(q, dim_, kt, stride, dim_, out, kKeyTile);
     }
-    tile::scores_keys_vectorised<kScoreRows, kWidest>(q, kt, stride, dim_, out, kKeyTile);
+    tile::scores_keys_vectorised<kScoreRows, kWidest>(q, dim_, kt, stride, dim_, out, kKeyTile);
   }
 
   // Row r's scores of the keys it sees in [tile, tile_end) by the dot micro-kernel on K's

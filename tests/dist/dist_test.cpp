@@ -1,0 +1,265 @@
+// attn::dist on however many ranks mpirun started (ctest runs 1 to 4): each rank builds the
+// same global inputs from the same seed, passes its shard, and checks its rows against
+// single-process attn::forward and the float64 reference. Tests only check after the
+// collective calls, so a failed expectation on one rank cannot leave the others waiting.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/dist.hpp"
+#include "core/rows.hpp"
+#include "support/cases.hpp"
+#include "support/compare.hpp"
+#include "support/error_message.hpp"
+
+namespace attn::testing {
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// First row of rank r's run of `len` rows: even runs, or runs growing with r (uneven, and
+// empty for the first ranks of a short sequence).
+Index even_boundary(Index len, Index r, Index ranks) {
+  return len * r / ranks;
+}
+Index uneven_boundary(Index len, Index r, Index ranks) {
+  return len * r * r / (ranks * ranks);
+}
+
+// Rows [first, first + count) of each piece of t, one after another, as one contiguous tensor.
+Tensor concatenated_rows(const TensorView& t, const std::vector<std::pair<Index, Index>>& pieces) {
+  Index rows = 0;
+  for (const auto& [first, count] : pieces) rows += count;
+  Tensor out(t.dtype, {t.shape[0], t.shape[1], rows, t.shape[3]});
+  const std::size_t row = static_cast<std::size_t>(t.shape[3]) * dtype_size(t.dtype);
+  const auto element = static_cast<Index>(dtype_size(t.dtype));
+  auto* to = static_cast<std::byte*>(out.data());
+  for (Index b = 0; b < t.shape[0]; ++b)
+    for (Index h = 0; h < t.shape[1]; ++h)
+      for (const auto& [first, count] : pieces)
+        for (Index s = first; s < first + count; ++s, to += row) {
+          const Index at = (b * t.strides[0] + h * t.strides[1] + s * t.strides[2]) * element;
+          std::memcpy(to, static_cast<const std::byte*>(t.data) + at, row);
+        }
+  return out;
+}
+
+// This rank's pieces of a sequence of `len` rows.
+std::vector<std::pair<Index, Index>> my_pieces(dist::Sharding sharding, Index len, bool keys) {
+  const Index r = world_rank(), n = world_size();
+  if (sharding == dist::Sharding::zigzag) {
+    const Index chunk = len / (2 * n);
+    return {{r * chunk, chunk}, {(2 * n - 1 - r) * chunk, chunk}};
+  }
+  const auto boundary = keys ? uneven_boundary : even_boundary;
+  const Index first = boundary(len, r, n);
+  return {{first, boundary(len, r + 1, n) - first}};
+}
+
+// The largest |got - want| over all elements, in units of want's spacing in the half
+// dtype (2^-10 |want| for float16, 2^-7 |want| for bfloat16), or of 2^-20 near zero, where
+// float32's own error (about 1e-7 of the values summed) spans several float16 subnormals:
+// 1 means neighbours.
+double half_steps_apart(const Tensor& got, const Tensor& want, DType dtype) {
+  const double relative = dtype == DType::f16 ? 0x1p-10 : 0x1p-7;
+  double worst = 0.0;
+  const Dims& shape = want.shape();
+  for (Index b = 0; b < shape[0]; ++b)
+    for (Index h = 0; h < shape[1]; ++h)
+      for (Index s = 0; s < shape[2]; ++s)
+        for (Index d = 0; d < shape[3]; ++d) {
+          const double g = core::load_element(got.view(), b, h, s, d);
+          const double w = core::load_element(want.view(), b, h, s, d);
+          worst = std::max(worst, std::abs(g - w) / std::max(relative * std::abs(w), 0x1p-20));
+        }
+  return worst;
+}
+
+struct DistCase {
+  Case c;
+  dist::Sharding sharding;
+};
+
+std::vector<DistCase> dist_cases() {
+  const Index n = world_size();
+  std::vector<DistCase> out;
+  for (const Case& c : case_list()) {
+    if (c.mask != MaskCase::none || c.packed) continue;
+    out.push_back({c, dist::Sharding::contiguous});
+    Case zigzag = c;
+    zigzag.len_q = (c.len_q + 2 * n - 1) / (2 * n) * (2 * n);
+    zigzag.len_k = (c.len_k + 2 * n - 1) / (2 * n) * (2 * n);
+    out.push_back({zigzag, dist::Sharding::zigzag});
+  }
+  return out;
+}
+
+std::string dist_case_name(const ::testing::TestParamInfo<DistCase>& info) {
+  return info.param.c.name() +
+         (info.param.sharding == dist::Sharding::zigzag ? "_zigzag" : "_contiguous");
+}
+
+class DistForward : public ::testing::TestWithParam<DistCase> {};
+
+// The local rows match the whole's as closely as single-process forward's rows do, and a
+// second run gives the same bytes.
+TEST_P(DistForward, MatchesSingleProcessForward) {
+  const auto& [c, sharding] = GetParam();
+  const Inputs in = make_inputs(c);
+  Options reference_options = in.options;
+  reference_options.backend = Backend::reference;
+  const Result ref = forward(in.q, in.k, in.v, reference_options, {.lse = true});
+  const Result single = forward(in.q, in.k, in.v, in.options, {.lse = true});
+
+  const auto q_pieces = my_pieces(sharding, c.len_q, false);
+  const auto k_pieces = my_pieces(sharding, c.len_k, true);
+  // A contiguous shard is a view into the inputs (strided for BSHD cases); a zigzag shard a copy.
+  Tensor q_copy, k_copy, v_copy;
+  TensorView q = in.q.rows(q_pieces[0].first, q_pieces[0].second);
+  TensorView k = in.k.rows(k_pieces[0].first, k_pieces[0].second);
+  TensorView v = in.v.rows(k_pieces[0].first, k_pieces[0].second);
+  if (sharding == dist::Sharding::zigzag) {
+    q_copy = concatenated_rows(in.q, q_pieces), q = q_copy.view();
+    k_copy = concatenated_rows(in.k, k_pieces), k = k_copy.view();
+    v_copy = concatenated_rows(in.v, k_pieces), v = v_copy.view();
+  }
+  const Result got = dist::forward(MPI_COMM_WORLD, q, k, v, in.options, sharding);
+  const Result again = dist::forward(MPI_COMM_WORLD, q, k, v, in.options, sharding);
+
+  ASSERT_EQ(got.context.nbytes(), again.context.nbytes());
+  EXPECT_EQ(std::memcmp(got.context.data(), again.context.data(), got.context.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(got.lse.data(), again.lse.data(), got.lse.nbytes()), 0);
+  const Tensor ref_rows = concatenated_rows(ref.context.view(), q_pieces);
+  const Tensor ref_lse = concatenated_rows(ref.lse.view(), q_pieces);
+  const Tensor single_rows = concatenated_rows(single.context.view(), q_pieces);
+  const Tensor single_lse = concatenated_rows(single.lse.view(), q_pieces);
+  ASSERT_EQ(got.context.shape(), ref_rows.shape());
+  ASSERT_EQ(got.lse.shape(), ref_lse.shape());
+  if (got.context.numel() == 0) return;
+
+  if (c.dtype == DType::f16 || c.dtype == DType::bf16) {
+    // Both round a float32 context to the half type: where the float32 values differ in
+    // their last bits the two may round to neighbours, never further apart.
+    EXPECT_LE(half_steps_apart(got.context, single_rows, c.dtype), 1.0);
+  } else {
+    const Comparison mine = compare(got.context.view(), ref_rows.view());
+    const Comparison theirs = compare(single_rows.view(), ref_rows.view());
+    EXPECT_TRUE(mine.hard_failure.empty()) << describe(mine);
+    // Merging per block rounds a little differently from one kernel call; a wrong position
+    // or a lost block shows as an NMSE of 1e-3 or more.
+    EXPECT_LE(mine.nmse, 4.0 * theirs.nmse + 1e-13) << describe(mine) << " vs " << describe(theirs);
+    EXPECT_LE(mine.max_abs, 4.0 * theirs.max_abs + 1e-6)
+        << describe(mine) << " vs " << describe(theirs);
+  }
+  const Comparison lse = compare(got.lse.view(), ref_lse.view());
+  const Comparison single_lse_error = compare(single_lse.view(), ref_lse.view());
+  EXPECT_TRUE(lse.hard_failure.empty()) << describe(lse);
+  EXPECT_LE(lse.max_abs, 4.0 * single_lse_error.max_abs + 1e-6) << describe(lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DistForward, ::testing::ValuesIn(dist_cases()), dist_case_name);
+
+// Every rank's message, and whether they are all equal to `expected`.
+bool every_rank_says(const std::string& message, const std::string& expected) {
+  int mine = message == expected ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+Case small_case() {
+  Case c;
+  c.heads_q = 4, c.heads_kv = 2, c.len_q = 16, c.len_k = 16, c.dim = 8, c.dim_v = 8;
+  c.causal = true;
+  return c;
+}
+
+TEST(DistForwardErrors, BadShapeOnTheLastRankOnlyThrowsTheSameOnEveryRank) {
+  Case bad = small_case();
+  bad.dim = 9;
+  const Inputs good_in = make_inputs(small_case()), bad_in = make_inputs(bad);
+  const int last = world_size() - 1;
+  const TensorView k = world_rank() == last ? bad_in.k : good_in.k;
+  const std::string message = error_message(
+      [&] { dist::forward(MPI_COMM_WORLD, good_in.q, k, good_in.v, good_in.options); });
+  const std::string local = error_message([&] { forward(good_in.q, bad_in.k, good_in.v); });
+  EXPECT_TRUE(every_rank_says(message, "rank " + std::to_string(last) + ": " + local)) << message;
+}
+
+TEST(DistForwardErrors, DenseMaskIsRefusedOnEveryRank) {
+  Case c = small_case();
+  c.mask = MaskCase::boolean;
+  const Inputs in = make_inputs(c);
+  const std::string message =
+      error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options); });
+  EXPECT_TRUE(every_rank_says(
+      message,
+      "rank 0: mask: expected none (an arbitrary dense mask cannot be split over ranks), "
+      "given a mask"))
+      << message;
+}
+
+TEST(DistForwardErrors, PackedSequencesAreRefusedOnEveryRank) {
+  Case c = small_case();
+  c.packed = true;
+  const Inputs in = make_inputs(c);
+  const std::string message =
+      error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options); });
+  EXPECT_TRUE(every_rank_says(
+      message,
+      "rank 0: cu_seqlens: expected none (packed sequences cannot be split over ranks), "
+      "given offsets"))
+      << message;
+}
+
+TEST(DistForwardErrors, OptionsThatDifferOnOneRankThrowTheSameOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks to differ";
+  const Inputs in = make_inputs(small_case());
+  Options options = in.options;
+  if (world_rank() == 1) options.window = {3, -1};
+  const std::string message =
+      error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, options); });
+  EXPECT_TRUE(every_rank_says(message, "rank 1: window.left: expected -1 (as on rank 0), given 3"))
+      << message;
+}
+
+TEST(DistForwardErrors, ZigzagNeedsAnEvenRowCount) {
+  Case c = small_case();
+  c.len_q = 15;
+  const Inputs in = make_inputs(c);
+  const std::string message = error_message(
+      [&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options, dist::Sharding::zigzag); });
+  EXPECT_TRUE(every_rank_says(
+      message,
+      "rank 0: q_local: expected an even row count (two equal zigzag chunks), given "
+      "shape [1, 4, 15, 8]"))
+      << message;
+}
+
+// Ranks' step records: N steps, and on one rank the last step receives nothing.
+TEST(DistForwardSteps, OneRecordPerRingStep) {
+  const Inputs in = make_inputs(small_case());
+  std::vector<dist::RingStep> steps;
+  dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options, dist::Sharding::contiguous, &steps);
+  ASSERT_EQ(steps.size(), static_cast<std::size_t>(world_size()));
+  EXPECT_TRUE(steps[0].computed);
+  EXPECT_EQ(steps.back().block_bytes, 0);
+  for (const dist::RingStep& s : steps) EXPECT_GE(s.wait_seconds, 0.0);
+}
+
+}  // namespace
+}  // namespace attn::testing

@@ -1,9 +1,10 @@
 // attn::dist: attention over a sequence split across MPI processes (context parallelism).
 // Each rank holds a shard of the query rows and of the keys and values. forward passes K/V
 // blocks around a ring of ranks, each rank merging the attention states of its own queries
-// over every block it sees (Ring Attention). It rests on the state merge (attn/state.hpp)
-// and on Options::position_offset, which places a shard in the whole sequence, so the
-// result equals single-process attention up to float32 rounding, whatever the timing.
+// over every block it sees (Ring Attention); decode combines the states of a KV cache split
+// by position. Both rest on the state merge (attn/state.hpp) and on
+// Options::position_offset, which places a shard in the whole sequence, so every result
+// equals single-process attention up to float32 rounding, whatever the timing.
 //
 // Every function here is collective over `comm`: all ranks call it, with the same options.
 // Argument checks agree before any data moves: when one rank's arguments are bad, every
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "attn/attention.hpp"
+#include "attn/decode.hpp"
+#include "attn/kv_cache.hpp"
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
 
@@ -51,5 +54,17 @@ struct RingStep {
 Result forward(MPI_Comm comm, const TensorView& q_local, const TensorView& k_local,
                const TensorView& v_local, const Options& options = {},
                Sharding sharding = Sharding::contiguous, std::vector<RingStep>* steps = nullptr);
+
+// A decode step over a context split by position: rank r's cache holds, for each sequence
+// seq_ids[i] (ids of its own cache), the r-th range of that sequence's tokens (the ranges
+// in rank order make the context; any may be empty; the newest tokens, whose keys the
+// queries are, come last). q: [S, Hq, n_q, D] as for attn::decode, read on `root` only
+// (other ranks may pass an empty view); it is broadcast. Each rank decodes its range as a
+// state, the states are gathered to every rank and merged in rank order, then finalized
+// with the sinks: every rank returns the same bits, equal to attn::decode over one cache
+// holding the whole context up to float32 rounding.
+Decoded decode(MPI_Comm comm, const TensorView& q, const KVCache& cache,
+               const std::vector<KVCache::SequenceId>& seq_ids, const Options& options = {},
+               int root = 0);
 
 }  // namespace attn::dist

@@ -56,6 +56,10 @@ Field real_field(const char* name, double value) {
 }
 
 // FNV-1a over the values' bytes: lists that differ anywhere differ here but by chance.
+Field rank_own_field(const char* name, Index value) {
+  return {name, value, Field::Kind::rank_own};
+}
+
 Field values_field(const char* name, const std::vector<float>& values) {
   std::uint64_t hash = 1469598103934665603ull;
   for (const float x : values) {
@@ -82,6 +86,7 @@ std::string shown(const Field& field, std::int64_t value) {
     case Field::Kind::values:
       return "other values";
     case Field::Kind::count:
+    case Field::Kind::rank_own:
       break;
   }
   return std::to_string(value);
@@ -89,22 +94,28 @@ std::string shown(const Field& field, std::int64_t value) {
 
 }  // namespace
 
-void agree_fields(const Communicator& comm, const std::vector<Field>& fields) {
+std::vector<std::vector<std::int64_t>> agree_fields(const Communicator& comm,
+                                                    const std::vector<Field>& fields) {
   const auto count = static_cast<int>(fields.size());
   std::vector<std::int64_t> mine, all(fields.size() * static_cast<std::size_t>(comm.size()));
   for (const Field& f : fields) mine.push_back(f.value);
   check_mpi(
       MPI_Allgather(mine.data(), count, MPI_INT64_T, all.data(), count, MPI_INT64_T, comm.get()),
       "MPI_Allgather");
+  std::vector<std::vector<std::int64_t>> table;
+  for (int r = 0; r < comm.size(); ++r) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(r) * count;
+    table.emplace_back(first, first + count);
+  }
   for (int r = 1; r < comm.size(); ++r) {
     for (std::size_t i = 0; i < fields.size(); ++i) {
-      const std::int64_t expected = all[i],
-                         given = all[static_cast<std::size_t>(r) * fields.size() + i];
-      if (given == expected) continue;
+      const std::int64_t expected = table[0][i], given = table[static_cast<std::size_t>(r)][i];
+      if (fields[i].kind == Field::Kind::rank_own || given == expected) continue;
       throw Error("rank " + std::to_string(r) + ": " + fields[i].name + ": expected " +
                   shown(fields[i], expected) + " (as on rank 0), given " + shown(fields[i], given));
     }
   }
+  return table;
 }
 
 void pack(const TensorView& t, std::byte* out) {
@@ -116,14 +127,6 @@ void pack(const TensorView& t, std::byte* out) {
         const Index at = (b * t.strides[0] + h * t.strides[1] + s * t.strides[2]) * element;
         std::memcpy(out, static_cast<const std::byte*>(t.data) + at, row);
       }
-}
-
-std::vector<Index> all_gather(const Communicator& comm, Index value) {
-  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
-  const std::int64_t mine = value;
-  check_mpi(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, comm.get()),
-            "MPI_Allgather");
-  return {all.begin(), all.end()};
 }
 
 }  // namespace attn::dist

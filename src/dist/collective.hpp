@@ -40,26 +40,27 @@ void check_mpi(int code, const char* call);
 // communicate: a rank that failed early would leave the others waiting.
 void agree(const Communicator& comm, const std::function<void()>& work);
 
-// One value every rank must give alike, and how to show it in a message.
+// One value of each rank's arguments, and how to show it in a message. Kind::rank_own
+// values (each rank's row count, say) are gathered but need not agree.
 struct Field {
-  enum class Kind : std::uint8_t { count, dtype, real, values };
+  enum class Kind : std::uint8_t { count, dtype, real, values, rank_own };
   const char* name;
   std::int64_t value;  // a real is its bit pattern; values, a hash of the list
   Kind kind = Kind::count;
 };
 Field real_field(const char* name, double value);
 Field values_field(const char* name, const std::vector<float>& values);
+Field rank_own_field(const char* name, Index value);
 
-// Gathers every rank's fields and throws the same attn::Error on every rank at the first
-// field (by rank, then by order) that differs from rank 0's:
-//   "rank R: <name>: expected <rank 0's value> (as on rank 0), given <value>".
-void agree_fields(const Communicator& comm, const std::vector<Field>& fields);
+// Gathers every rank's fields in one allgather and throws the same attn::Error on every
+// rank at the first field (by rank, then by order) that should agree and differs from
+// rank 0's: "rank R: <name>: expected <rank 0's value> (as on rank 0), given <value>".
+// Returns every rank's values: [rank][field].
+std::vector<std::vector<std::int64_t>> agree_fields(const Communicator& comm,
+                                                    const std::vector<Field>& fields);
 
 // t: [B, H, L, d], any strides with a contiguous last dim, copied into contiguous rows at
 // out (t.numel() elements of t's dtype): the form a message takes.
 void pack(const TensorView& t, std::byte* out);
-
-// Every rank's value, in rank order.
-std::vector<Index> all_gather(const Communicator& comm, Index value);
 
 }  // namespace attn::dist

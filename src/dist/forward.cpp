@@ -78,7 +78,8 @@ void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
   }
 }
 
-// The values every rank must give alike; zigzag also needs equal row counts.
+// The values every rank must give alike, then (last) the q and k row counts, which zigzag
+// also needs alike.
 std::vector<Field> global_fields(const TensorView& q, const TensorView& k, const TensorView& v,
                                  const Options& options, Sharding sharding) {
   using Kind = Field::Kind;
@@ -104,10 +105,12 @@ std::vector<Field> global_fields(const TensorView& q, const TensorView& k, const
       values_field("sinks", options.sinks),
       {"backend", static_cast<std::int64_t>(options.backend)},
   };
-  if (sharding == Sharding::zigzag) {
-    fields.push_back({"q_local rows (zigzag)", q.shape[2]});
-    fields.push_back({"k_local rows (zigzag)", k.shape[2]});
-  }
+  // Zigzag chunks are equal on every rank; contiguous runs are each rank's own.
+  const bool zigzag = sharding == Sharding::zigzag;
+  fields.push_back(zigzag ? Field{"q_local rows (zigzag)", q.shape[2]}
+                          : rank_own_field("q_local rows", q.shape[2]));
+  fields.push_back(zigzag ? Field{"k_local rows (zigzag)", k.shape[2]}
+                          : rank_own_field("k_local rows", k.shape[2]));
   return fields;
 }
 
@@ -199,11 +202,15 @@ Result forward(MPI_Comm comm, const TensorView& q_local, const TensorView& k_loc
   // q_local: [B, Hq, Lq_r, D]  k_local: [B, Hkv, Lk_r, D]  v_local: [B, Hkv, Lk_r, Dv]
   const Communicator c(comm);
   agree(c, [&] { check_local(q_local, k_local, v_local, options, sharding); });
-  agree_fields(c, global_fields(q_local, k_local, v_local, options, sharding));
+  const std::vector<Field> fields = global_fields(q_local, k_local, v_local, options, sharding);
+  const auto table = agree_fields(c, fields);
 
   const int ranks = c.size(), rank = c.rank();
-  const std::vector<Index> rows_q = all_gather(c, q_local.shape[2]);
-  const std::vector<Index> rows_k = all_gather(c, k_local.shape[2]);
+  std::vector<Index> rows_q, rows_k;
+  for (const auto& values : table) {
+    rows_q.push_back(values[fields.size() - 2]);
+    rows_k.push_back(values[fields.size() - 1]);
+  }
   const auto q_pieces = pieces(sharding, rows_q), k_pieces = pieces(sharding, rows_k);
   Index len_q = 0, len_k = 0;
   for (int r = 0; r < ranks; ++r) len_q += rows_q[r], len_k += rows_k[r];

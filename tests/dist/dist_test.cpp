@@ -261,5 +261,92 @@ TEST(DistForwardSteps, OneRecordPerRingStep) {
   for (const dist::RingStep& s : steps) EXPECT_GE(s.wait_seconds, 0.0);
 }
 
+// Sequence s of the global context of `len` tokens: rank r's range, by position.
+struct DecodeSetup {
+  KVCache cache{KVCacheConfig{
+      .heads_kv = 2, .dim = 16, .dim_v = 12, .page_size = 8, .dtype = CacheDType::f32}};
+  KVCache whole{KVCacheConfig{
+      .heads_kv = 2, .dim = 16, .dim_v = 12, .page_size = 8, .dtype = CacheDType::f32}};
+  std::vector<KVCache::SequenceId> ids, whole_ids;
+  Tensor q;
+};
+
+DecodeSetup decode_setup(const std::vector<Index>& lengths, Index n_q) {
+  DecodeSetup d;
+  const Index r = world_rank(), n = world_size();
+  for (std::size_t s = 0; s < lengths.size(); ++s) {
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = n_q, c.len_k = lengths[s], c.dim = 16, c.dim_v = 12;
+    const Inputs in = make_inputs(c, static_cast<unsigned>(s + 7));
+    d.ids.push_back(d.cache.add_sequence());
+    d.whole_ids.push_back(d.whole.add_sequence());
+    const Index first = uneven_boundary(lengths[s], r, n),
+                end = uneven_boundary(lengths[s], r + 1, n);
+    d.cache.append(d.ids.back(), in.k.rows(first, end - first), in.v.rows(first, end - first));
+    d.whole.append(d.whole_ids.back(), in.k, in.v);
+    if (s == 0) d.q = Tensor(DType::f32, {static_cast<Index>(lengths.size()), 4, n_q, 16});
+    std::memcpy(static_cast<float*>(d.q.data()) + static_cast<Index>(s) * 4 * n_q * 16, in.q.data,
+                static_cast<std::size_t>(4 * n_q * 16) * sizeof(float));
+  }
+  return d;
+}
+
+TEST(DistDecode, MatchesSingleProcessDecodeOnEveryRank) {
+  DecodeSetup d = decode_setup({37, 50, 3}, 2);
+  const int root = world_size() - 1;
+  for (const bool causal : {false, true}) {
+    Options options;
+    options.causal = causal;
+    options.window = {30, -1};
+    options.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+    options.sinks = {0.5f, -1.0f, 0.0f, 2.0f};
+    options.softcap = 20.0;
+    const TensorView q = world_rank() == root ? d.q.view() : TensorView();
+    const Decoded got = dist::decode(MPI_COMM_WORLD, q, d.cache, d.ids, options, root);
+    const Decoded again = dist::decode(MPI_COMM_WORLD, q, d.cache, d.ids, options, root);
+    const Decoded want = decode(d.q.view(), d.whole, d.whole_ids, options);
+    const Comparison cc = compare(got.context.view(), want.context.view());
+    EXPECT_TRUE(cc.hard_failure.empty()) << describe(cc);
+    EXPECT_LT(cc.nmse, 1e-11) << describe(cc);
+    const Comparison l = compare(got.lse.view(), want.lse.view());
+    EXPECT_LT(l.max_abs, 2e-5) << describe(l);
+    EXPECT_EQ(std::memcmp(got.context.data(), again.context.data(), got.context.nbytes()), 0);
+    // Rank 0's bytes on every rank.
+    std::vector<unsigned char> rank0(got.context.nbytes());
+    std::memcpy(rank0.data(), got.context.data(), rank0.size());
+    MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(std::memcmp(rank0.data(), got.context.data(), rank0.size()), 0);
+  }
+}
+
+TEST(DistDecodeErrors, BadQueryOnTheRootThrowsTheSameOnEveryRank) {
+  DecodeSetup d = decode_setup({20}, 1);
+  Tensor bad(DType::f32, {1, 4, 1, 15});
+  const TensorView q = world_rank() == 0 ? bad.view() : TensorView();
+  const std::string message =
+      error_message([&] { dist::decode(MPI_COMM_WORLD, q, d.cache, d.ids); });
+  EXPECT_NE(message, "no error");
+  int length = static_cast<int>(message.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string rank0 = message;
+  rank0.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(rank0.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(message, rank0);
+  EXPECT_NE(message.find("q: expected shape [1 (one per seq_id), Hq, n_q >= 1, 16"),
+            std::string::npos)
+      << message;
+}
+
+TEST(DistDecodeErrors, UnknownSequenceOnTheLastRankOnlyThrowsTheSameOnEveryRank) {
+  DecodeSetup d = decode_setup({20}, 1);
+  const int last = world_size() - 1;
+  std::vector<KVCache::SequenceId> ids = d.ids;
+  if (world_rank() == last) ids[0] = 99;
+  const std::string message =
+      error_message([&] { dist::decode(MPI_COMM_WORLD, d.q.view(), d.cache, ids); });
+  const std::string local = error_message([&] { d.cache.read({99}, "seq_ids"); });
+  EXPECT_TRUE(every_rank_says(message, "rank " + std::to_string(last) + ": " + local)) << message;
+}
+
 }  // namespace
 }  // namespace attn::testing

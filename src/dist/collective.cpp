@@ -72,6 +72,20 @@ Field values_field(const char* name, const std::vector<float>& values) {
   return {name, static_cast<std::int64_t>(hash), Field::Kind::values};
 }
 
+std::vector<Field> option_fields(const Options& options) {
+  return {{"causal", options.causal},
+          {"causal_align", static_cast<std::int64_t>(options.causal_align)},
+          {"position_offset", options.position_offset},
+          {"window.left", options.window.left},
+          {"window.right", options.window.right},
+          real_field("softcap", options.softcap),
+          {"scale given", options.scale.has_value()},
+          real_field("scale", options.scale.value_or(0.0)),
+          values_field("alibi_slopes", options.alibi_slopes),
+          values_field("sinks", options.sinks),
+          {"backend", static_cast<std::int64_t>(options.backend)}};
+}
+
 namespace {
 
 std::string shown(const Field& field, std::int64_t value) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/options.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::dist {
@@ -51,6 +52,10 @@ struct Field {
 Field real_field(const char* name, double value);
 Field values_field(const char* name, const std::vector<float>& values);
 Field rank_own_field(const char* name, Index value);
+
+// The options every rank must give alike (all but the mask and packing, which dist
+// refuses, and threads, which is each rank's own).
+std::vector<Field> option_fields(const Options& options);
 
 // Gathers every rank's fields in one allgather and throws the same attn::Error on every
 // rank at the first field (by rank, then by order) that should agree and differs from

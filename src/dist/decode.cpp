@@ -110,16 +110,8 @@ Decoded decode(MPI_Comm comm, const TensorView& q, const KVCache& cache,
                             {"seq_ids count", static_cast<std::int64_t>(seq_ids.size())},
                             {"cache heads_kv", config.heads_kv},
                             {"cache dim", config.dim},
-                            {"cache dim_v", config.dim_v},
-                            {"causal", options.causal},
-                            {"position_offset", options.position_offset},
-                            {"window.left", options.window.left},
-                            {"window.right", options.window.right},
-                            real_field("softcap", options.softcap),
-                            {"scale given", options.scale.has_value()},
-                            real_field("scale", options.scale.value_or(0.0)),
-                            values_field("alibi_slopes", options.alibi_slopes),
-                            values_field("sinks", options.sinks)};
+                            {"cache dim_v", config.dim_v}};
+  for (const Field& f : option_fields(options)) fields.push_back(f);
   agree_fields(c, fields);
   // With the count of sequences agreed, every rank gives as many lengths.
   const std::size_t sequences = seq_ids.size();

@@ -93,18 +93,8 @@ std::vector<Field> global_fields(const TensorView& q, const TensorView& k, const
       {"k dtype", static_cast<std::int64_t>(k.dtype), Kind::dtype},
       {"v dtype", static_cast<std::int64_t>(v.dtype), Kind::dtype},
       {"sharding", static_cast<std::int64_t>(sharding)},
-      {"causal", options.causal},
-      {"causal_align", static_cast<std::int64_t>(options.causal_align)},
-      {"position_offset", options.position_offset},
-      {"window.left", options.window.left},
-      {"window.right", options.window.right},
-      real_field("softcap", options.softcap),
-      {"scale given", options.scale.has_value()},
-      real_field("scale", options.scale.value_or(0.0)),
-      values_field("alibi_slopes", options.alibi_slopes),
-      values_field("sinks", options.sinks),
-      {"backend", static_cast<std::int64_t>(options.backend)},
   };
+  for (const Field& f : option_fields(options)) fields.push_back(f);
   // Zigzag chunks are equal on every rank; contiguous runs are each rank's own.
   const bool zigzag = sharding == Sharding::zigzag;
   fields.push_back(zigzag ? Field{"q_local rows (zigzag)", q.shape[2]}

@@ -223,30 +223,24 @@ TEST(DistForwardErrors, BadShapeOnTheLastRankOnlyThrowsTheSameOnEveryRank) {
   EXPECT_TRUE(every_rank_says(message, "rank " + std::to_string(last) + ": " + local)) << message;
 }
 
-TEST(DistForwardErrors, DenseMaskIsRefusedOnEveryRank) {
-  Case c = small_case();
-  c.mask = MaskCase::boolean;
-  const Inputs in = make_inputs(c);
-  const std::string message =
-      error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options); });
-  EXPECT_TRUE(every_rank_says(
-      message,
-      "rank 0: mask: expected none (an arbitrary dense mask cannot be split over ranks), "
-      "given a mask"))
-      << message;
-}
-
-TEST(DistForwardErrors, PackedSequencesAreRefusedOnEveryRank) {
-  Case c = small_case();
-  c.packed = true;
-  const Inputs in = make_inputs(c);
-  const std::string message =
-      error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options); });
-  EXPECT_TRUE(every_rank_says(
-      message,
-      "rank 0: cu_seqlens: expected none (packed sequences cannot be split over ranks), "
-      "given offsets"))
-      << message;
+// An arbitrary dense mask and packed sequences.
+TEST(DistForwardErrors, WhatCannotBeShardedIsRefusedOnEveryRank) {
+  Case mask = small_case(), packed = small_case();
+  mask.mask = MaskCase::boolean;
+  packed.packed = true;
+  const std::pair<Case, std::string> refusals[] = {
+      {mask,
+       "rank 0: mask: expected none (an arbitrary dense mask cannot be split over ranks), "
+       "given a mask"},
+      {packed,
+       "rank 0: cu_seqlens: expected none (packed sequences cannot be split over ranks), "
+       "given offsets"}};
+  for (const auto& [c, expected] : refusals) {
+    const Inputs in = make_inputs(c);
+    const std::string message =
+        error_message([&] { dist::forward(MPI_COMM_WORLD, in.q, in.k, in.v, in.options); });
+    EXPECT_TRUE(every_rank_says(message, expected)) << message;
+  }
 }
 
 TEST(DistForwardErrors, OptionsThatDifferOnOneRankThrowTheSameOnEveryRank) {

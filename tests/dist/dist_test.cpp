@@ -278,6 +278,32 @@ TEST(DistForwardSteps, OneRecordPerRingStep) {
   for (const dist::RingStep& s : steps) EXPECT_GE(s.wait_seconds, 0.0);
 }
 
+// A causal window of 8 keys over shards of 64 rows: rank r sees only its own keys and
+// those of rank r - 1, so each rank computes on at most two blocks and receives only its
+// predecessor's; the result still matches single-process forward.
+TEST(DistForwardSteps, BlocksAWindowHidesAreNeitherComputedNorSent) {
+  const Index shard = 64, r = world_rank(), n = world_size();
+  Case c;
+  c.heads_q = 2, c.heads_kv = 2, c.len_q = shard * n, c.len_k = shard * n, c.dim = 8;
+  c.dim_v = 8, c.causal = true, c.window = {8, 0};
+  const Inputs in = make_inputs(c);
+  std::vector<dist::RingStep> steps;
+  const Result got =
+      dist::forward(MPI_COMM_WORLD, in.q.rows(r * shard, shard), in.k.rows(r * shard, shard),
+                    in.v.rows(r * shard, shard), in.options, dist::Sharding::contiguous, &steps);
+  const Result single = forward(in.q, in.k, in.v, in.options, {.lse = true});
+  ASSERT_EQ(steps.size(), static_cast<std::size_t>(n));
+  for (Index t = 0; t < n; ++t) {
+    SCOPED_TRACE("step " + std::to_string(t));
+    const auto& step = steps[static_cast<std::size_t>(t)];
+    EXPECT_EQ(step.computed, t == 0 || (t == 1 && r > 0));
+    EXPECT_EQ(step.block_bytes > 0, t == 0 && r > 0);
+  }
+  const Tensor want = concatenated_rows(single.context.view(), {{r * shard, shard}});
+  const Comparison cc = compare(got.context.view(), want.view());
+  EXPECT_LT(cc.max_abs, 1e-5) << describe(cc);
+}
+
 // Sequence s of the global context of `len` tokens: rank r's range, by position.
 struct DecodeSetup {
   KVCache cache{KVCacheConfig{

@@ -24,7 +24,8 @@ TensorView sequence_of(const TensorView& q, Index s) {
                     {1, q.shape[1], q.shape[2], q.shape[3]}, q.strides);
 }
 
-// The root's q, contiguous, on every rank. header: dtype, then the four extents.
+// q: [S, Hq, n_q, D] on the root (ignored elsewhere); returns it, contiguous, on every rank.
+// The header (dtype, then the four extents) goes first, so the others can allocate.
 Tensor broadcast_query(const Communicator& c, const TensorView& q, int root) {
   std::int64_t header[5] = {static_cast<std::int64_t>(q.dtype), q.shape[0], q.shape[1], q.shape[2],
                             q.shape[3]};
@@ -40,8 +41,9 @@ Tensor broadcast_query(const Communicator& c, const TensorView& q, int root) {
   return all;
 }
 
-// The local ranges' states, sequence by sequence: each with its own offset (the keys that
-// later ranks hold of it); an empty range gives the empty state.
+// q: [S, Hq, n_q, D]  later_keys: [S]; returns m, l [S, Hq, n_q, 1] and acc
+// [S, Hq, n_q, Dv]: the local ranges' states, sequence by sequence, each with its own
+// offset (the keys that later ranks hold of it); an empty range gives the empty state.
 State local_state(const TensorView& q, const KVCache& cache,
                   const std::vector<KVCache::SequenceId>& seq_ids, const Options& options,
                   const std::vector<Index>& later_keys) {
@@ -61,7 +63,8 @@ State local_state(const TensorView& q, const KVCache& cache,
   return out;
 }
 
-// Every rank's state, merged in rank order (a fixed order: the same bits on every rank).
+// mine: m, l [S, Hq, n_q, 1], acc [S, Hq, n_q, Dv] (float32); returns every rank's state of
+// that shape merged in rank order (a fixed order: the same bits on every rank).
 State merged_states(const Communicator& c, const State& mine) {
   const Index rows = mine.m.numel(), width = 2 * rows + mine.acc.numel();
   std::vector<float> packed(static_cast<std::size_t>(width));

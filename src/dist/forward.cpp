@@ -53,8 +53,8 @@ struct BlockShape {
   }
 };
 
-// The checks one rank can make alone: its own shapes and options, and the size of its
-// block as one MPI message.
+// q: [B, Hq, Lq_r, D]  k: [B, Hkv, Lk_r, D]  v: [B, Hkv, Lk_r, Dv]. The checks one rank can
+// make alone: its own shapes and options, and the size of its block as one MPI message.
 void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Options& options, Sharding sharding) {
   if (options.mask) {
@@ -78,8 +78,8 @@ void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
   }
 }
 
-// The values every rank must give alike, then (last) the q and k row counts, which zigzag
-// also needs alike.
+// q, k, v: the local shards as for check_local. The values every rank must give alike,
+// then (last) the q and k row counts, which zigzag also needs alike.
 std::vector<Field> global_fields(const TensorView& q, const TensorView& k, const TensorView& v,
                                  const Options& options, Sharding sharding) {
   using Kind = Field::Kind;
@@ -143,7 +143,9 @@ class Transfers {
   int count_ = 0;
 };
 
-// The rows' states over the key piece k (held at k_view, v_view), merged into states.
+// q: [B, Hq, Lq_r, D]  k_view, v_view: [B, Hkv, rows of the held block, D or Dv]
+// states[i]: [B, Hq, blocks[i].count, ...]. Each query block's state over the key piece k
+// (rows k.local.. of the views) is merged into its state.
 void attend(const TensorView& q, const TensorView& k_view, const TensorView& v_view, const Piece& k,
             const std::vector<Piece>& blocks, const Options& options, Index shift,
             std::vector<State>& states, Transfers& transfers) {

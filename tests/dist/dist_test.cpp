@@ -116,6 +116,11 @@ std::pair<Tensor, Tensor> reference_rows(const Case& c, const Inputs& in,
   return out;
 }
 
+// The fast kernel's bounds against float64 (tests/cpu_forward_test.cpp), and a max abs
+// bound on contexts of standard normal values.
+constexpr double kContextNmse = 2e-12, kAlibiContextNmse = 1e-11;
+constexpr double kContextMaxAbs = 1e-5, kLseMaxAbs = 2e-5;
+
 struct DistCase {
   Case c;
   dist::Sharding sharding;
@@ -186,16 +191,20 @@ TEST_P(DistForward, MatchesSingleProcessForward) {
     const Comparison mine = compare(got.context.view(), ref_rows.view());
     const Comparison theirs = compare(single_rows.view(), ref_rows.view());
     EXPECT_TRUE(mine.hard_failure.empty()) << describe(mine);
-    // Merging per block rounds a little differently from one kernel call; a wrong position
-    // or a lost block shows as an NMSE of 1e-3 or more.
-    EXPECT_LE(mine.nmse, 4.0 * theirs.nmse + 1e-13) << describe(mine) << " vs " << describe(theirs);
-    EXPECT_LE(mine.max_abs, 4.0 * theirs.max_abs + 1e-6)
+    // Merging per block rounds a little differently from one kernel call: within 4x of
+    // single-process forward's error, or within the bounds that forward itself is held to
+    // (tests/cpu_forward_test.cpp), which matter where a rank's few rows make its own
+    // figure tiny. A wrong position or a lost block shows as an NMSE of 1e-3 or more.
+    const double nmse_floor = c.alibi ? kAlibiContextNmse : kContextNmse;
+    EXPECT_LE(mine.nmse, std::max(4.0 * theirs.nmse, nmse_floor))
+        << describe(mine) << " vs " << describe(theirs);
+    EXPECT_LE(mine.max_abs, std::max(4.0 * theirs.max_abs, kContextMaxAbs))
         << describe(mine) << " vs " << describe(theirs);
   }
   const Comparison lse = compare(got.lse.view(), ref_lse.view());
   const Comparison single_lse_error = compare(single_lse.view(), ref_lse.view());
   EXPECT_TRUE(lse.hard_failure.empty()) << describe(lse);
-  EXPECT_LE(lse.max_abs, 4.0 * single_lse_error.max_abs + 1e-6) << describe(lse);
+  EXPECT_LE(lse.max_abs, std::max(4.0 * single_lse_error.max_abs, kLseMaxAbs)) << describe(lse);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DistForward, ::testing::ValuesIn(dist_cases()), dist_case_name);

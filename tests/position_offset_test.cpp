@@ -124,6 +124,21 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, PositionOffset, ::testing::ValuesIn(sliceable_cases()), case_name);
 
+TEST(TensorViewRows, SlicesTheSeqDimAndRefusesRowsOutside) {
+  Tensor t(DType::f32, {2, 3, 10, 4});
+  const TensorView rows = t.view().rows(4, 5);
+  EXPECT_EQ(rows.shape, (Dims{2, 3, 5, 4}));
+  EXPECT_EQ(rows.strides, t.view().strides);
+  EXPECT_EQ(rows.data, static_cast<const float*>(t.data()) + 4 * 4);
+  EXPECT_EQ(t.mutable_view().rows(10, 0).shape[2], 0);
+  EXPECT_EQ(error_message([&] { t.view().rows(6, 5); }),
+            "rows: expected 0 <= first <= first + count <= 10 (the seq length), given first 6, "
+            "count 5");
+  EXPECT_EQ(error_message([&] { t.mutable_view().rows(-1, 2); }),
+            "rows: expected 0 <= first <= first + count <= 10 (the seq length), given first -1, "
+            "count 2");
+}
+
 TEST(PositionOffset, RefusesOffsetsPastThirtyBitPositions) {
   const Inputs in = make_inputs(Case{});
   Options options;

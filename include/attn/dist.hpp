@@ -9,8 +9,8 @@
 // Every function here is collective over `comm`: all ranks call it, with the same options.
 // Argument checks agree before any data moves: when one rank's arguments are bad, every
 // rank throws the same attn::Error, "rank R: <argument>: expected ..., given ...", R being
-// the first rank that failed. A failure of MPI itself during the transfers (a lost peer)
-// throws on the ranks that see it and is not agreed.
+// the first rank that failed. A failure during the ring itself (MPI losing a peer, memory
+// running out mid-computation) throws on the ranks that see it and is not agreed.
 #pragma once
 
 #include <mpi.h>

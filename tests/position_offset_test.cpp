@@ -124,6 +124,35 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, PositionOffset, ::testing::ValuesIn(sliceable_cases()), case_name);
 
+// The backward pass places queries by the same rule: dq of a slice of the rows, with the
+// offset that places it, is the whole's dq of those rows (each row's dq depends on that
+// row alone), in float64 through the reference and in float32 through the fast kernel.
+TEST(PositionOffset, BackwardOfAQuerySliceGivesTheWholesDq) {
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = 37, c.len_k = 50, c.dim = 16, c.dim_v = 16;
+    c.causal = true, c.align = CausalAlign::bottom_right, c.window = {20, -1};
+    c.softcap = 5.0, c.alibi = true, c.dtype = dtype;
+    const Inputs in = make_inputs(c), gradient = make_inputs(c, 2);
+    const Result fwd = forward(in.q, in.k, in.v, in.options, {.lse = true});
+    const TensorView dout = gradient.q;
+    const BackwardResult whole =
+        backward({in.q, in.k, in.v, fwd.context.view(), fwd.lse.view(), dout}, in.options);
+    const Index a = 12, count = c.len_q - a;
+    Options options = in.options;
+    options.causal_align = CausalAlign::top_left;
+    options.position_offset = a + c.len_k - c.len_q;
+    const BackwardResult slice =
+        backward({in.q.rows(a, count), in.k, in.v, fwd.context.view().rows(a, count),
+                  fwd.lse.view().rows(a, count), dout.rows(a, count)},
+                 options);
+    const Comparison dq = compare(slice.dq.view(), whole.dq.view().rows(a, count));
+    EXPECT_TRUE(dq.hard_failure.empty()) << describe(dq);
+    EXPECT_LT(dq.nmse, dtype == DType::f64 ? 1e-24 : 1e-10) << describe(dq);
+  }
+}
+
 TEST(TensorViewRows, SlicesTheSeqDimAndRefusesRowsOutside) {
   Tensor t(DType::f32, {2, 3, 10, 4});
   const TensorView rows = t.view().rows(4, 5);

@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libfreetype-dev fonts-dejavu-core
   libopenblas-dev patchelf
+  libopenmpi-dev openmpi-bin
   libexpat1-dev chromium
   python3 python3-venv python3-dev
   clang-format patch

@@ -33,6 +33,11 @@ struct Options {
   std::optional<double> scale;  // multiplies q.k; default 1/sqrt(head dim)
   bool causal = false;          // hide keys after the query's position
   CausalAlign causal_align = CausalAlign::top_left;
+  // Added to every query's key position after the alignment: query i sits at key position
+  // i + position_offset (top-left) or i + Lk - Lq + position_offset (bottom-right), for
+  // causal, the window and ALiBi alike. It lets attention over a slice of a longer sequence
+  // (a shard on another process, a chunk of a prompt) keep the positions of the whole.
+  Index position_offset = 0;
   Window window;
   double softcap = 0.0;             // > 0: score = softcap * tanh(score / softcap)
   std::vector<float> alibi_slopes;  // [Hq]: score -= slope * |query position - key position|

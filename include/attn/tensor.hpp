@@ -77,6 +77,10 @@ struct TensorView {
       : TensorView(data_, dtype_, shape_, contiguous_strides(shape_)) {}
 
   Index numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  // Rows [first, first + count) of the seq dim, as a view of the same storage (a shard of
+  // a sequence, a chunk of a prompt); attn::Error unless 0 <= first <= first + count <=
+  // shape[2].
+  TensorView rows(Index first, Index count) const;
 
   // Throws attn::Error naming `argument` unless dtype is T.
   template <class T>
@@ -97,6 +101,7 @@ struct MutableTensorView {
 
   operator TensorView() const { return TensorView(data, dtype, shape, strides); }
   Index numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  MutableTensorView rows(Index first, Index count) const;
 
   template <class T>
   View<T> as(const char* argument) const;

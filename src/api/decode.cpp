@@ -48,10 +48,11 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   p.cache = &cache;
   for (std::size_t s = 0; s < seq_ids.size(); ++s) {
     const Index length = reading.length(s);
-    if (length < q.shape[2]) {
+    if (length + options.position_offset < q.shape[2]) {
       fail("seq_ids",
            "sequences holding at least n_q = " + std::to_string(q.shape[2]) +
-               " tokens (append the new keys and values before decoding)",
+               " tokens, position_offset included (append the new keys and values before "
+               "decoding)",
            "sequence " + std::to_string(seq_ids[s]) + " of " + std::to_string(length));
     }
     p.tables.push_back(&reading.block_table(s));
@@ -64,6 +65,7 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   p.queries = q.shape[2];
   p.scale = core::resolved_scale(options, config.dim);
   p.causal = options.causal;
+  p.position_offset = options.position_offset;
   p.window = options.window;
   p.softcap = options.softcap;
   p.alibi_slopes = options.alibi_slopes;

@@ -54,6 +54,12 @@ void check_options(const Options& options, Index heads_q) {
   if (options.scale && !std::isfinite(*options.scale)) {
     fail("scale", "a finite number", std::to_string(*options.scale));
   }
+  // With fewer than 2^30 rows (cpu::unsupported), positions and |query - key| distances
+  // then fit the fast kernels' 32-bit lanes.
+  constexpr Index kMaxOffset = Index{1} << 30;
+  if (options.position_offset <= -kMaxOffset || options.position_offset >= kMaxOffset) {
+    fail("position_offset", "a magnitude below 2^30", std::to_string(options.position_offset));
+  }
   if (options.window.left < -1) {
     fail("window.left", "-1 (unbounded) or a count >= 0", std::to_string(options.window.left));
   }

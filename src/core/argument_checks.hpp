@@ -31,8 +31,8 @@ void check_per_head(const char* name, const std::vector<float>& values, Index he
 // Sinks: none, or one per query head, each finite or -inf.
 void check_sinks(const std::vector<float>& sinks, Index heads_q);
 
-// The option values that every entry point reads the same way: scale, window, softcap,
-// alibi_slopes and sinks (one per query head) and threads. Which of mask, cu_seqlens and
+// The option values that every entry point reads the same way: scale, position_offset, window,
+// softcap, alibi_slopes and sinks (one per query head) and threads. Which of mask, cu_seqlens and
 // backend apply is the entry point's to check.
 void check_options(const Options& options, Index heads_q);
 

@@ -33,6 +33,7 @@ struct Problem {
   double scale = 1.0;
   bool causal = false;
   CausalAlign causal_align = CausalAlign::top_left;
+  Index position_offset = 0;  // Options::position_offset
   Window window;
   double softcap = 0.0;
   std::vector<float> alibi_slopes;  // empty or [Hq]
@@ -44,9 +45,12 @@ struct Problem {
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
 
   Index group_size() const { return heads_q / heads_kv; }
-  // Key position of query row i (relative to its segment) for the segment's alignment.
+  // Key position of query row i (relative to its segment) for the segment's alignment and
+  // the position offset: the one place that places a query among the keys.
   Index query_position(const Segment& segment, Index i) const {
-    return causal_align == CausalAlign::bottom_right ? i + segment.len_k - segment.len_q : i;
+    const Index aligned =
+        causal_align == CausalAlign::bottom_right ? i + segment.len_k - segment.len_q : i;
+    return aligned + position_offset;
   }
 };
 

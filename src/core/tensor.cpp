@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <sstream>
+#include <string>
 
 namespace attn {
 
@@ -51,6 +52,38 @@ Dims contiguous_strides(const Dims& shape) {
 Dims bshd_strides(const Dims& bhsd_shape) {
   const Index heads = bhsd_shape[1], seq = bhsd_shape[2], dim = bhsd_shape[3];
   return {seq * heads * dim, dim, heads * dim, 1};
+}
+
+namespace {
+
+// The byte offset of row `first` of the seq dim, after checking [first, first + count).
+std::ptrdiff_t row_offset(DType dtype, const Dims& shape, const Dims& strides, Index first,
+                          Index count) {
+  if (first < 0 || count < 0 || first + count > shape[2]) {
+    throw Error("rows: expected 0 <= first <= first + count <= " + std::to_string(shape[2]) +
+                " (the seq length), given first " + std::to_string(first) + ", count " +
+                std::to_string(count));
+  }
+  return static_cast<std::ptrdiff_t>(first * strides[2]) *
+         static_cast<std::ptrdiff_t>(dtype_size(dtype));
+}
+
+}  // namespace
+
+TensorView TensorView::rows(Index first, Index count) const {
+  const std::ptrdiff_t offset = row_offset(dtype, shape, strides, first, count);
+  Dims sliced = shape;
+  sliced[2] = count;
+  return TensorView(data == nullptr ? nullptr : static_cast<const char*>(data) + offset, dtype,
+                    sliced, strides);
+}
+
+MutableTensorView MutableTensorView::rows(Index first, Index count) const {
+  const std::ptrdiff_t offset = row_offset(dtype, shape, strides, first, count);
+  Dims sliced = shape;
+  sliced[2] = count;
+  return MutableTensorView(data == nullptr ? nullptr : static_cast<char*>(data) + offset, dtype,
+                           sliced, strides);
 }
 
 namespace detail {

@@ -127,6 +127,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.scale = resolved_scale(options, p.dim_qk);
   p.causal = options.causal;
   p.causal_align = options.causal_align;
+  p.position_offset = options.position_offset;
   p.window = options.window;
   p.softcap = options.softcap;
   p.alibi_slopes = options.alibi_slopes;

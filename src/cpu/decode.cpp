@@ -155,7 +155,7 @@ class TaskKernel {
  private:
   void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
     const Index length = p_.lengths[static_cast<std::size_t>(seq)];
-    const Index position = length - p_.queries + i;
+    const Index position = p_.query_position(length, i);
     const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, length);
     s_.first_key[r] = std::max(keys.first, part.key_begin);
     s_.end_key[r] = std::min(keys.end, part.key_end);

@@ -19,6 +19,7 @@ struct DecodeProblem {
   Index heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0, queries = 0;
   double scale = 1.0;
   bool causal = false;
+  Index position_offset = 0;  // Options::position_offset
   Window window;
   double softcap = 0.0;
   std::vector<float> alibi_slopes;  // empty or [Hq]
@@ -26,6 +27,11 @@ struct DecodeProblem {
 
   Index sequences() const { return static_cast<Index>(lengths.size()); }
   Index group_size() const { return heads_q / heads_kv; }
+  // Key position of query i of a sequence of `length` keys: its newest tokens are the
+  // queries (bottom-right), moved by the offset.
+  Index query_position(Index length, Index i) const {
+    return length - queries + i + position_offset;
+  }
 };
 
 // state: m, l [S, Hq, n_q, 1] and acc [S, Hq, n_q, Dv], float32, sinks not included.

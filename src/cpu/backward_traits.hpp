@@ -30,7 +30,8 @@ struct BackwardTraits {
   static constexpr int kKeyVectorsWide = 4;
   static constexpr int kScoreRowsWide = 4;
   static constexpr int kContextVectorsWide = 4;
-  // 6 rows x 4 vectors: 24 FMAs per 4 loads and 6 broadcasts (4 x 4: 0.89-0.97x, Zen 4).
+  // 6 rows x 4 vectors: 24 FMAs per 4 loads and 6 broadcasts (4 x 4: 0.78-1.04x, 8 x 3:
+  // 0.84-1.02x in two noisy interleaved runs on Zen 4).
   static constexpr int kContextRowsWide = 6;
 
   static_assert(kQueryTile % kScoreRows == 0 && kQueryTile % kScoreRowsWide == 0,

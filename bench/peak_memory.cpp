@@ -57,9 +57,10 @@ MemoryReport measure_peak_memory(Index length, Index dim, int threads, bool back
   // Every output page is touched before the call, so that it counts as resident like the
   // inputs. backward's inputs are forward's out and lse, made here, and dout = q.
   Tensor output(DType::f32, {1, 1, length, dim});
-  Tensor lse(DType::f32, {1, 1, length, 1});
+  Tensor lse;
   std::vector<Tensor> gradients;
   if (backward) {
+    lse = Tensor(DType::f32, {1, 1, length, 1});
     forward_into(inputs.q, inputs.k, inputs.v, options,
                  {output.mutable_view(), lse.mutable_view(), {}});
     for (int i = 0; i < 3; ++i) {
@@ -75,14 +76,10 @@ MemoryReport measure_peak_memory(Index length, Index dim, int threads, bool back
   report.length = length;
   report.dim = dim;
   report.threads = threads > 0 ? threads : omp_get_max_threads();
-  report.input_bytes =
-      inputs.q_storage.nbytes() + inputs.k_storage.nbytes() + inputs.v_storage.nbytes();
-  if (backward) {
-    report.input_bytes += output.nbytes() + lse.nbytes();
-    for (const Tensor& g : gradients) report.output_bytes += g.nbytes();
-  } else {
-    report.output_bytes = output.nbytes();
-  }
+  report.input_bytes = inputs.q_storage.nbytes() + inputs.k_storage.nbytes() +
+                       inputs.v_storage.nbytes() + (backward ? output.nbytes() + lse.nbytes() : 0);
+  report.output_bytes = backward ? 0 : output.nbytes();
+  for (const Tensor& g : gradients) report.output_bytes += g.nbytes();
   report.peak_was_reset = reset_peak_rss();
   report.rss_before = status_bytes("VmRSS");
   const auto start = std::chrono::steady_clock::now();

@@ -55,11 +55,11 @@ Field real_field(const char* name, double value) {
   return {name, std::bit_cast<std::int64_t>(value), Field::Kind::real};
 }
 
-// FNV-1a over the values' bytes: lists that differ anywhere differ here but by chance.
 Field rank_own_field(const char* name, Index value) {
   return {name, value, Field::Kind::rank_own};
 }
 
+// FNV-1a over the values' bytes: lists that differ anywhere differ here but by chance.
 Field values_field(const char* name, const std::vector<float>& values) {
   std::uint64_t hash = 1469598103934665603ull;
   for (const float x : values) {

@@ -17,6 +17,7 @@
 #include "attn/attn.hpp"
 #include "io/npy.hpp"
 #include "support/cases.hpp"
+#include "support/command.hpp"
 #include "support/compare.hpp"
 #include "support/temp_dir.hpp"
 
@@ -26,30 +27,14 @@ namespace {
 using io::Shape;
 using testing::TempDir;
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using testing::Outcome;
+using testing::quoted;
 
-std::string quoted(const std::string& text) {
-  return "'" + text + "'";
-}
-
-// Runs `attn <arguments>` with `workdir` as the working directory; stdout and stderr are
-// captured in `logs`, so that `workdir` only holds what attn itself wrote.
-// `shell` runs first in the same shell (e.g. a ulimit).
+// Runs `attn <arguments>` in `workdir` (testing::run_in); `shell` runs first in the same
+// shell (e.g. a ulimit).
 Outcome run_attn(const std::string& arguments, const TempDir& workdir,
                  const std::string& shell = "true") {
-  const TempDir logs;
-  const std::string command = "cd " + quoted(workdir.path().string()) + " && " + shell + " && " +
-                              quoted(ATTN_CLI_PATH) + " " + arguments + " >" +
-                              quoted(logs.file("out")) + " 2>" + quoted(logs.file("err"));
-  const int raw = std::system(command.c_str());
-  Outcome outcome;
-  outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  outcome.out = logs.read("out");
-  outcome.err = logs.read("err");
-  return outcome;
+  return testing::run_in(workdir, shell + " && " + quoted(ATTN_CLI_PATH) + " " + arguments);
 }
 
 // Starts `attn <arguments>` in `workdir` without waiting for it; its output is discarded.

@@ -168,6 +168,68 @@ TEST(Npy, ReadsVectors) {
   EXPECT_EQ(io::read_npy_vector(dir.file("s.npy")), (std::vector<float>{0.5f, -1.0f, 0.25f}));
 }
 
+// Selected rows of one dim, every dim in turn, against the same elements of the whole array.
+TEST(Npy, ReadsChosenRowsOfOneDim) {
+  const TempDir dir;
+  const Shape shape{2, 5, 3, 4};
+  for (const DType dtype : {DType::f16, DType::f32, DType::f64, DType::boolean}) {
+    const Tensor whole = counting_tensor(dtype, shape);
+    const std::string path = dir.file("a.npy");
+    io::write_npy(path, whole.view(), shape);
+    EXPECT_EQ(io::read_npy_shape(path), shape);
+    for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " axis " + std::to_string(axis));
+      // Out of order, an empty range, and the dim's last row.
+      const std::vector<io::RowRange> ranges = {
+          {shape[axis] - 1, 1}, {0, 1}, {1, 0}, {0, shape[axis] - 1}};
+      const io::NpyArray read = io::read_npy_rows(path, axis, ranges);
+      Shape want_shape = shape;
+      want_shape[axis] = shape[axis] + 1;
+      ASSERT_EQ(read.shape, want_shape);
+      std::vector<Index> rows;  // for each row read, the row of the whole it is
+      for (const io::RowRange& range : ranges)
+        for (Index i = 0; i < range.count; ++i) rows.push_back(range.first + i);
+      const std::size_t element = dtype_size(dtype);
+      const io::RowLayout read_rows = io::row_layout(read.shape, axis, element);
+      const io::RowLayout whole_rows = io::row_layout(shape, axis, element);
+      ASSERT_EQ(read_rows.outer, whole_rows.outer);
+      ASSERT_EQ(read_rows.row_bytes, whole_rows.row_bytes);
+      const auto* got = static_cast<const char*>(read.tensor.data());
+      const auto* want = static_cast<const char*>(whole.data());
+      for (Index outer = 0; outer < read_rows.outer; ++outer)
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          const auto at = static_cast<Index>(read_rows.row_bytes) *
+                          (outer * static_cast<Index>(rows.size()) + static_cast<Index>(i));
+          const auto from =
+              static_cast<Index>(whole_rows.row_bytes) * (outer * shape[axis] + rows[i]);
+          EXPECT_EQ(std::memcmp(got + at, want + from, read_rows.row_bytes), 0)
+              << "outer " << outer << " row " << rows[i];
+        }
+    }
+  }
+}
+
+TEST(Npy, RowsOutsideTheDimAreRefused) {
+  const TempDir dir;
+  const Shape shape{3, 4};
+  const std::string path = dir.file("a.npy");
+  io::write_npy(path, counting_tensor(DType::f32, shape).view(), shape);
+  const auto message_of = [&](std::size_t axis, io::RowRange range) {
+    try {
+      io::read_npy_rows(path, axis, {range});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message_of(0, {2, 2}), path + ": rows 2 to 4 of dim 0 are outside shape (3, 4)");
+  EXPECT_EQ(message_of(1, {-1, 1}), path + ": rows -1 to 0 of dim 1 are outside shape (3, 4)");
+  EXPECT_EQ(message_of(2, {0, 1}), path + ": shape (3, 4) has no dim 2 to read rows of");
+  const std::string truncated = dir.write("t.npy", npy_bytes(dict("<f4", "(2, 2)"), "abc"));
+  EXPECT_THROW(io::read_npy_rows(truncated, 0, {{0, 1}}), Error);
+  EXPECT_THROW(io::read_npy_shape(truncated), Error);
+}
+
 // Reading `bytes` as a file must throw attn::Error whose message names the file and
 // contains `expected`.
 void expect_read_error(const std::string& bytes, const std::string& expected) {

@@ -22,6 +22,15 @@ Command add_run_command(CLI::App& parent);
 Command add_demo_command(CLI::App& parent);
 Command add_viz_command(CLI::App& parent);
 
+// The exit status for bad input or options (main.cpp).
+constexpr int kBadInputStatus = 2;
+
+// Ends the command with `status` and no message of its own: what the ranks of attn run
+// --distributed but rank 0 throw for an error that rank 0 prints for all of them.
+struct SilentExit {
+  int status;
+};
+
 // Throws attn::Error naming `option` unless 0 <= value < count.
 inline void check_index(const char* option, Index value, Index count) {
   if (value < 0 || value >= count) {

@@ -38,6 +38,16 @@ Placement place(Layout layout, const io::Shape& shape) {
   return placement;
 }
 
+std::size_t sequence_axis(Layout layout, std::size_t rank) {
+  const int first_present = 4 - static_cast<int>(rank);
+  std::size_t axis = 0;
+  for (const int dim : file_order(layout)) {
+    if (dim == 2) break;
+    if (dim >= first_present) ++axis;
+  }
+  return axis;
+}
+
 io::Shape file_shape(Layout layout, const Dims& bhsd, std::size_t rank) {
   int first_present = 0;
   while (first_present < 4 && 4 - static_cast<std::size_t>(first_present) > rank &&

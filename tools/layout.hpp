@@ -29,6 +29,9 @@ struct Placement {
 // bhsd [H, S, D] -> [1, H, S, D]; bshd [S, H, D] -> [1, H, S, D], bshd [S, D] -> [1, 1, S, D].
 Placement place(Layout layout, const io::Shape& shape);
 
+// Which dim of a rank-`rank` file (2 to 4 dims) in `layout` is the sequence.
+std::size_t sequence_axis(Layout layout, std::size_t rank);
+
 // The inverse of place(): the file shape of an array of [b, h, s, d] dims `bhsd` stored in
 // `layout`, dropping extent-1 dims (batch first, then heads, then seq) down to `rank` dims.
 io::Shape file_shape(Layout layout, const Dims& bhsd, std::size_t rank);

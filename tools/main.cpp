@@ -14,7 +14,7 @@
 
 namespace {
 
-constexpr int kBadInput = 2;
+constexpr int kBadInput = attn::tools::kBadInputStatus;
 constexpr int kInternalError = 1;
 
 // Messages become exactly one line, however they were composed.
@@ -22,7 +22,8 @@ int report(const char* kind, std::string message, int status) {
   for (char& c : message) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  std::cerr << "attn: " << kind << ": " << message << '\n';
+  // One write: under mpirun, the lines of several processes interleave write by write.
+  std::cerr << "attn: " + std::string(kind) + ": " + message + '\n';
   return status;
 }
 
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
     for (const attn::tools::Command& command : commands) {
       if (command.app->parsed()) command.run();
     }
+  } catch (const attn::tools::SilentExit& e) {
+    return e.status;
   } catch (const attn::Error& e) {
     return report("error", e.what(), kBadInput);
   } catch (const std::bad_alloc&) {

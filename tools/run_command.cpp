@@ -3,8 +3,6 @@
 // every one of them was written and every target was checked, so a failure leaves every
 // output path as it was. On a terminal, a job that takes more than a second shows a
 // progress bar on stderr.
-#include <charconv>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,67 +12,17 @@
 #include "command.hpp"
 #include "compute_options.hpp"
 #include "core/memory.hpp"
+#include "distributed_run.hpp"
 #include "forward_in_pieces.hpp"
 #include "io/npy.hpp"
 #include "layout.hpp"
 #include "progress_bar.hpp"
+#include "run_args.hpp"
 #include "tokens_file.hpp"
 #include "viz/draw.hpp"
 
 namespace attn::tools {
 namespace {
-
-struct RunArgs {
-  std::string query, key, value, out;
-  std::string weights, lse, mask, alibi, sinks;  // empty: not given
-  bool causal = false;
-  std::string causal_align;  // "top-left", "bottom-right", or empty (top-left)
-  std::optional<double> scale;
-  std::string window;  // "L,R"; empty: off
-  double softcap = 0.0;
-  std::string layout = "bhsd";
-  ComputeOptions compute;
-  std::string viz, viz_tokens;  // empty: no picture, no labels
-  Index viz_head = 0;
-  bool quiet = false;
-};
-
-// "L,R" with integers >= -1 (-1: unbounded on that side).
-std::optional<Window> parse_window(const std::string& text) {
-  const std::size_t comma = text.find(',');
-  if (comma == std::string::npos) return std::nullopt;
-  Window window;
-  const char* end = text.data() + text.size();
-  const auto left = std::from_chars(text.data(), text.data() + comma, window.left);
-  const auto right = std::from_chars(text.data() + comma + 1, end, window.right);
-  const bool parsed = left.ec == std::errc() && left.ptr == text.data() + comma &&
-                      right.ec == std::errc() && right.ptr == end;
-  if (!parsed || window.left < -1 || window.right < -1) return std::nullopt;
-  return window;
-}
-
-// Two outputs at one path would silently keep only the last; an output that is a directory
-// or a device is refused before any work.
-void check_outputs(const RunArgs& args) {
-  const std::vector<std::pair<const char*, const std::string*>> outputs = {
-      {"--out", &args.out},
-      {"--weights", &args.weights},
-      {"--lse", &args.lse},
-      {"--viz", &args.viz}};
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].second->empty()) io::check_output_path(*outputs[i].second);
-    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
-      const std::string& a = *outputs[i].second;
-      const std::string& b = *outputs[j].second;
-      if (a.empty() || b.empty()) continue;
-      if (std::filesystem::absolute(a).lexically_normal() ==
-          std::filesystem::absolute(b).lexically_normal()) {
-        throw Error(std::string(outputs[j].first) + ": expected a path different from " +
-                    outputs[i].first + ", given the same path '" + b + "'");
-      }
-    }
-  }
-}
 
 // An input array with its [b, h, s, d] view in the chosen layout.
 struct Input {
@@ -113,6 +61,11 @@ io::StagedFile stage(const std::string& path, const Output& output) {
 }
 
 void run(const RunArgs& args) {
+  if (args.distributed) {
+    run_distributed(args);
+    return;
+  }
+  if (!args.sharding.empty()) throw Error("--sharding: expected only with --distributed");
   check_outputs(args);
   if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
   const Layout layout = parse_layout(args.layout);
@@ -120,22 +73,13 @@ void run(const RunArgs& args) {
   const Input k = read_input(args.key, layout);
   const Input v = read_input(args.value, layout);
 
-  Options options;
-  options.scale = args.scale;
-  options.causal = args.causal;
-  options.causal_align =
-      args.causal_align == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
-  if (!args.window.empty()) options.window = *parse_window(args.window);
-  options.softcap = args.softcap;
-  if (!args.alibi.empty()) options.alibi_slopes = io::read_npy_vector(args.alibi);
-  if (!args.sinks.empty()) options.sinks = io::read_npy_vector(args.sinks);
+  Options options = options_without_mask(args);
   // The mask is [B or 1, H or 1, Lq, Lk] whatever the layout, as in PyTorch.
   std::optional<Input> mask;
   if (!args.mask.empty()) {
     mask = read_input(args.mask, Layout::bhsd);
     options.mask = mask->view;
   }
-  apply(args.compute, options);
 
   const std::size_t rank = q.array.shape.size();
   const Index batch = q.view.shape[0], heads = q.view.shape[1], len_q = q.view.shape[2];
@@ -272,6 +216,17 @@ Command add_run_command(CLI::App& parent) {
                   "Labels for --viz: UTF-8 text, one token per line (Lq or Lk of them) "
                   "[default: indices]")
       ->type_name("TOKENS.txt");
+  app->add_flag("--distributed", args->distributed,
+                "Split the sequence over the ranks that mpirun started (mpirun -np N attn run "
+                "--distributed ...): each rank reads only its rows of the inputs, ring "
+                "attention passes keys and values between ranks, and each rank writes its rows "
+                "of --out and --lse into one file. No --mask, --weights or --viz");
+  app->add_option("--sharding", args->sharding,
+                  "With --distributed, which rows each rank holds: contiguous (rank r the r-th "
+                  "run of rows) or zigzag (rank r of N chunks r and 2N-1-r of 2N, the same "
+                  "work per rank under --causal; lengths divisible by 2N) [default: contiguous]")
+      ->check(CLI::IsMember({"contiguous", "zigzag"}))
+      ->type_name("SHARDING");
   app->add_flag("--quiet", args->quiet,
                 "No progress bar (it shows on a terminal for jobs longer than a second)");
   add_compute_options(*app, args->compute);

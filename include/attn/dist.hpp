@@ -9,8 +9,10 @@
 // Every function here is collective over `comm`: all ranks call it, with the same options.
 // Argument checks agree before any data moves: when one rank's arguments are bad, every
 // rank throws the same attn::Error, "rank R: <argument>: expected ..., given ...", R being
-// the first rank that failed. A failure during the ring itself (MPI losing a peer, memory
-// running out mid-computation) throws on the ranks that see it and is not agreed.
+// the first rank that failed: an AgreedError, after which the communicator can go on being
+// used. A failure during the ring itself (MPI losing a peer, memory running out
+// mid-computation) throws a plain attn::Error on the ranks that see it only; the others may
+// be waiting for them, so a program that catches one should end every rank (MPI_Abort).
 #pragma once
 
 #include <mpi.h>
@@ -20,11 +22,18 @@
 
 #include "attn/attention.hpp"
 #include "attn/decode.hpp"
+#include "attn/error.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::dist {
+
+// The error every rank of the communicator throws alike (see above).
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
 
 // How the global sequence is split. contiguous: rank r holds the r-th run of rows, of any
 // length (the runs in rank order make the sequence). zigzag: the sequence is cut into 2N

@@ -48,7 +48,7 @@ void agree(const Communicator& comm, const std::function<void()>& work) {
   check_mpi(MPI_Bcast(&length, 1, MPI_INT, first, comm.get()), "MPI_Bcast");
   message.resize(static_cast<std::size_t>(length));
   check_mpi(MPI_Bcast(message.data(), length, MPI_CHAR, first, comm.get()), "MPI_Bcast");
-  throw Error(message);
+  throw AgreedError(message);
 }
 
 Field real_field(const char* name, double value) {
@@ -125,8 +125,9 @@ std::vector<std::vector<std::int64_t>> agree_fields(const Communicator& comm,
     for (std::size_t i = 0; i < fields.size(); ++i) {
       const std::int64_t expected = table[0][i], given = table[static_cast<std::size_t>(r)][i];
       if (fields[i].kind == Field::Kind::rank_own || given == expected) continue;
-      throw Error("rank " + std::to_string(r) + ": " + fields[i].name + ": expected " +
-                  shown(fields[i], expected) + " (as on rank 0), given " + shown(fields[i], given));
+      throw AgreedError("rank " + std::to_string(r) + ": " + fields[i].name + ": expected " +
+                        shown(fields[i], expected) + " (as on rank 0), given " +
+                        shown(fields[i], given));
     }
   }
   return table;

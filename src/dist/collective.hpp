@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/dist.hpp"
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
 
@@ -36,7 +37,7 @@ class Communicator {
 // Throws attn::Error("MPI: <call>: <MPI's text>") unless code is MPI_SUCCESS.
 void check_mpi(int code, const char* call);
 
-// Runs work() on every rank. When it throws on any rank, every rank throws one attn::Error
+// Runs work() on every rank. When it throws on any rank, every rank throws one AgreedError
 // with the message of the lowest failing rank, prefixed "rank R: ". work must not
 // communicate: a rank that failed early would leave the others waiting.
 void agree(const Communicator& comm, const std::function<void()>& work);
@@ -57,7 +58,7 @@ Field rank_own_field(const char* name, Index value);
 // refuses, and threads, which is each rank's own).
 std::vector<Field> option_fields(const Options& options);
 
-// Gathers every rank's fields in one allgather and throws the same attn::Error on every
+// Gathers every rank's fields in one allgather and throws the same AgreedError on every
 // rank at the first field (by rank, then by order) that should agree and differs from
 // rank 0's: "rank R: <name>: expected <rank 0's value> (as on rank 0), given <value>".
 // Returns every rank's values: [rank][field].

@@ -4,6 +4,14 @@
 
 namespace attn::dist {
 
+std::vector<Index> split_rows(Sharding sharding, Index length, int ranks) {
+  std::vector<Index> rows(static_cast<std::size_t>(ranks), length / ranks);
+  if (sharding == Sharding::contiguous) {
+    for (Index r = 0; r < length % ranks; ++r) ++rows[static_cast<std::size_t>(r)];
+  }
+  return rows;
+}
+
 std::vector<std::vector<Piece>> pieces(Sharding sharding, const std::vector<Index>& rows) {
   const auto ranks = static_cast<Index>(rows.size());
   std::vector<std::vector<Piece>> out(rows.size());

@@ -15,6 +15,11 @@ struct Piece {
   Index global = 0, count = 0, local = 0;
 };
 
+// Each of `ranks` ranks' row count when a sequence of `length` rows is split: contiguous, as
+// evenly as can be (the first length % ranks ranks hold one row more); zigzag, length /
+// ranks each (the caller checked that 2 * ranks divides length).
+std::vector<Index> split_rows(Sharding sharding, Index length, int ranks);
+
 // rows: [N] each rank's local row count. contiguous: one piece per rank; zigzag: two, the
 // chunks r and 2N - 1 - r (the caller checked that the counts are even and equal).
 std::vector<std::vector<Piece>> pieces(Sharding sharding, const std::vector<Index>& rows);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "core/rows.hpp"
 
@@ -39,7 +40,9 @@ constexpr Index kMaxElements = Index{1} << 58;
 class FileDescriptor {
  public:
   explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(FileDescriptor&&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   ~FileDescriptor() {
     if (fd_ >= 0) ::close(fd_);
@@ -288,9 +291,20 @@ std::string format_shape(const Shape& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-NpyArray read_npy(const std::string& path) {
+namespace {
+
+// An open .npy file whose header passed every check, and whose data is exactly the size
+// the header claims.
+struct OpenNpy {
+  FileDescriptor file;
+  DType dtype;
+  Shape shape;
+  std::uint64_t data_offset;
+};
+
+OpenNpy open_npy(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused as irregular.
-  const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (file.get() < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat info {};
   if (::fstat(file.get(), &info) != 0)
@@ -354,17 +368,81 @@ NpyArray read_npy(const std::string& path) {
                    " needs " + std::to_string(data_bytes) + " bytes, the file has " +
                    std::to_string(present));
   }
+  return {std::move(file), dtype, header.shape, data_offset};
+}
 
-  NpyArray array{header.shape, Tensor(dtype, right_aligned(header.shape))};
-  if (read_at(path, file.get(), array.tensor.data(), data_bytes, data_offset) != data_bytes) {
+// NumPy stores any nonzero byte as true; a C++ bool must hold exactly 0 or 1.
+void normalize_bools(Tensor& tensor) {
+  if (tensor.dtype() != DType::boolean) return;
+  auto* bytes = static_cast<unsigned char*>(tensor.data());
+  const auto count = static_cast<std::size_t>(tensor.numel());
+  for (std::size_t i = 0; i < count; ++i) bytes[i] = bytes[i] != 0;
+}
+
+}  // namespace
+
+NpyArray read_npy(const std::string& path) {
+  const OpenNpy npy = open_npy(path);
+  NpyArray array{npy.shape, Tensor(npy.dtype, right_aligned(npy.shape))};
+  const std::uint64_t data_bytes =
+      static_cast<std::uint64_t>(array.tensor.numel()) * dtype_size(npy.dtype);
+  if (read_at(path, npy.file.get(), array.tensor.data(), data_bytes, npy.data_offset) !=
+      data_bytes) {
     fail(path, "truncated data: the file shrank while being read");
   }
-  if (dtype == DType::boolean) {
-    // NumPy stores any nonzero byte as true; a C++ bool must hold exactly 0 or 1.
-    auto* bytes = static_cast<unsigned char*>(array.tensor.data());
-    for (std::uint64_t i = 0; i < data_bytes; ++i) bytes[i] = bytes[i] != 0;
-  }
+  normalize_bools(array.tensor);
   return array;
+}
+
+Shape read_npy_shape(const std::string& path) {
+  return open_npy(path).shape;
+}
+
+NpyArray read_npy_rows(const std::string& path, std::size_t axis,
+                       const std::vector<RowRange>& ranges) {
+  const OpenNpy npy = open_npy(path);
+  if (axis >= npy.shape.size()) {
+    fail(path, "shape " + format_shape(npy.shape) + " has no dim " + std::to_string(axis) +
+                   " to read rows of");
+  }
+  const Index length = npy.shape[axis];
+  Index selected = 0;
+  for (const RowRange& range : ranges) {
+    if (range.first < 0 || range.count < 0 || range.first > length - range.count) {
+      fail(path, "rows " + std::to_string(range.first) + " to " +
+                     std::to_string(range.first + range.count) + " of dim " + std::to_string(axis) +
+                     " are outside shape " + format_shape(npy.shape));
+    }
+    selected += range.count;
+  }
+  Shape shape = npy.shape;
+  shape[axis] = selected;
+  NpyArray array{shape, Tensor(npy.dtype, right_aligned(shape))};
+  const RowLayout layout = row_layout(npy.shape, axis, dtype_size(npy.dtype));
+  auto* out = static_cast<char*>(array.tensor.data());
+  for (Index outer = 0; outer < layout.outer; ++outer) {
+    for (const RowRange& range : ranges) {
+      const std::size_t bytes = static_cast<std::size_t>(range.count) * layout.row_bytes;
+      const std::uint64_t at =
+          npy.data_offset + static_cast<std::uint64_t>(outer * length + range.first) *
+                                static_cast<std::uint64_t>(layout.row_bytes);
+      if (read_at(path, npy.file.get(), out, bytes, at) != bytes) {
+        fail(path, "truncated data: the file shrank while being read");
+      }
+      out += bytes;
+    }
+  }
+  normalize_bools(array.tensor);
+  return array;
+}
+
+RowLayout row_layout(const Shape& shape, std::size_t axis, std::size_t element_bytes) {
+  RowLayout layout{1, element_bytes};
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i < axis) layout.outer *= shape[i];
+    if (i > axis) layout.row_bytes *= static_cast<std::size_t>(shape[i]);
+  }
+  return layout;
 }
 
 std::vector<float> read_npy_vector(const std::string& path) {
@@ -380,11 +458,24 @@ std::vector<float> read_npy_vector(const std::string& path) {
   return {values.begin(), values.end()};
 }
 
-StagedFile stage_npy(const std::string& path, const TensorView& data, const Shape& shape) {
-  const char* descr = descr_of(path, data.dtype);
+std::string npy_header(const std::string& path, DType dtype, const Shape& shape) {
+  const char* descr = descr_of(path, dtype);
   if (shape.size() > kMaxRank) {
     fail(path, "cannot write shape " + format_shape(shape) + ": expected at most 4 dims");
   }
+  // NumPy pads the header with spaces so that the data starts on a 64-byte boundary.
+  std::string dict = std::string("{'descr': '") + descr +
+                     "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
+  const std::size_t unpadded = kMagic.size() + 4 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict.push_back('\n');
+  const char version_and_length[4] = {1, 0, static_cast<char>(dict.size() & 0xff),
+                                      static_cast<char>(dict.size() >> 8)};
+  return std::string(kMagic) + std::string(version_and_length, 4) + dict;
+}
+
+StagedFile stage_npy(const std::string& path, const TensorView& data, const Shape& shape) {
+  const std::string header = npy_header(path, data.dtype, shape);
   if (right_aligned(shape) != data.shape) {
     fail(path, "cannot write dims " + format_dims(data.shape) + " as shape " + format_shape(shape));
   }
@@ -392,19 +483,7 @@ StagedFile stage_npy(const std::string& path, const TensorView& data, const Shap
     fail(path, "cannot write a view whose last dim is not contiguous (stride " +
                    std::to_string(data.strides[3]) + ")");
   }
-  // NumPy pads the header with spaces so that the data starts on a 64-byte boundary.
-  std::string header = std::string("{'descr': '") + descr +
-                       "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
-  const std::size_t unpadded = kMagic.size() + 4 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
-  header.push_back('\n');
-  const unsigned char version_and_length[4] = {1, 0,
-                                               static_cast<unsigned char>(header.size() & 0xff),
-                                               static_cast<unsigned char>(header.size() >> 8)};
-
   StagedFile file(path);
-  file.write(kMagic.data(), kMagic.size());
-  file.write(version_and_length, sizeof version_and_length);
   file.write(header.data(), header.size());
   const std::size_t element = dtype_size(data.dtype);
   if (data.numel() > 0 && data.strides == contiguous_strides(data.shape)) {

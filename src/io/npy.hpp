@@ -31,8 +31,37 @@ struct NpyArray {
 // or larger than its header says, throws attn::Error naming `path` and what is wrong.
 NpyArray read_npy(const std::string& path);
 
+// The shape in the header of the .npy file at `path`, after every check read_npy makes
+// but without reading the elements.
+Shape read_npy_shape(const std::string& path);
+
+// Rows [first, first + count) of one dim of an array.
+struct RowRange {
+  Index first = 0, count = 0;
+};
+
+// Only the given rows of dim `axis` of the .npy file at `path` (in the order of `ranges`),
+// for a process that holds a slice of a sequence: the array read has the file's shape with
+// dim `axis` the ranges' total count. The file is checked as by read_npy; a range outside
+// the dim throws attn::Error naming `path`.
+NpyArray read_npy_rows(const std::string& path, std::size_t axis,
+                       const std::vector<RowRange>& ranges);
+
+// A C-order array of `shape` as rows of dim `axis`: `outer` runs of shape[axis] rows of
+// `row_bytes` each (the dims before `axis` multiply into outer, those after into a row).
+struct RowLayout {
+  Index outer = 1;
+  std::size_t row_bytes = 0;
+};
+RowLayout row_layout(const Shape& shape, std::size_t axis, std::size_t element_bytes);
+
 // A rank-1 float .npy file (ALiBi slopes, sinks: [H]) as float32 values.
 std::vector<float> read_npy_vector(const std::string& path);
+
+// The bytes before the elements of a .npy file (format 1.0) of `dtype` and `shape`: magic,
+// version, length and the dict, padded so that the data starts on a 64-byte boundary.
+// Throws attn::Error naming `path` for bfloat16 or more than 4 dims.
+std::string npy_header(const std::string& path, DType dtype, const Shape& shape);
 
 // data: a view whose dims equal right_aligned(shape), in any strides with a contiguous last
 // dim. Writes its elements in C order as a .npy file of `shape` under a temporary name;

@@ -28,6 +28,8 @@ class StagedFile {
   ~StagedFile();
 
   const std::string& path() const { return path_; }
+  // Where the file is written until commit(): for other writers (processes) of its bytes.
+  const std::string& temp_path() const { return temp_path_; }
 
   void write(const void* bytes, std::size_t count);
   // Flushes and closes the temporary file; write errors such as a full disk surface here.

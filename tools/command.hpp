@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <string>
 
@@ -24,6 +25,16 @@ Command add_viz_command(CLI::App& parent);
 
 // The exit status for bad input or options (main.cpp).
 constexpr int kBadInputStatus = 2;
+
+// Prints "attn: <kind>: <message>" on stderr as exactly one line, however the message was
+// composed, in one write: under mpirun, the lines of several processes interleave write by
+// write.
+inline void print_error(const std::string& kind, std::string message) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << "attn: " + kind + ": " + message + '\n';
+}
 
 // Ends the command with `status` and no message of its own: what the ranks of attn run
 // --distributed but rank 0 throw for an error that rank 0 prints for all of them.

@@ -10,7 +10,6 @@
 
 #include <cstring>
 #include <exception>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -171,12 +170,14 @@ void run_distributed(const RunArgs& args) {
   const dist::Communicator comm(MPI_COMM_WORLD);
   try {
     run_on_ranks(args, comm);
-  } catch (const dist::AgreedError&) {
-    if (comm.rank() == 0) throw;
+  } catch (const dist::AgreedError& e) {
+    // Rank 0 prints before any rank exits: mpirun ends the job as soon as one process exits
+    // with an error, and what rank 0 had not yet written would be lost.
+    if (comm.rank() == 0) print_error("error", e.what());
+    MPI_Barrier(comm.get());
     throw SilentExit{kBadInputStatus};
   } catch (const std::exception& e) {
-    // One write, so that the lines of several ranks do not interleave.
-    std::cerr << "attn: error: rank " + std::to_string(comm.rank()) + ": " + e.what() + '\n';
+    print_error("error", "rank " + std::to_string(comm.rank()) + ": " + e.what());
     MPI_Abort(MPI_COMM_WORLD, kBadInputStatus);
   }
 }

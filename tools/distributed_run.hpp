@@ -5,8 +5,9 @@
 
 namespace attn::tools {
 
-// Call on every rank, with the same arguments. Throws attn::Error on rank 0 for an error
-// that every rank shares and SilentExit on the others, so that it is printed once.
+// Call on every rank, with the same arguments. An error that every rank shares is printed
+// once, by rank 0, and every rank throws SilentExit; an error found before MPI starts
+// throws attn::Error on every rank.
 void run_distributed(const RunArgs& args);
 
 }  // namespace attn::tools

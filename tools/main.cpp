@@ -17,13 +17,8 @@ namespace {
 constexpr int kBadInput = attn::tools::kBadInputStatus;
 constexpr int kInternalError = 1;
 
-// Messages become exactly one line, however they were composed.
-int report(const char* kind, std::string message, int status) {
-  for (char& c : message) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  // One write: under mpirun, the lines of several processes interleave write by write.
-  std::cerr << "attn: " + std::string(kind) + ": " + message + '\n';
+int report(const char* kind, const std::string& message, int status) {
+  attn::tools::print_error(kind, message);
   return status;
 }
 

@@ -8,11 +8,13 @@
 //
 // Every function here is collective over `comm`: all ranks call it, with the same options.
 // Argument checks agree before any data moves: when one rank's arguments are bad, every
-// rank throws the same attn::Error, "rank R: <argument>: expected ..., given ...", R being
-// the first rank that failed: an AgreedError, after which the communicator can go on being
-// used. A failure during the ring itself (MPI losing a peer, memory running out
-// mid-computation) throws a plain attn::Error on the ranks that see it only; the others may
-// be waiting for them, so a program that catches one should end every rank (MPI_Abort).
+// rank throws the same AgreedError, "rank R: <argument>: expected ..., given ...", R being
+// the first rank that failed, after which the communicator can go on being used. So do
+// failures of memory and of the computation itself: forward allocates before the ring, and
+// a rank whose computation fails goes on passing blocks until the ring is done, then the
+// failure is agreed. Only MPI failing (a peer lost) throws a plain attn::Error on the ranks
+// that see it; the others may be waiting for them, so a program that catches one should
+// end every rank (MPI_Abort).
 #pragma once
 
 #include <mpi.h>

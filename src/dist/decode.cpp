@@ -10,6 +10,7 @@
 #include "attn/dist.hpp"
 #include "attn/state.hpp"
 #include "core/argument_checks.hpp"
+#include "core/memory.hpp"
 #include "dist/collective.hpp"
 
 namespace attn::dist {
@@ -30,12 +31,18 @@ Tensor broadcast_query(const Communicator& c, const TensorView& q, int root) {
   std::int64_t header[5] = {static_cast<std::int64_t>(q.dtype), q.shape[0], q.shape[1], q.shape[2],
                             q.shape[3]};
   check_mpi(MPI_Bcast(header, 5, MPI_INT64_T, root, c.get()), "MPI_Bcast");
-  Tensor all(static_cast<DType>(header[0]), {header[1], header[2], header[3], header[4]});
-  if (c.rank() == root) pack(q, static_cast<std::byte*>(all.data()));
-  if (all.nbytes() > static_cast<std::size_t>(INT_MAX)) {
-    throw Error("q: expected below 2^31 bytes (one MPI message), given " +
-                std::to_string(all.nbytes()) + " bytes");
-  }
+  const auto dtype = static_cast<DType>(header[0]);
+  const Dims dims{header[1], header[2], header[3], header[4]};
+  Tensor all;
+  agree(c, [&] {
+    const std::uint64_t bytes = core::bytes_of(dims, dtype_size(dtype));
+    if (bytes > static_cast<std::uint64_t>(INT_MAX)) {
+      throw Error("q: expected below 2^31 bytes (one MPI message), given " + std::to_string(bytes) +
+                  " bytes");
+    }
+    all = Tensor(dtype, dims);
+    if (c.rank() == root) pack(q, static_cast<std::byte*>(all.data()));
+  });
   check_mpi(MPI_Bcast(all.data(), static_cast<int>(all.nbytes()), MPI_BYTE, root, c.get()),
             "MPI_Bcast");
   return all;
@@ -64,29 +71,36 @@ State local_state(const TensorView& q, const KVCache& cache,
 }
 
 // mine: m, l [S, Hq, n_q, 1], acc [S, Hq, n_q, Dv] (float32); returns every rank's state of
-// that shape merged in rank order (a fixed order: the same bits on every rank).
+// that shape merged in rank order (a fixed order: the same bits on every rank). Allocating
+// and merging are agreed, so that no rank fails alone on either side of the allgather.
 State merged_states(const Communicator& c, const State& mine) {
   const Index rows = mine.m.numel(), width = 2 * rows + mine.acc.numel();
-  std::vector<float> packed(static_cast<std::size_t>(width));
-  std::memcpy(packed.data(), mine.m.data(), mine.m.nbytes());
-  std::memcpy(packed.data() + rows, mine.l.data(), mine.l.nbytes());
-  std::memcpy(packed.data() + 2 * rows, mine.acc.data(), mine.acc.nbytes());
-  if (width > INT_MAX)
-    throw Error("q: expected a state below 2^31 floats, given " + std::to_string(width));
-  std::vector<float> all(packed.size() * static_cast<std::size_t>(c.size()));
+  std::vector<float> packed, all;
+  agree(c, [&] {
+    if (width > INT_MAX)
+      throw Error("q: expected a state below 2^31 floats, given " + std::to_string(width));
+    packed.resize(static_cast<std::size_t>(width));
+    std::memcpy(packed.data(), mine.m.data(), mine.m.nbytes());
+    std::memcpy(packed.data() + rows, mine.l.data(), mine.l.nbytes());
+    std::memcpy(packed.data() + 2 * rows, mine.acc.data(), mine.acc.nbytes());
+    all.resize(packed.size() * static_cast<std::size_t>(c.size()));
+  });
   check_mpi(MPI_Allgather(packed.data(), static_cast<int>(width), MPI_FLOAT, all.data(),
                           static_cast<int>(width), MPI_FLOAT, c.get()),
             "MPI_Allgather");
   const Dims& shape = mine.acc.shape();
-  State merged = State::empty(DType::f32, shape[0], shape[1], shape[2], shape[3]);
-  for (int r = 0; r < c.size(); ++r) {
-    State part = State::empty(DType::f32, shape[0], shape[1], shape[2], shape[3]);
-    const float* from = all.data() + static_cast<std::size_t>(r) * packed.size();
-    std::memcpy(part.m.data(), from, part.m.nbytes());
-    std::memcpy(part.l.data(), from + rows, part.l.nbytes());
-    std::memcpy(part.acc.data(), from + 2 * rows, part.acc.nbytes());
-    merged = merge(merged, part);
-  }
+  State merged;
+  agree(c, [&] {
+    merged = State::empty(DType::f32, shape[0], shape[1], shape[2], shape[3]);
+    for (int r = 0; r < c.size(); ++r) {
+      State part = State::empty(DType::f32, shape[0], shape[1], shape[2], shape[3]);
+      const float* from = all.data() + static_cast<std::size_t>(r) * packed.size();
+      std::memcpy(part.m.data(), from, part.m.nbytes());
+      std::memcpy(part.l.data(), from + rows, part.l.nbytes());
+      std::memcpy(part.acc.data(), from + 2 * rows, part.acc.nbytes());
+      merged = merge(merged, part);
+    }
+  });
   return merged;
 }
 
@@ -128,24 +142,31 @@ Decoded decode(MPI_Comm comm, const TensorView& q, const KVCache& cache,
   // later_keys[s]: keys of sequence s on ranks after this one; the context's length must
   // cover the queries.
   std::vector<Index> later_keys(sequences, 0);
-  for (std::size_t s = 0; s < sequences; ++s) {
-    Index total = 0;
-    for (int r = 0; r < c.size(); ++r) {
-      const Index length = table[static_cast<std::size_t>(r)][s];
-      total += length;
-      if (r > c.rank()) later_keys[s] += length;
+  agree(c, [&] {
+    for (std::size_t s = 0; s < sequences; ++s) {
+      Index total = 0;
+      for (int r = 0; r < c.size(); ++r) {
+        const Index length = table[static_cast<std::size_t>(r)][s];
+        total += length;
+        if (r > c.rank()) later_keys[s] += length;
+      }
+      if (total < all_q.shape()[2]) {
+        fail("seq_ids",
+             "contexts holding at least n_q = " + std::to_string(all_q.shape()[2]) +
+                 " tokens over all ranks",
+             "sequence " + std::to_string(s) + " of " + std::to_string(total));
+      }
     }
-    if (total < all_q.shape()[2]) {
-      fail("seq_ids",
-           "contexts holding at least n_q = " + std::to_string(all_q.shape()[2]) +
-               " tokens over all ranks",
-           "sequence " + std::to_string(s) + " of " + std::to_string(total));
-    }
-  }
+  });
   State mine;
   agree(c, [&] { mine = local_state(all_q.view(), cache, seq_ids, options, later_keys); });
-  Finalized done = finalize(merged_states(c, mine), options.sinks);
-  return {std::move(done.context), std::move(done.lse)};
+  const State merged = merged_states(c, mine);
+  Decoded decoded;
+  agree(c, [&] {
+    Finalized done = finalize(merged, options.sinks);
+    decoded = {std::move(done.context), std::move(done.lse)};
+  });
+  return decoded;
 }
 
 }  // namespace attn::dist

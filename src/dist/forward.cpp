@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "attn/dist.hpp"
@@ -221,30 +222,36 @@ Result forward(MPI_Comm comm, const TensorView& q_local, const TensorView& k_loc
                          dim_v, k_local.dtype,    v_local.dtype};
   std::size_t largest = 0;
   for (int r = 0; r < ranks; ++r) largest = std::max(largest, shape.bytes(rows_k[r]));
-  std::vector<std::byte> own, buffers[2];
-  if (ranks > 1 && travelling(rank, 1)) {
-    own.resize(shape.bytes(k_local.shape[2]));
-    pack(k_local, own.data());
-    pack(v_local, own.data() + shape.k_bytes(k_local.shape[2]));
-  }
-
+  // Everything the ring needs is allocated here, where running out is agreed: past this
+  // point only a computation can fail on its own, and that failure is held until the ring
+  // is done (every rank still sends and receives its blocks), then agreed.
   const DType stats = q_local.dtype == DType::f64 ? DType::f64 : DType::f32;
   const std::vector<Piece> blocks = query_blocks(q_pieces[rank]);
+  std::vector<std::byte> own, buffers[2];
   std::vector<State> states;
-  for (const Piece& b : blocks)
-    states.push_back(State::empty(stats, batch, heads_q, b.count, dim_v));
+  agree(c, [&] {
+    if (ranks > 1 && travelling(rank, 1)) {
+      own.resize(shape.bytes(k_local.shape[2]));
+      pack(k_local, own.data());
+      pack(v_local, own.data() + shape.k_bytes(k_local.shape[2]));
+    }
+    for (int t = 0; t + 1 < ranks; ++t) {
+      if (travelling((rank - t - 1 + ranks) % ranks, t + 1)) buffers[(t + 1) % 2].resize(largest);
+    }
+    for (const Piece& b : blocks)
+      states.push_back(State::empty(stats, batch, heads_q, b.count, dim_v));
+  });
 
   if (steps) steps->assign(static_cast<std::size_t>(ranks), RingStep{});
   const std::byte* held = nullptr;  // the block of step t > 0, in a buffer
+  std::exception_ptr failure;       // the first computation that failed here
   for (int t = 0; t < ranks; ++t) {
     const int s = (rank - t + ranks) % ranks, next = (rank - t - 1 + ranks) % ranks;
     const auto start = Clock::now();
     Transfers transfers;
     std::byte* incoming = nullptr;
     if (t + 1 < ranks && travelling(next, t + 1)) {
-      auto& buffer = buffers[(t + 1) % 2];
-      buffer.resize(largest);
-      incoming = buffer.data();
+      incoming = buffers[(t + 1) % 2].data();
       transfers.receive(incoming, shape.bytes(rows_k[next]), (rank - 1 + ranks) % ranks, t + 1,
                         c.get());
     }
@@ -253,12 +260,16 @@ Result forward(MPI_Comm comm, const TensorView& q_local, const TensorView& k_loc
       transfers.send(t == 0 ? own.data() : held, shape.bytes(rows_k[s]), (rank + 1) % ranks, t + 1,
                      c.get());
     }
-    const bool compute = holding && need[s][rank];
+    const bool compute = holding && need[s][rank] && !failure;
     if (compute) {
       const TensorView k = t == 0 ? k_local : shape.k(held, rows_k[s]);
       const TensorView v = t == 0 ? v_local : shape.v(held, rows_k[s]);
-      for (const Piece& piece : k_pieces[s])
-        attend(q_local, k, v, piece, blocks, options, shift, states, transfers);
+      try {
+        for (const Piece& piece : k_pieces[s])
+          attend(q_local, k, v, piece, blocks, options, shift, states, transfers);
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
     const auto computed = Clock::now();
     transfers.wait();
@@ -272,7 +283,12 @@ Result forward(MPI_Comm comm, const TensorView& q_local, const TensorView& k_loc
     }
   }
 
-  return finalized(q_local, dim_v, states, blocks, options.sinks, stats);
+  Result result;
+  agree(c, [&] {
+    if (failure) std::rethrow_exception(failure);
+    result = finalized(q_local, dim_v, states, blocks, options.sinks, stats);
+  });
+  return result;
 }
 
 }  // namespace attn::dist

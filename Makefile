@@ -65,7 +65,8 @@ test-fuzz: fuzz-build
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain
 # `pip install .` builds in a fresh temporary folder instead. The test requirements bring
 # torch (with the CUDA libraries PyPI's wheel links against), transformers and a packaged
-# model: about 6 GiB, 12 min on the first run on a loaded 2-core machine.
+# model: about 6 GiB, 12 min on the first run on a loaded 2-core machine; and mpi4py, built
+# from source against the Open MPI of `deps` (3 min), which attn._dist links too.
 PYTHON := .venv/bin/python
 PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
 

@@ -10,11 +10,13 @@
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
+    import attn.dist; out = attn.dist.attention(q_r, k_r, v_r, comm=MPI.COMM_WORLD)  # over MPI
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
 float32 or float64; NumPy arrays come out, or torch tensors when torch tensors went in.
 Bad input raises attn.Error (a ValueError) or attn.ArgumentTypeError (a TypeError); both
-are RuntimeErrors too, as PyTorch raises for the same mistakes.
+are RuntimeErrors too, as PyTorch raises for the same mistakes. attn.dist (ring attention
+over an mpi4py communicator) is imported on its own: `import attn` loads no MPI.
 """
 
 from ._attention import attention, describe_input, scaled_dot_product_attention

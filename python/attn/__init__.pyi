@@ -7,6 +7,7 @@ Numbers = Union[Sequence[float], Array]
 Offsets = Union[Sequence[int], Array]
 
 from . import viz as viz
+# attn.dist (dist.pyi) is not imported with attn: `import attn.dist` (it imports mpi4py).
 
 __version__: str
 __all__: list[str]

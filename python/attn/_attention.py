@@ -209,11 +209,12 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
 
 
 def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, alibi_slopes,
-            sinks, cu_seqlens_q, cu_seqlens_k, layout, threads):
-    """The checks attn.attention and attn.weights share. others: (name, array) pairs of
-    the same rank as q. Returns (q, [others as arrays], the extension's option keywords,
-    a function taking an input to its [B, H, L, D] view)."""
-    q = _arrays.as_array(q, "q")
+            sinks, cu_seqlens_q, cu_seqlens_k, layout, threads, q_name="q"):
+    """The checks attn.attention, attn.weights and attn.dist.attention share. others: (name,
+    array) pairs of the same rank as q, which errors call q_name. Returns (q, [others as
+    arrays], the extension's option keywords, a function taking an input to its
+    [B, H, L, D] view)."""
+    q = _arrays.as_array(q, q_name)
     others = [(name, _arrays.as_array(x, name)) for name, x in others]
     if layout not in _LAYOUTS:
         raise Error(f"layout: expected 'bhsd' or 'bshd', given {layout!r}")
@@ -221,11 +222,11 @@ def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, al
         raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
     rank = q.ndim
     if rank not in (2, 3, 4):
-        raise _rank_error("q", q, layout)
+        raise _rank_error(q_name, q, layout)
     for name, x in others:
         if x.ndim != rank:
             raise Error(
-                f"{name}: expected {rank} dims (as q), given {x.ndim} dims with shape "
+                f"{name}: expected {rank} dims (as {q_name}), given {x.ndim} dims with shape "
                 f"{_arrays.shape(x)}"
             )
     causal = _arrays.flag(causal, "causal")

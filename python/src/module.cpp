@@ -9,13 +9,13 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "attn/attn.hpp"
 #include "core/memory.hpp"
+#include "errors.hpp"
 #include "generation.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
@@ -248,17 +248,7 @@ NB_MODULE(_attn, m) {
       "attn.Error", "Bad input to attn: a ValueError and a RuntimeError.",
       nb::make_tuple(nb::handle(PyExc_ValueError), nb::handle(PyExc_RuntimeError)).ptr(), nullptr);
   m.attr("Error") = nb::steal(error_type);
-  nb::register_exception_translator(
-      [](const std::exception_ptr& error, void* type) {
-        try {
-          std::rethrow_exception(error);
-        } catch (const attn::OutOfMemory& e) {
-          PyErr_SetString(PyExc_MemoryError, e.what());
-        } catch (const attn::Error& e) {
-          PyErr_SetString(static_cast<PyObject*>(type), e.what());
-        }
-      },
-      error_type);
+  translate_errors(error_type);
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, nb::kw_only(), "out"_a, "lse"_a.none(),
         "weights"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,

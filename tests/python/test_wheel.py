@@ -9,7 +9,9 @@ Debian's base runtime: the libraries of the packages that dpkg (Essential) and a
 libmvec, the loader, and the libpthread/libdl/librt stubs), libgcc-s1, libstdc++6 and
 zlib1g; the manylinux policies allow the same ones. Everything else (libhwy1, libgomp1,
 libpng16-16, libfreetype6 and libbrotli1, which a slim Debian lacks) must come from the wheel. The same list is in
-python/CMakeLists.txt, which picks what the wheel carries.
+python/CMakeLists.txt, which picks what the wheel carries. The one exception is MPI:
+attn._dist (attn.dist) links the system's libmpi, the one mpi4py uses, so neither libmpi
+nor anything it needs may be in the wheel; `import attn` and the command never load it.
 """
 
 import os
@@ -113,6 +115,8 @@ def test_the_wheel_holds_the_extension_the_command_and_the_libraries(wheel):
         shebang = archive.read(script).decode().splitlines()[0]
     assert "attn/bin/attn" in names
     assert any(re.fullmatch(r"attn/_attn\..*\.so", n) for n in names)
+    assert any(re.fullmatch(r"attn/_dist\..*\.so", n) for n in names)
+    assert not [n for n in names if re.match(r"attn/lib/libmpi", n)]
     for library in BUNDLED:
         assert f"attn/lib/{library}" in names
     assert shebang == "#!python"  # pip writes the environment's interpreter there
@@ -214,6 +218,42 @@ def test_every_shared_library_resolves_inside_the_wheel_or_to_the_base_runtime(v
         assert not outside, f"{library.name} needs {outside}, neither bundled nor base runtime"
     assert _needed_and_runpath(extension)[1] == ["$ORIGIN/lib"]
     assert _needed_and_runpath(package / "bin" / "attn")[1] == ["$ORIGIN/../lib"]
+
+
+def test_the_mpi_extension_takes_mpi_from_the_system(venv):
+    """attn._dist: libmpi, and only libmpi and what it needs, from outside the wheel (the
+    system's, as for mpi4py); none of that in attn/lib; the rest as for attn._attn."""
+    package = _package_dir(venv)
+    (extension,) = package.glob("_dist*.so")
+    bundled_dir = (package / "lib").resolve()
+    libraries = _ldd(extension)
+    missing = sorted(name for name, where in libraries.items() if where is None)
+    assert not missing, f"{extension.name}: not found: {missing}"
+    (libmpi,) = [where for name, where in libraries.items() if name.startswith("libmpi.so")]
+    assert not Path(libmpi).resolve().is_relative_to(bundled_dir)
+    mpi_libraries = ({Path(libmpi).name} | set(_ldd(libmpi))) - BASE_RUNTIME
+    for name, where in libraries.items():
+        inside = Path(where).resolve().is_relative_to(bundled_dir)
+        assert inside or name in BASE_RUNTIME or name in mpi_libraries, (
+            f"{extension.name}: {name} resolves to {where}, outside the wheel, not part of "
+            f"Debian's base runtime and not MPI's")
+        if name in BUNDLED:
+            assert inside, f"{extension.name}: {name} resolves to {where}, not to the wheel's copy"
+    carried = sorted(name for name in mpi_libraries if (bundled_dir / name).exists())
+    assert not carried, f"the wheel carries MPI's libraries {carried}"
+    assert _needed_and_runpath(extension)[1] == ["$ORIGIN/lib"]
+
+
+def test_the_fresh_venv_imports_attn_dist_up_to_mpi4py(venv):
+    """attn._dist loads (the system's libmpi); attn.dist then asks for mpi4py, which the
+    fresh venv lacks."""
+    out = _python(venv, (
+        "import attn._dist, sys\n"
+        "print('mpi4py' in sys.modules)\n"
+        "try:\n    import attn.dist\nexcept ImportError as error:\n    print(error)\n"
+    )).stdout.splitlines()
+    assert out[0] == "False"
+    assert out[1].startswith("attn.dist needs mpi4py"), out
 
 
 def test_the_fresh_venv_sees_no_development_install(venv):

@@ -22,10 +22,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "attn/half.hpp"
+#include "cache/huge_pages.hpp"
 #include "core/backward_problem.hpp"
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
@@ -216,6 +218,15 @@ class KeyBlockKernel {
     seg_ = &seg;
     kv_head_ = kv_head;
     dq_ = dq_parts_ + part * part_size_;
+    // This item's rows of its partial dQ, zeroed here: the segments cover every row, so the
+    // items together zero every part, in parallel, each row first touched by its summer.
+    const Index group = p_.group_size();
+    for (Index g = 0; g < group; ++g) {
+      float* rows =
+          dq_ +
+          (p_.total_q * (seg.batch * p_.heads_q + kv_head * group + g) + seg.q_begin) * dim_p_;
+      std::fill(rows, rows + seg.len_q * dim_p_, 0.0f);
+    }
     for (Index first = part * block_; first < seg.len_k; first += parts * block_) {
       key_block(first);
     }
@@ -419,6 +430,10 @@ class KeyBlockKernel {
   Index position_[Traits::kQueryTile] = {};
 };
 
+struct HugePagesFree {
+  void operator()(float* p) const { cache::free_huge_pages(p); }
+};
+
 template <int kDim>
 void run_kernel(const BackwardProblem& bp, int threads) {
   const Problem& p = bp.forward;
@@ -427,8 +442,10 @@ void run_kernel(const BackwardProblem& bp, int threads) {
   const Index dim_p = round_up(p.dim_qk, n), dim_vp = round_up(p.dim_v, n);
   const Index parts = key_parts(static_cast<Index>(p.segments.size()) * p.heads_kv);
   const Index part_size = p.batch * p.heads_q * p.total_q * dim_p;
-  const auto dq_parts = scratch_buffer<float>(parts * part_size);
-  std::fill(dq_parts.get(), dq_parts.get() + parts * part_size, 0.0f);
+  // Huge pages: tens of MiB touched once per call would otherwise cost a page fault per
+  // 4 KiB. Zeroed by the work items (KeyBlockKernel::run).
+  const std::unique_ptr<float[], HugePagesFree> dq_parts(static_cast<float*>(
+      cache::allocate_huge_pages(static_cast<std::size_t>(parts * part_size) * sizeof(float))));
 
   struct Item {
     Index segment, kv_head, part;

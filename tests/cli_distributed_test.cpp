@@ -11,17 +11,19 @@
 #include "attn/attn.hpp"
 #include "io/npy.hpp"
 #include "support/cases.hpp"
+#include "support/cli_files.hpp"
 #include "support/command.hpp"
-#include "support/compare.hpp"
 #include "support/temp_dir.hpp"
 
 namespace attn {
 namespace {
 
 using io::Shape;
+using testing::expect_close;
 using testing::Outcome;
 using testing::quoted;
 using testing::TempDir;
+using testing::view_of;
 
 Outcome run_ranks(int ranks, const std::string& arguments, const TempDir& workdir) {
   return testing::run_in(workdir, quoted(ATTN_MPIEXEC) + " -np " + std::to_string(ranks) +
@@ -48,22 +50,6 @@ std::string write_inputs(const TempDir& dir, const testing::Inputs& in) {
     args += " --alibi " + write_vector("a.npy", in.options.alibi_slopes);
   if (!in.options.sinks.empty()) args += " --sinks " + write_vector("s.npy", in.options.sinks);
   return args;
-}
-
-// A file read back as a [b, h, s, d] view: bshd files are [B, S, H, D].
-TensorView view_of(const io::NpyArray& array, bool bshd) {
-  const Dims stored = array.tensor.shape();
-  if (!bshd) return array.tensor.view();
-  const Dims bhsd{stored[0], stored[2], stored[1], stored[3]};
-  return TensorView(array.tensor.data(), array.tensor.dtype(), bhsd, bshd_strides(bhsd));
-}
-
-// The ring merges states in another order than one process's tiles: equal to float32
-// rounding, not bitwise.
-void expect_close(const TensorView& got, const TensorView& want, const char* what) {
-  const testing::Comparison c = testing::compare(got, want);
-  EXPECT_TRUE(c.hard_failure.empty()) << what << ": " << testing::describe(c);
-  EXPECT_LE(c.nmse, 1e-12) << what << ": " << testing::describe(c);
 }
 
 struct DistributedCase {

@@ -17,15 +17,17 @@
 #include "attn/attn.hpp"
 #include "io/npy.hpp"
 #include "support/cases.hpp"
+#include "support/cli_files.hpp"
 #include "support/command.hpp"
-#include "support/compare.hpp"
 #include "support/temp_dir.hpp"
 
 namespace attn {
 namespace {
 
 using io::Shape;
+using testing::expect_close;
 using testing::TempDir;
+using testing::view_of;
 
 using testing::Outcome;
 using testing::quoted;
@@ -71,20 +73,6 @@ Shape shape_of(const Dims& dims) {
 std::string write_storage(const TempDir& dir, const std::string& name, const Tensor& storage) {
   io::write_npy(dir.file(name), storage.view(), shape_of(storage.shape()));
   return dir.file(name);
-}
-
-// A file read back as a [b, h, s, d] view: bshd files are [B, S, H, D].
-TensorView view_of(const io::NpyArray& array, bool bshd) {
-  const Dims stored = array.tensor.shape();
-  if (!bshd) return array.tensor.view();
-  const Dims bhsd{stored[0], stored[2], stored[1], stored[3]};
-  return TensorView(array.tensor.data(), array.tensor.dtype(), bhsd, bshd_strides(bhsd));
-}
-
-void expect_close(const TensorView& got, const TensorView& want, const char* what) {
-  const testing::Comparison c = testing::compare(got, want);
-  EXPECT_TRUE(c.hard_failure.empty()) << what << ": " << testing::describe(c);
-  EXPECT_LE(c.nmse, 1e-12) << what << ": " << testing::describe(c);
 }
 
 testing::Case sized(Index batch, Index heads, Index len_q, Index len_k, Index dim, Index dim_v) {

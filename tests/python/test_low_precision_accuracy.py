@@ -1,0 +1,45 @@
+"""The accuracy contract of float16 and bfloat16 inputs: against the float64 reference on
+the same (rounded) inputs, attn's output is no less accurate than PyTorch's own CPU kernel
+(torch.nn.functional.scaled_dot_product_attention) in the same dtype: its NMSE at most
+torch's, its max abs error at most 1.25x torch's (the largest errors of both are mostly the
+final rounding of the same element). Every kernel path for these dtypes, whatever the CPU
+dispatches to, must keep to it."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+import numpy_reference  # noqa: E402
+
+# (batch, query heads, kv heads, length, head dim): awkward sizes, GQA, two tile lengths.
+SHAPES = [(2, 4, 2, 17, 17), (1, 2, 1, 97, 40), (1, 4, 4, 113, 59), (1, 4, 2, 256, 64),
+          (1, 2, 2, 257, 128), (1, 8, 8, 1025, 64)]
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+def _errors(got, want):
+    diff = got - want
+    return float(np.sum(diff * diff) / np.sum(want * want)), float(np.abs(diff).max())
+
+
+@pytest.mark.parametrize("dtype, shape, causal", list(itertools.product(DTYPES, SHAPES, (False, True))),
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_no_less_accurate_than_torch(dtype, shape, causal):
+    batch, heads_q, heads_kv, length, dim = shape
+    generator = torch.Generator().manual_seed(length * 7 + dim)
+    q, k, v = (torch.randn(batch, h, length, dim, generator=generator).to(dtype)
+               for h in (heads_q, heads_kv, heads_kv))
+    want, _, _ = numpy_reference.attention(q.double().numpy(), k.double().numpy(),
+                                           v.double().numpy(), causal=causal)
+    ours = attn.attention(q, k, v, causal=causal)
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=heads_q != heads_kv)
+    assert ours.dtype == dtype
+    ours_nmse, ours_max = _errors(ours.double().numpy(), want)
+    theirs_nmse, theirs_max = _errors(theirs.double().numpy(), want)
+    assert ours_nmse <= theirs_nmse, f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
+    assert ours_max <= 1.25 * theirs_max, f"max abs {ours_max:.3g} against torch's {theirs_max:.3g}"

@@ -14,6 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "core/problem.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
@@ -174,6 +175,24 @@ TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
 
 // Hidden keys are skipped, not multiplied by zero: NaN in a hidden k or v row must not
 // reach rows that do not see it (the reference skips it the same way).
+// bf16 q and k on a CPU with AVX512-BF16 take its dot-product path (cpu/bf16_dot.hpp) on the
+// AVX-512 targets: every head-dim copy, GQA, causal and an odd dim (which stays on the
+// float path), against float64 as tightly as float inputs. The case lists run it too.
+TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
+  if (!cpu::has_bf16_dot()) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 dot path was not exercised";
+  }
+  for (const Index dim : {64, 80, 96, 128, 256, 40, 59}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    Case c;
+    c.heads_q = 4, c.heads_kv = 2, c.len_q = 150, c.len_k = 231, c.dim = c.dim_v = dim;
+    c.causal = true, c.align = CausalAlign::bottom_right, c.dtype = DType::bf16;
+    const testing::Inputs in = testing::make_inputs(c);
+    const ReferenceResult want = run_reference(in);
+    for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+  }
+}
+
 TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   Case c;
   c.heads_q = 4, c.heads_kv = 2, c.len_q = 70, c.len_k = 70, c.dim = 64, c.dim_v = 64;

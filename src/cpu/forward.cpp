@@ -4,7 +4,9 @@
 // rows, with the pieces of cpu/tile-inl.h:
 //   S^T = K Q^T    rows-vectorised: keys broadcast against query rows packed transposed
 //                  (Qt, once per item), so neither K nor V needs packing when it is f32;
-//                  a chunk of few rows (decoding one token) uses the dot kernel instead
+//                  a chunk of few rows (decoding one token) uses the dot kernel instead;
+//                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
+//                  instruction (cpu/bf16_dot.hpp), K read in place
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows
@@ -32,6 +34,7 @@
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
 #include "cpu/head_dim.hpp"
@@ -83,6 +86,7 @@ struct RowBlock {
 struct Scratch {
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys)
       : queries_t(scratch_buffer<float>(dim * rows)),
+        query_pairs(scratch_buffer<std::uint16_t>(round_up(dim, 2) * rows)),
         queries(scratch_buffer<float>(dim * rows)),
         scores(scratch_buffer<float>((key_tile + score_keys) * rows)),
         context(scratch_buffer<float>(rows * dim_v_padded)),
@@ -101,11 +105,13 @@ struct Scratch {
         blocks(scratch_buffer<RowBlock>(rows)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
-  hwy::AlignedFreeUniquePtr<float[]> queries;    // [rows][dim]: scale * q, for narrow chunks
-  hwy::AlignedFreeUniquePtr<float[]> scores;     // [key_tile + score_keys][rows]: S^T, then P^T
-  hwy::AlignedFreeUniquePtr<float[]> context;    // [rows][dim_v_padded]: unnormalised O
-  hwy::AlignedFreeUniquePtr<float[]> keys;       // [key_tile][dim]: K tile in f32 (f16/bf16 k)
-  hwy::AlignedFreeUniquePtr<float[]> values;     // [key_tile][dim_v_padded]: V tile in f32
+  // [dim / 2][rows][2]: bf16 q (unscaled) as the bf16 dot pairs it (cpu/bf16_dot.hpp)
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
+  hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
+  hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
+  hwy::AlignedFreeUniquePtr<float[]> context;  // [rows][dim_v_padded]: unnormalised O
+  hwy::AlignedFreeUniquePtr<float[]> keys;     // [key_tile][dim]: K tile in f32 (f16/bf16 k)
+  hwy::AlignedFreeUniquePtr<float[]> values;   // [key_tile][dim_v_padded]: V tile in f32
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
@@ -193,13 +199,25 @@ class ItemKernel {
     for (Index d = 0; d < dim_; ++d) {
       std::fill(qt + d * rows_padded_ + rows_, qt + (d + 1) * rows_padded_, 0.0f);
     }
+    if (bf16_dot_) pack_query_pairs();
+  }
+
+  // q in bf16 as the dot instruction pairs it: element d of row r at
+  // ((d / 2) * rows_padded + r) * 2 + d % 2; padding rows are 0.
+  void pack_query_pairs() {
+    std::uint16_t* pairs = s_.query_pairs.get();
+    std::fill(pairs, pairs + dim_ * rows_padded_, std::uint16_t{0});
+    for (Index r = 0; r < rows_; ++r) {
+      const bfloat16* q = row_of<bfloat16>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]);
+      for (Index d = 0; d < dim_; ++d) pairs[((d / 2) * rows_padded_ + r) * 2 + d % 2] = q[d].bits;
+    }
   }
 
   void attend_tile(Index tile_first, Index tile_end) {
     tile_first_ = tile_first;
     Chunk* chunks = s_.chunks.get();
     Index chunk_count = 0;
-    bool any_partial = false;
+    bool any_partial = false, any_narrow = false;
     const Index vectors = rows_padded_ / lanes_;
     for (Index v = 0; v < vectors; v += Traits::kScoreRowVectors) {
       Chunk chunk;
@@ -207,11 +225,12 @@ class ItemKernel {
       chunk.vectors = std::min<Index>(Traits::kScoreRowVectors, vectors - v);
       if (plan_chunk(tile_first, tile_end, chunk)) {
         any_partial |= !chunk.every_row_sees_all;
+        any_narrow |= chunk.narrow;
         chunks[chunk_count++] = chunk;
       }
     }
     if (chunk_count == 0) return;
-    load_tile(tile_first, tile_end);
+    load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow);
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
       shape_scores(chunks[c]);
@@ -262,16 +281,19 @@ class ItemKernel {
     return row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
   }
 
-  // K and V rows of the tile as f32: the inputs themselves when they are f32 (and V's rows
-  // are whole vectors), else converted into scratch.
-  void load_tile(Index tile_first, Index tile_end) {
+  // K (when scores are made from float keys) and V rows of the tile as f32: the inputs
+  // themselves when they are f32 (and V's rows are whole vectors), else converted into
+  // scratch. The bf16 dot reads K's own rows.
+  void load_tile(Index tile_first, Index tile_end, bool float_keys) {
     const Index keys = tile_end - tile_first, first_key = seg_->k_begin + tile_first;
-    const FloatRows k =
-        rows_as_floats(p_.k, seg_->batch, kv_head_, first_key, keys, dim_, dim_, s_.keys.get());
+    if (float_keys) {
+      const FloatRows k =
+          rows_as_floats(p_.k, seg_->batch, kv_head_, first_key, keys, dim_, dim_, s_.keys.get());
+      keys_ = k.rows;
+      key_stride_ = k.stride;
+    }
     const FloatRows v = rows_as_floats(p_.v, seg_->batch, kv_head_, first_key, keys, dim_v_,
                                        dim_v_padded_, s_.values.get());
-    keys_ = k.rows;
-    key_stride_ = k.stride;
     values_ = v.rows;
     value_stride_ = v.stride;
   }
@@ -294,6 +316,7 @@ class ItemKernel {
 
   template <int C>
   void compute_scores(const Chunk& chunk) {
+    if (bf16_dot_) return compute_scores_bf16(chunk, C);
     constexpr int kKeys = Traits::kScoreKeys;
     const float* qt = s_.queries_t.get() + chunk.first_row;
     Index j = chunk.first;
@@ -308,6 +331,20 @@ class ItemKernel {
       tile::scores_rows_vectorised<kDim, C, 1>(qt, rows_padded_, keys, dim_,
                                                scores_at(j, chunk.first_row));
     }
+  }
+
+  // S^T = scale K Q^T by bf16 dot products, reading K's bf16 rows in place.
+  void compute_scores_bf16([[maybe_unused]] const Chunk& chunk, [[maybe_unused]] int vectors) {
+#if HWY_ARCH_X86
+    const std::uint16_t* keys[Traits::kKeyTile];
+    for (Index j = chunk.first; j < chunk.end; ++j) {
+      keys[j - chunk.first] =
+          &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j)->bits;
+    }
+    scores_rows_bf16(s_.query_pairs.get() + chunk.first_row * 2, rows_padded_, keys,
+                     chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
+                     scores_at(chunk.first, chunk.first_row));
+#endif
   }
 
   // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel.
@@ -481,6 +518,10 @@ class ItemKernel {
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
   const Index dim_v_padded_ = round_up(dim_v_, lanes_);
+  // Scores of bf16 q and k by bf16 dot products (cpu/bf16_dot.hpp) where the CPU has them:
+  // an even head dim, and 16 rows per vector (the AVX-512 targets).
+  const bool bf16_dot_ = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && p_.q.dtype == DType::bf16 &&
+                         p_.k.dtype == DType::bf16 && dim_ % 2 == 0 && has_bf16_dot();
   const Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
   const float* keys_ = nullptr;

@@ -1,0 +1,28 @@
+// S^T = K Q^T on bfloat16 q and k by AVX512-BF16's dot-product instruction (vdpbf16ps):
+// pairs of bf16 along d are multiplied exactly and added into float32 lanes, two
+// multiply-adds per lane and instruction where the float32 path does one. The bf16 twin of
+// tile::scores_rows_vectorised (src/cpu/tile-inl.h), lanes being 16 query rows; compiled
+// once, for x86-64, and called only where has_bf16_dot() says the CPU runs it.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/tensor.hpp"
+
+namespace attn::cpu {
+
+// Does this CPU run AVX512-BF16 (its OS saving AVX-512 state)?
+bool has_bf16_dot();
+
+// Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]
+// at rows_stride rows per pair of d (dim even).
+constexpr Index kBf16RowsPerVector = 16;
+
+// out[k][row] = scale * sum_d keys[k][d] q[row][d] for key_count keys (bf16 rows of dim,
+// dim even) and `vectors` (1 to 3) vectors of 16 rows from q_pairs (laid out as above, at
+// the first row); out: [key_count][rows_stride] floats at the first row.
+void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride,
+                      const std::uint16_t* const* keys, Index key_count, Index dim, float scale,
+                      int vectors, float* out);
+
+}  // namespace attn::cpu

@@ -180,8 +180,8 @@ class ItemKernel {
     }
   }
 
-  // Q[r] = scale * q[head r][query r] (tile::scaled_query), and Qt[d][r] its transpose;
-  // padding rows are 0.
+  // Q[r] = scale * q[head r][query r] (tile::scaled_query), and Qt[d][r] its transpose, or
+  // for the bf16 dot q's own pairs; padding rows are 0.
   void pack_queries() {
     float* qt = s_.queries_t.get();
     const auto scale = static_cast<float>(p_.scale);
@@ -192,14 +192,16 @@ class ItemKernel {
           float* q = s_.queries.get() + r * dim_;
           tile::scaled_query(row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, scale,
                              q);
-          for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = q[d];
+          if (!bf16_dot_) {
+            for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = q[d];
+          }
         }
       }
     });
+    if (bf16_dot_) return pack_query_pairs();
     for (Index d = 0; d < dim_; ++d) {
       std::fill(qt + d * rows_padded_ + rows_, qt + (d + 1) * rows_padded_, 0.0f);
     }
-    if (bf16_dot_) pack_query_pairs();
   }
 
   // q in bf16 as the dot instruction pairs it: element d of row r at

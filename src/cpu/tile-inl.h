@@ -380,7 +380,8 @@ HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, f
 
 // ---- Micro-kernels: rows-vectorised (lanes are query rows) ------------------------------
 
-// S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kKeys keys and C row vectors.
+// S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kKeys keys and C row vectors. Its bf16
+// twin on AVX512-BF16 is cpu/bf16_dot.cpp (intrinsics: this Highway has no op for it).
 // qt: [dim][rows_stride] (at the block's first row)  keys: kKeys row pointers
 // out: [kKeys][rows_stride]. Each score is one FMA chain over d in order.
 template <int kDim, int C, int kKeys>

@@ -102,6 +102,10 @@ using VI = hn::Vec<DI>;
 
 inline constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 
+// Vector registers a micro-kernel may fill with accumulators and operands before it spills:
+// 16 on SSE4 and AVX2, 32 on AVX-512 (and on Arm's NEON and SVE).
+inline constexpr int kVectorRegisters = HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 ? 16 : 32;
+
 inline Index lanes() {
   return static_cast<Index>(hn::Lanes(DF()));
 }
@@ -588,12 +592,14 @@ HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index
 
 // acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows (P row-major). The value
 // dim goes in chunks of W vectors held in NR * W registers across all keys, so a chunk of
-// a value row is read once: at most 16 accumulators, so a row of 128 floats goes in one
-// chunk for up to two rows, in two for three or four.
+// a value row is read once. With 32 registers, at most 16 accumulators: a row of 128 floats
+// (AVX-512) goes in one chunk for up to two rows, in two for three or four. With 16, half
+// as wide: 4 rows x 4 vectors spilled on AVX2 (Hq = 32 decode, Zen 3: 18% slower).
 template <class T, int NR>
 HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const T* const* values,
                                 Index first, Index end, Index dim_v) {
-  constexpr int W = NR <= 2 ? 8 : 4;
+  constexpr int W = (NR <= 2 ? 8 : 4) * kVectorRegisters / 32;
+  static_assert(NR * W + W + 1 <= kVectorRegisters, "accumulators, a value chunk, a weight");
   const DF df;
   const Index n = lanes();
   const Index whole = dim_v - dim_v % n;

@@ -137,16 +137,20 @@ double timed_trial(Chains chains, int threads, std::int64_t rounds, FmaWork& fir
   return flops / std::chrono::duration<double>(stop - start).count() * 1e-9;
 }
 
-// The best of kTrials trials of `chains` on `threads` threads.
-double best_gflops(Chains chains, int threads, FmaWork& first) {
-  // Calibrate one thread on a short run, so that one trial lasts about kTrialSeconds
-  // whatever the CPU; one thread, because a busy sibling core would make trials too short.
+// Rounds per chain that make one trial last about kTrialSeconds whatever the CPU, from a
+// short run on one thread (a busy sibling core would make trials too short).
+std::int64_t calibrated_rounds(Chains chains, FmaWork& first) {
   const std::int64_t calibration_rounds = 100000;
   const double calibration_gflops = timed_trial(chains, 1, calibration_rounds, first);
   const double flops_per_round = first.flops / static_cast<double>(calibration_rounds);
-  const auto rounds = std::max<std::int64_t>(
+  return std::max<std::int64_t>(
       calibration_rounds,
       static_cast<std::int64_t>(kTrialSeconds * calibration_gflops * 1e9 / flops_per_round));
+}
+
+// The best of kTrials trials of `chains` on `threads` threads.
+double best_gflops(Chains chains, int threads, FmaWork& first) {
+  const std::int64_t rounds = calibrated_rounds(chains, first);
   double best = 0.0;
   for (int trial = 0; trial < kTrials; ++trial) {
     best = std::max(best, timed_trial(chains, threads, rounds, first));
@@ -163,6 +167,12 @@ FmaPeak measure_fma_peak(int threads) {
   peak.gflops = best_gflops(run_fma_chains, threads, first);
   peak.target = hwy::TargetName(first.target);
   return peak;
+}
+
+double fma_probe_gflops(int threads) {
+  FmaWork first;
+  static const std::int64_t rounds = calibrated_rounds(run_fma_chains, first);
+  return timed_trial(run_fma_chains, threads, rounds, first);
 }
 
 std::optional<FmaPeak> measure_bf16_dot_peak(int threads) {

@@ -17,6 +17,10 @@ struct FmaPeak {
 // target this CPU supports; takes about 0.1 s.
 FmaPeak measure_fma_peak(int threads);
 
+// One trial of the FMA probe of measure_fma_peak (about 30 ms): GFLOP/s on `threads` threads.
+// Run between a benchmark's repetitions, its trials see the load the repetitions see.
+double fma_probe_gflops(int threads);
+
 // The same for the bf16 dot product (vdpbf16ps, 4 FLOPs per fp32 lane) where the CPU has
 // AVX512-BF16, else nothing. The unit low-precision kernels can use instead of widening.
 std::optional<FmaPeak> measure_bf16_dot_peak(int threads);

@@ -103,7 +103,8 @@ void run_backward(InputCache::Entry& entry, const Options& options) {
                 {entry.dq.mutable_view(), entry.dk.mutable_view(), entry.dv.mutable_view(), {}});
 }
 
-void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache) {
+void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache,
+              InterleavedProbes& probes) {
   InputCache::Entry& entry = cache.get(bench_case.shape);
   const Outputs outputs{entry.output.mutable_view(), std::nullopt, std::nullopt};
   Options options;
@@ -124,6 +125,7 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& 
     }
   };
   if (cache.needs_warm_up(bench_case.name())) once();
+  probes.record(bench_case.name(), fma_probe_gflops(bench_case.threads));
   for (auto _ : state) once();
 }
 
@@ -163,14 +165,16 @@ int run_speed_cases(const CommandLine& command_line) {
   std::optional<JsonFile> json;
   if (!command_line.json_path.empty()) json.emplace(command_line.json_path);
 
-  std::map<int, FmaPeak> peaks;
+  std::map<int, FmaPeak> ceilings;
   for (const int threads : {1, 2}) {
-    peaks[threads] = measure_fma_peak(threads);
-    std::printf("FMA peak, fp32 %s, %d thread%s: %.1f GFLOP/s (best of 7 probes)\n",
-                peaks[threads].target.c_str(), threads, threads == 1 ? "" : "s",
-                peaks[threads].gflops);
+    ceilings[threads] = measure_fma_peak(threads);
+    std::printf("FMA ceiling, fp32 %s, %d thread%s: %.1f GFLOP/s (best of 7 probes)\n",
+                ceilings[threads].target.c_str(), threads, threads == 1 ? "" : "s",
+                ceilings[threads].gflops);
   }
-  // "of peak" stays the fp32 FMA's: today's kernels widen bf16 and fp16 to fp32.
+  std::printf("Each case's peak: the median of the FMA probes run between its repetitions\n");
+  // "of peak" stays the fp32 FMA's: but for forward's bf16 scores on AVX512-BF16, the kernels
+  // widen bf16 and fp16 to fp32.
   for (const int threads : {1, 2}) {
     const std::optional<FmaPeak> bf16 = measure_bf16_dot_peak(threads);
     if (!bf16) {
@@ -182,16 +186,18 @@ int run_speed_cases(const CommandLine& command_line) {
   }
 
   InputCache cache;
+  InterleavedProbes probes;
   std::map<std::string, BenchCase> cases;
   for (const BenchCase& bench_case : bench_cases(command_line.quick)) {
     cases[bench_case.name()] = bench_case;
-    benchmark::RegisterBenchmark(
-        bench_case.name().c_str(),
-        [bench_case, &cache](benchmark::State& state) { run_case(state, bench_case, cache); })
+    benchmark::RegisterBenchmark(bench_case.name().c_str(),
+                                 [bench_case, &cache, &probes](benchmark::State& state) {
+                                   run_case(state, bench_case, cache, probes);
+                                 })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  MedianReporter reporter(std::move(cases), std::move(peaks));
+  MedianReporter reporter(std::move(cases), std::move(ceilings), probes);
   if (benchmark::RunSpecifiedBenchmarks(&reporter) == 0) {
     std::fprintf(stderr, "attn_bench: no case matches --benchmark_filter (see --list)\n");
     return 2;

@@ -63,10 +63,12 @@ test-fuzz: fuzz-build
 
 # The Python package: installed into .venv from this tree, then pytest. A kept build folder
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain
-# `pip install .` builds in a fresh temporary folder instead. The test requirements bring
-# torch (with the CUDA libraries PyPI's wheel links against), transformers and a packaged
-# model: about 6 GiB, 12 min on the first run on a loaded 2-core machine; and mpi4py, built
-# from source against the Open MPI of `deps` (3 min), which attn._dist links too.
+# `pip install .` builds in a fresh temporary folder instead. With the release preset's
+# compiler and generator, its compile commands are those of build/release, whose objects
+# ccache returns (CMakeLists.txt). The test requirements bring torch (with the CUDA
+# libraries PyPI's wheel links against), transformers and a packaged model: about 6 GiB,
+# 12 min on the first run on a loaded 2-core machine; and mpi4py, built from source against
+# the Open MPI of `deps` (3 min), which attn._dist links too.
 PYTHON := .venv/bin/python
 PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
 
@@ -74,7 +76,8 @@ python-env: deps
 	@scripts/python-env.sh $(PYTHON_REQUIREMENTS)
 
 install-python: python-env
-	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip install -q --disable-pip-version-check \
+	@CXX=c++ CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  $(PYTHON) -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation -C build-dir=build/python -C cmake.define.ATTN_WERROR=ON .
 
 test-python: install-python

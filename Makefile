@@ -4,9 +4,8 @@ JOBS ?= $(shell nproc)
 BUILD := build/release
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
-FUZZ_BUILD := build/fuzz
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -26,9 +25,12 @@ test: deps test-release test-asan test-tsan test-fuzz test-python
 test-release: build
 	ctest --preset release -j $(JOBS)
 
-test-asan: deps
+# ASan + UBSan, built with clang (for libFuzzer): the tests, and the fuzzers below.
+build-asan: deps
 	@cmake --preset asan >/dev/null
 	@cmake --build --preset asan -j $(JOBS)
+
+test-asan: build-asan
 	ctest --preset asan -j $(JOBS)
 
 # ThreadSanitizer on the tests whose code runs on threads: the kernels and the KV cache, on
@@ -45,21 +47,22 @@ test-tsan: deps
 	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
 	done
 
-# The fuzzers of fuzz/ (libFuzzer, ASan + UBSan): `make fuzz` runs each for FUZZ_SECONDS,
-# `make test` each for FUZZ_SMOKE_SECONDS, from the seeds and what earlier runs kept.
+# The fuzzers of fuzz/ (libFuzzer, in the ASan + UBSan build): `make fuzz` builds only them
+# and runs each for FUZZ_SECONDS, `make test` each for FUZZ_SMOKE_SECONDS, from the seeds
+# and what earlier runs kept.
 FUZZERS := npy tokens cli_options environment
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE_SECONDS ?= 7
 
 fuzz-build: deps
-	@cmake --preset fuzz >/dev/null
+	@cmake --preset asan >/dev/null
 	@cmake --build --preset fuzz -j $(JOBS)
 
 fuzz: fuzz-build
-	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
+	@scripts/run-fuzzers.sh $(ASAN_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
 
-test-fuzz: fuzz-build
-	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
+test-fuzz: build-asan
+	@scripts/run-fuzzers.sh $(ASAN_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 
 # The Python package: installed into .venv from this tree, then pytest. A kept build folder
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain

@@ -22,8 +22,13 @@ run: build
 
 test: deps test-release test-asan test-tsan test-fuzz test-python
 
+# ctest runs each gtest binary in shards that pass as a whole (tests/CMakeLists.txt); the
+# tests they skipped are named after the run, with the reason.
+skipped-tests = grep -h '^\[  SKIPPED \] [^ ]*: ' $(1)/Testing/Temporary/LastTest.log || true
+
 test-release: build
 	ctest --preset release -j $(JOBS)
+	@$(call skipped-tests,$(BUILD))
 
 # ASan + UBSan, built with clang (for libFuzzer): the tests, and the fuzzers below.
 build-asan: deps
@@ -32,6 +37,7 @@ build-asan: deps
 
 test-asan: build-asan
 	ctest --preset asan -j $(JOBS)
+	@$(call skipped-tests,$(ASAN_BUILD))
 
 # ThreadSanitizer on the tests whose code runs on threads: the kernels and the KV cache, on
 # 4 threads wherever a test leaves the count to ATTN_NUM_THREADS. libomp's Archer tool (loaded

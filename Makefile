@@ -4,9 +4,8 @@ JOBS ?= $(shell nproc)
 BUILD := build/release
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
-FUZZ_BUILD := build/fuzz
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -23,13 +22,22 @@ run: build
 
 test: deps test-release test-asan test-tsan test-fuzz test-python
 
+# ctest runs each gtest binary in shards that pass as a whole (tests/CMakeLists.txt); the
+# tests they skipped are named after the run, with the reason.
+skipped-tests = grep -h '^\[  SKIPPED \] [^ ]*: ' $(1)/Testing/Temporary/LastTest.log || true
+
 test-release: build
 	ctest --preset release -j $(JOBS)
+	@$(call skipped-tests,$(BUILD))
 
-test-asan: deps
+# ASan + UBSan, built with clang (for libFuzzer): the tests, and the fuzzers below.
+build-asan: deps
 	@cmake --preset asan >/dev/null
 	@cmake --build --preset asan -j $(JOBS)
+
+test-asan: build-asan
 	ctest --preset asan -j $(JOBS)
+	@$(call skipped-tests,$(ASAN_BUILD))
 
 # ThreadSanitizer on the tests whose code runs on threads: the kernels and the KV cache, on
 # 4 threads wherever a test leaves the count to ATTN_NUM_THREADS. libomp's Archer tool (loaded
@@ -45,28 +53,31 @@ test-tsan: deps
 	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
 	done
 
-# The fuzzers of fuzz/ (libFuzzer, ASan + UBSan): `make fuzz` runs each for FUZZ_SECONDS,
-# `make test` each for FUZZ_SMOKE_SECONDS, from the seeds and what earlier runs kept.
+# The fuzzers of fuzz/ (libFuzzer, in the ASan + UBSan build): `make fuzz` builds only them
+# and runs each for FUZZ_SECONDS, `make test` each for FUZZ_SMOKE_SECONDS, from the seeds
+# and what earlier runs kept.
 FUZZERS := npy tokens cli_options environment
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE_SECONDS ?= 7
 
 fuzz-build: deps
-	@cmake --preset fuzz >/dev/null
+	@cmake --preset asan >/dev/null
 	@cmake --build --preset fuzz -j $(JOBS)
 
 fuzz: fuzz-build
-	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
+	@scripts/run-fuzzers.sh $(ASAN_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
 
-test-fuzz: fuzz-build
-	@scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
+test-fuzz: build-asan
+	@scripts/run-fuzzers.sh $(ASAN_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 
 # The Python package: installed into .venv from this tree, then pytest. A kept build folder
 # (build/python) and no build isolation make an unchanged tree rebuild nothing; a plain
-# `pip install .` builds in a fresh temporary folder instead. The test requirements bring
-# torch (with the CUDA libraries PyPI's wheel links against), transformers and a packaged
-# model: about 6 GiB, 12 min on the first run on a loaded 2-core machine; and mpi4py, built
-# from source against the Open MPI of `deps` (3 min), which attn._dist links too.
+# `pip install .` builds in a fresh temporary folder instead. With the release preset's
+# compiler and generator, its compile commands are those of build/release, whose objects
+# ccache returns (CMakeLists.txt). The test requirements bring torch (with the CUDA
+# libraries PyPI's wheel links against), transformers and a packaged model: about 6 GiB,
+# 12 min on the first run on a loaded 2-core machine; and mpi4py, built from source against
+# the Open MPI of `deps` (3 min), which attn._dist links too.
 PYTHON := .venv/bin/python
 PYTHON_REQUIREMENTS := requirements/python-build.txt requirements/python-test.txt
 
@@ -74,7 +85,8 @@ python-env: deps
 	@scripts/python-env.sh $(PYTHON_REQUIREMENTS)
 
 install-python: python-env
-	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip install -q --disable-pip-version-check \
+	@CXX=c++ CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  $(PYTHON) -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation -C build-dir=build/python -C cmake.define.ATTN_WERROR=ON .
 
 test-python: install-python

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ make cmake git pkg-config
+  g++ make cmake git pkg-config ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev libfreetype-dev fonts-dejavu-core
   libopenblas-dev patchelf

@@ -412,10 +412,19 @@ TEST(Cli, SignalsWhileWritingRemoveStagedFiles) {
   }
 }
 
+// An ASan build: GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTN_ADDRESS_SANITIZER
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTN_ADDRESS_SANITIZER
+#endif
+#endif
+
 // Weights that cannot fit in the memory left (here under `ulimit -v` of 2 GiB: 4 GiB of
 // them) are refused with their size and what to do instead, before anything is allocated.
 TEST(Cli, WeightsTooLargeForMemoryAreRefused) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ATTN_ADDRESS_SANITIZER)
   // An ASan-built attn reserves terabytes of shadow memory as it starts, which `ulimit -v`
   // refuses before main() runs; the Release build runs this test.
   GTEST_SKIP() << "ulimit -v stops an AddressSanitizer build from starting";

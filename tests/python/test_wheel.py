@@ -58,12 +58,17 @@ def _clean_environment():
 
 
 def _kept_defines():
-    """The options build/python was configured with (make install-python's ATTN_WERROR), so
-    that building the wheel there changes no flag and recompiles nothing."""
+    """The options build/python was configured with (make install-python's ATTN_WERROR and
+    generator), so that building the wheel there changes no flag and recompiles nothing."""
     cache = BUILD_DIR / "CMakeCache.txt"
     text = cache.read_text() if cache.exists() else ""
-    found = re.search(r"^ATTN_WERROR:BOOL=(\w+)$", text, re.M)
-    return ["-C", f"cmake.define.ATTN_WERROR={found.group(1)}"] if found else []
+    kept = []
+    for name, pattern in (("ATTN_WERROR", r"^ATTN_WERROR:BOOL=(\w+)$"),
+                          ("CMAKE_GENERATOR", r"^CMAKE_GENERATOR:INTERNAL=(.+)$")):
+        found = re.search(pattern, text, re.M)
+        if found:
+            kept += ["-C", f"cmake.define.{name}={found.group(1)}"]
+    return kept
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,16 @@ build: deps
 run: build
 	$(BUILD)/tools/attn demo --heatmap $(BUILD)/demo-heatmap.svg
 
-test: deps test-release test-asan test-tsan test-fuzz test-python
+# The Python environment (downloads mostly, and mpi4py's build) is made in the background
+# while the C++ targets build and run; its output is printed once it is waited for.
+test: deps
+	@mkdir -p build
+	@scripts/python-env.sh $(PYTHON_REQUIREMENTS) >build/python-env.log 2>&1 & env_pid=$$!; \
+	  $(MAKE) --no-print-directory test-release test-asan test-tsan test-fuzz; cpp_status=$$?; \
+	  wait $$env_pid; env_status=$$?; cat build/python-env.log; \
+	  [ $$env_status -eq 0 ] || { echo "python-env failed ($$env_status)"; exit 1; }; \
+	  [ $$cpp_status -eq 0 ] || exit $$cpp_status
+	@$(MAKE) --no-print-directory test-python
 
 # ctest runs each gtest binary in shards that pass as a whole (tests/CMakeLists.txt); the
 # tests they skipped are named after the run, with the reason.

@@ -24,11 +24,17 @@ inline constexpr float kExpHighest = 88.0f;      // 2^n stays finite for n = rou
 
 // exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 in two parts (Cody-Waite) so
 // that r is exact; exp(r) on |r| <= ln(2)/2 by the Cephes expf polynomial.
+// Adding 1.5 * 2^23 to x log2 e rounds it to the nearest even integer n, as Round does,
+// and puts n in the float's low mantissa bits, so 2^n needs no float-to-int conversion
+// (Highway's ConvertTo adds four ops on AVX2 to guard against overflow |n| <= 127 never
+// reaches).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V VectorExp(D d, V x) {
   const hn::RebindToSigned<D> di;
   const V clamped = hn::Max(hn::Set(d, kExpLowest), hn::Min(hn::Set(d, kExpHighest), x));
-  const V n = hn::Round(hn::Mul(clamped, hn::Set(d, 1.44269504088896341f)));
+  const V shifter = hn::Set(d, 12582912.0f);
+  const V shifted = hn::Add(hn::Mul(clamped, hn::Set(d, 1.44269504088896341f)), shifter);
+  const V n = hn::Sub(shifted, shifter);
   V r = hn::MulAdd(n, hn::Set(d, -0.693359375f), clamped);
   r = hn::MulAdd(n, hn::Set(d, 2.12194440e-4f), r);
   V p = hn::Set(d, 1.9875691500e-4f);
@@ -38,7 +44,8 @@ HWY_INLINE V VectorExp(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   const V exp_r = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
-  const auto biased = hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127));
+  // The low 9 bits of the shifted float's bits are n mod 512; n + 127 lies in [1, 254].
+  const auto biased = hn::Add(hn::BitCast(di, shifted), hn::Set(di, 127));
   const V two_to_n = hn::BitCast(d, hn::ShiftLeft<23>(biased));
   const V result = hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, kExpLowest)), hn::Mul(exp_r, two_to_n));
   // Min/Max may drop a NaN (they do on the scalar target), so pass it through here.

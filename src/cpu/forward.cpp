@@ -539,7 +539,8 @@ void run_kernel(const Problem& p, int threads) {
                 "forward_scores_by_dot assumes the same rows per item and chunk for every dim");
   const Index lanes = tile::lanes();
   const Index group = p.group_size();
-  const Index positions = positions_per_item(group, lanes);
+  const Index positions =
+      positions_per_item(group, lanes, forward_widens_tiles(p.k.dtype, p.v.dtype));
   std::vector<WorkItem> items;
   for (std::size_t s = 0; s < p.segments.size(); ++s) {
     const Index len_q = p.segments[s].len_q;

@@ -167,8 +167,9 @@ class ItemKernel {
       row.first = keys.first;
       row.end = keys.end;
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
-      row.by_dot = forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(),
-                                         p_.group_size(), lanes_);
+      row.by_dot =
+          forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(), p_.group_size(),
+                                lanes_, forward_widens_tiles(p_.k.dtype, p_.v.dtype));
       if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
         row.row_max = p_.sinks[row.head];
         row.row_sum = 1.0;

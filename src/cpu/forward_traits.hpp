@@ -51,7 +51,8 @@ struct ForwardTraits {
   static_assert(kWidenedRowsPerItem % (kScoreRowVectors * 16) == 0);
 };
 
-// Whether the forward kernel widens K or V tiles into f32 scratch: their dtype is not f32.
+// Whether K or V come in a dtype the forward kernel widens into f32 scratch tile by tile
+// (f16, bf16): the rule that picks kWidenedRowsPerItem.
 inline bool forward_widens_tiles(DType k, DType v) {
   return k != DType::f32 || v != DType::f32;
 }

@@ -385,8 +385,8 @@ HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, f
 // ---- Micro-kernels: rows-vectorised (lanes are query rows) ------------------------------
 
 // The FMA loops of the rows- and keys-vectorised kernels are unrolled by 4 (HWY_UNROLL):
-// rolled, GCC 12's score loop ran at 56% of the FMA peak on Zen 3 (L1-resident, alone),
-// unrolled at 85%; the order of the FMAs, and so every bit, is the same.
+// GCC leaves them rolled, and rolled they ran far below the FMA peak on Zen 3 (figures in
+// bench/README.md); the order of the FMAs, and so every bit, is the same.
 
 // S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kKeys keys and C row vectors. Its bf16
 // twin on AVX512-BF16 is cpu/bf16_dot.cpp (intrinsics: this Highway has no op for it).

@@ -167,9 +167,8 @@ class ItemKernel {
       row.first = keys.first;
       row.end = keys.end;
       row.slope = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[row.head];
-      row.by_dot =
-          forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(), p_.group_size(),
-                                lanes_, forward_widens_tiles(p_.k.dtype, p_.v.dtype));
+      row.by_dot = forward_scores_by_dot(seg_->len_q, w.i, row.head % p_.group_size(),
+                                         p_.group_size(), lanes_, forward_widens_);
       if (!p_.sinks.empty() && p_.sinks[row.head] != kMinusInfinity) {
         row.row_max = p_.sinks[row.head];
         row.row_sum = 1.0;
@@ -455,6 +454,7 @@ class ItemKernel {
   const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
   const bool top_k_ = r_.top_k.has_value();
   const Index lanes_ = tile::lanes();
+  const bool forward_widens_ = forward_widens_tiles(p_.k.dtype, p_.v.dtype);
   const Index dim_ = p_.dim_qk;
   const Segment* seg_ = nullptr;
   const float* tile_keys_ = nullptr;  // K^T at the current tile's first key

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -135,11 +136,69 @@ TEST_P(WeightsCases, ForwardWeightsOutputMatchesReference) {
       << "lse differs from forward without weights";
 }
 
+// Whether two weights outputs hold the same float32 values bit for bit (a float64 one
+// read as the float32 it was widened from), NaN where the other has NaN.
+void expect_same_float_bits(const TensorView& got, const TensorView& want) {
+  const Dims& shape = got.shape;
+  for (Index b = 0; b < shape[0]; ++b)
+    for (Index h = 0; h < shape[1]; ++h)
+      for (Index s = 0; s < shape[2]; ++s)
+        for (Index j = 0; j < shape[3]; ++j) {
+          const auto x = static_cast<float>(element(got, b, h, s, j));
+          const auto y = static_cast<float>(element(want, b, h, s, j));
+          if (std::isnan(x) && std::isnan(y)) continue;
+          std::uint32_t x_bits = 0, y_bits = 0;
+          std::memcpy(&x_bits, &x, sizeof x);
+          std::memcpy(&y_bits, &y, sizeof y);
+          ASSERT_EQ(x_bits, y_bits)
+              << "weight " << format_dims({b, h, s, j}) << ": " << x << " against " << y;
+        }
+}
+
+// The forward kernel keeps a float32 output's scores and makes them weights itself
+// (cpu::keeps_weights); a float64 output goes through the weights pass with forward's lse.
+// Both must give the same float32 weights, on every target.
+void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
+  for_each_target([&] {
+    const Dims context_shape{in.q.shape[0], in.q.shape[1], in.q.shape[2], in.v.shape[3]};
+    Tensor context(in.q.dtype, context_shape);
+    GuardedTensor kept(DType::f32, weights_shape(in)), passed(DType::f64, weights_shape(in));
+    forward_into(in.q, in.k, in.v, in.options, {context.mutable_view(), std::nullopt, kept.view()});
+    forward_into(in.q, in.k, in.v, in.options,
+                 {context.mutable_view(), std::nullopt, passed.view()});
+    EXPECT_TRUE(kept.guards_intact() && passed.guards_intact());
+    expect_same_float_bits(kept.const_view(), passed.const_view());
+  });
+}
+
+TEST_P(WeightsCases, ForwardKeptWeightsAreTheWeightsPassBitsOnEveryTarget) {
+  const testing::Inputs in = testing::make_inputs(GetParam());
+  // float64 inputs go to the reference, which keeps no scores.
+  if (in.q.dtype != DType::f64) expect_kept_weights_match_weights_pass(in);
+}
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name();
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, WeightsCases, ::testing::ValuesIn(testing::case_list()), case_name);
+
+// A mask that hides a whole key tile from whole row chunks: the forward kernel skips those
+// chunks, and the weights it keeps must still be 0 there (and equal the weights pass's).
+TEST(WeightsForwardKept, ChunksAMaskHidesForAWholeTile) {
+  Case c;
+  c.heads_q = 4, c.heads_kv = 2, c.len_q = 120, c.len_k = 300, c.dim = 32, c.dim_v = 32;
+  c.mask = testing::MaskCase::boolean;
+  testing::Inputs in = testing::make_inputs(c);
+  bool* shown = in.mask_storage.data_as<bool>();
+  for (Index i = 0; i < 100; ++i) std::fill(shown + i * c.len_k, shown + i * c.len_k + 200, false);
+  expect_kept_weights_match_weights_pass(in);
+  const ReferenceResult want = run_reference(in);
+  GuardedTensor context(DType::f32, {1, 4, 120, 32}), alpha(DType::f32, weights_shape(in));
+  forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});
+  expect_close(alpha.const_view(), want.weights.view(), "forward weights");
+  expect_rows_sum_to_one(alpha.const_view(), want, in.options);
+}
 
 // Cases past one key tile and one work item, for the selection and top-k tests.
 std::vector<Case> selection_cases() {

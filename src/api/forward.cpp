@@ -1,5 +1,5 @@
 // attn::forward: validate once, then hand the Problem to the fast kernel (and the weights
-// pass, when weights are asked for) or the reference.
+// pass, when weights are asked for in a dtype the kernel does not keep) or the reference.
 #include <string>
 
 #include "api/backend.hpp"
@@ -14,9 +14,10 @@
 namespace attn {
 namespace {
 
-// The forward kernel writes context and an f64 lse; the weights pass then normalises with
-// that lse, so the weights are the ones the context was made with.
-void fast_forward_with_weights(const core::Problem& problem, const core::Problem& kernel_problem) {
+// Weights in a dtype the forward kernel does not keep (cpu::keeps_weights): the kernel
+// writes context and an f64 lse, and the weights pass then normalises with that lse, so
+// the weights are the ones the context was made with.
+void fast_forward_then_weights(const core::Problem& problem, const core::Problem& kernel_problem) {
   Tensor lse(DType::f64, {problem.batch, problem.heads_q, problem.total_q, 1});
   core::Problem with_lse = kernel_problem;
   with_lse.outputs.lse = lse.mutable_view();
@@ -36,15 +37,14 @@ void fast_forward_with_weights(const core::Problem& problem, const core::Problem
 }
 
 void run(const core::Problem& problem, Backend requested) {
-  // The forward kernel computes context and lse; weights come from the weights pass.
   core::Problem kernel_problem = problem;
-  kernel_problem.outputs.weights.reset();
+  if (!cpu::keeps_weights(problem)) kernel_problem.outputs.weights.reset();
   if (!api::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
     reference::forward(problem);
-  } else if (problem.outputs.weights) {
-    fast_forward_with_weights(problem, kernel_problem);
+  } else if (problem.outputs.weights && !kernel_problem.outputs.weights) {
+    fast_forward_then_weights(problem, kernel_problem);
   } else {
-    cpu::forward(problem);
+    cpu::forward(kernel_problem);
   }
 }
 

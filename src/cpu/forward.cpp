@@ -10,11 +10,15 @@
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows
+//   weights        into a float32 weights output (keeps_weights): the shaped scores are
+//                  copied there before the softmax, and a row's become its weights from
+//                  its lse when the row ends
 // Keys that causal / window hide for every row of a chunk are never computed; keys that
 // a mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten
 // with -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or
 // infinity is skipped row by row instead of multiplied by 0. Extra memory: per thread,
-// O(rows x (d + dv + key tile)) floats.
+// O(rows x (d + dv + key tile)) floats, and with a weights output rows x Lk (an item's
+// share of that output).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/forward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -84,8 +88,10 @@ struct RowBlock {
 
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
-  Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys)
-      : queries_t(scratch_buffer<float>(dim * rows)),
+  Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys,
+          Index kept_rows, Index kept_keys)
+      : kept_stride(kept_keys),
+        queries_t(scratch_buffer<float>(dim * rows)),
         query_pairs(scratch_buffer<std::uint16_t>(round_up(dim, 2) * rows)),
         queries(scratch_buffer<float>(dim * rows)),
         scores(scratch_buffer<float>((key_tile + score_keys) * rows)),
@@ -102,7 +108,10 @@ struct Scratch {
         head(scratch_buffer<Index>(rows)),
         query_row(scratch_buffer<Index>(rows)),
         chunks(scratch_buffer<Chunk>(rows)),
-        blocks(scratch_buffer<RowBlock>(rows)) {}
+        blocks(scratch_buffer<RowBlock>(rows)),
+        kept_scores(scratch_buffer<float>(kept_rows * kept_keys)) {}
+
+  Index kept_stride;  // the longest segment's keys with a weights output, else 0
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
   // [dim / 2][rows][2]: bf16 q (unscaled) as the bf16 dot pairs it (cpu/bf16_dot.hpp)
@@ -117,6 +126,9 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
   hwy::AlignedFreeUniquePtr<Chunk[]> chunks;     // of the current tile (at most one per row)
   hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
+  // [kept_rows][kept_stride]: each real row's shaped scores over its segment's keys, for the
+  // weights output
+  hwy::AlignedFreeUniquePtr<float[]> kept_scores;
 };
 
 template <int kDim>
@@ -229,6 +241,8 @@ class ItemKernel {
         any_partial |= !chunk.every_row_sees_all;
         any_narrow |= chunk.narrow;
         chunks[chunk_count++] = chunk;
+      } else if (keep_weights_) {
+        hide_in_weights(chunk, tile_first, tile_end);
       }
     }
     if (chunk_count == 0) return;
@@ -236,6 +250,7 @@ class ItemKernel {
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
       shape_scores(chunks[c]);
+      if (keep_weights_) keep_scores(chunks[c]);
       update_softmax(chunks[c]);
     }
     const bool values_finite = !any_partial || tile_values_finite(tile_end - tile_first);
@@ -412,6 +427,46 @@ class ItemKernel {
     });
   }
 
+  // Row r's kept scores, by key of the segment.
+  float* kept_row(Index r) const {
+    return s_.kept_scores.get() + r * s_.kept_stride;
+  }
+
+  // The chunk's shaped scores, kept by row (keys [first, end) of the chunk; those a row
+  // does not see are -inf there, and finish_weights passes over them).
+  void keep_scores(const Chunk& chunk) const {
+    const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
+    for (Index r = chunk.first_row; r < row_end; ++r) {
+      float* kept = kept_row(r) + chunk.first;
+      const float* s = scores_at(chunk.first, r);
+      for (Index j = 0; j < chunk.end - chunk.first; ++j) kept[j] = s[j * rows_padded_];
+    }
+  }
+
+  // A chunk that a mask hides for the whole tile is never scored: its rows' visible keys
+  // in the tile keep the score of a hidden key, -inf.
+  void hide_in_weights(const Chunk& chunk, Index tile_first, Index tile_end) const {
+    const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
+    for (Index r = chunk.first_row; r < row_end; ++r) {
+      const Index first = std::max<Index>(s_.first_key[r], tile_first);
+      const Index end = std::min<Index>(s_.end_key[r], tile_end);
+      if (first < end) std::fill(kept_row(r) + first, kept_row(r) + end, kMinusInfinity);
+    }
+  }
+
+  // Row r of the weights output, written once: its kept scores made weights by its lse
+  // (tile::weights_of_scores) over the keys it sees, 0 for every other key of the batch.
+  void finish_weights(Index r, double lse) const {
+    const MutableTensorView& weights = *p_.outputs.weights;
+    float* row = row_of<float>(weights, seg_->batch, s_.head[r], s_.query_row[r]);
+    const Index first = seg_->k_begin + s_.first_key[r];
+    const Index end = std::max(first, seg_->k_begin + s_.end_key[r]);
+    std::fill(row, row + first, 0.0f);
+    tile::weights_of_scores(kept_row(r) + s_.first_key[r], end - first, weight_scale_of_lse(lse),
+                            row + first);
+    std::fill(row + end, row + weights.shape[3], 0.0f);
+  }
+
   // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =
   // exp(m_old - m_new) is left for accumulate_context.
   void update_softmax(const Chunk& chunk) {
@@ -489,10 +544,12 @@ class ItemKernel {
     }
   }
 
-  // context = O / l and lse = m + log(l), by the end-of-row rule of tile-inl.h.
+  // context = O / l and lse = m + log(l), by the end-of-row rule of tile-inl.h; kept
+  // scores become weights.
   void finish() const {
     for (Index r = 0; r < rows_; ++r) {
       const RowEnd<float> end = end_of_row(s_.row_max[r], s_.row_sum[r]);
+      if (keep_weights_) finish_weights(r, end.lse);
       const float* o = s_.context.get() + r * dim_v_padded_;
       with_float_type(p_.outputs.context.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -524,6 +581,7 @@ class ItemKernel {
   // an even head dim, and 16 rows per vector (the AVX-512 targets).
   const bool bf16_dot_ = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && p_.q.dtype == DType::bf16 &&
                          p_.k.dtype == DType::bf16 && dim_ % 2 == 0 && has_bf16_dot();
+  const bool keep_weights_ = keeps_weights(p_);
   const Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
   const float* keys_ = nullptr;
@@ -554,10 +612,20 @@ void run_kernel(const Problem& p, int threads) {
   threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   const Index rows = round_up(positions * group, lanes);
   const Index dim_v_padded = round_up(p.dim_v, lanes);
+  // Kept scores take an item's real rows by its segment's keys: no more than the item's
+  // share of the weights output.
+  Index kept_rows = 0, kept_keys = 0;
+  if (keeps_weights(p)) {
+    for (const Segment& segment : p.segments) {
+      kept_rows = std::max(kept_rows, std::min(positions, segment.len_q) * group);
+      kept_keys = std::max(kept_keys, segment.len_k);
+    }
+  }
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
-    scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys);
+    scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys,
+                         kept_rows, kept_keys);
   }
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
     return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)])](

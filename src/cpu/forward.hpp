@@ -10,15 +10,25 @@
 
 namespace attn::cpu {
 
+// Whether the forward kernel writes the weights output itself: when it is float32, the
+// kernel keeps each tile's shaped scores there and turns them into weights as each row
+// ends (what the weights pass would give from its lse, bit for bit, without scoring again).
+// Other dtypes cannot hold the scores: their weights come from the weights pass.
+inline bool keeps_weights(const core::Problem& problem) {
+  return problem.outputs.weights && problem.outputs.weights->dtype == DType::f32;
+}
+
 // Empty when the fast kernel serves the problem; else what it does not support, e.g.
-// "weights output". Float64 inputs go to the reference, which computes in float64.
+// "weights output in float16". Float64 inputs go to the reference, which computes in
+// float64.
 std::string unsupported(const core::Problem& problem);
 inline bool supports(const core::Problem& problem) {
   return unsupported(problem).empty();
 }
 
-// Fills problem.outputs.context and, when present, problem.outputs.lse. Requires
-// supports(problem). Bitwise identical results for any thread count.
+// Fills problem.outputs.context and, when present, problem.outputs.lse and (float32)
+// problem.outputs.weights. Requires supports(problem). Bitwise identical results for any
+// thread count.
 void forward(const core::Problem& problem);
 
 // Highway targets (HWY_AVX2, ...) compiled into the kernel that this CPU can run, for

@@ -6,7 +6,10 @@
 namespace attn::cpu {
 
 std::string unsupported(const core::Problem& problem) {
-  if (problem.outputs.weights) return "weights output (it computes context and lse only)";
+  if (problem.outputs.weights && !keeps_weights(problem)) {
+    return "weights output in " + std::string(dtype_name(problem.outputs.weights->dtype)) +
+           " (it writes float32 weights only)";
+  }
   for (const TensorView* input : {&problem.q, &problem.k, &problem.v}) {
     if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
   }

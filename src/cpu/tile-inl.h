@@ -65,6 +65,20 @@ RowEnd<T> end_of_row(T m, T l) {
   return {T(1) / l, static_cast<double>(m) + std::log(static_cast<double>(l))};
 }
 
+// How a row's scores become its weights once its lse is known: alpha = exp(s - lse),
+// computed as exp(s - shift) * factor with shift = lse rounded to float and factor =
+// e^(shift - lse) in double, so that the rounding of the shift costs no accuracy. A row
+// that saw no key (lse = -inf) gets shift 0 and factor 0: every weight 0.
+struct WeightScale {
+  float shift, factor;
+};
+
+inline WeightScale weight_scale_of_lse(double lse) {
+  if (lse == -std::numeric_limits<double>::infinity()) return {0.0f, 0.0f};
+  const auto shift = static_cast<float>(lse);
+  return {shift, static_cast<float>(std::exp(static_cast<double>(shift) - lse))};
+}
+
 }  // namespace attn::cpu
 
 #endif  // ATTN_CPU_TILE_INL_H_ONCE
@@ -299,6 +313,31 @@ HWY_INLINE RowStep softmax_step(float old_max, float tile_max) {
 // The softmax weight of a shaped score: exp(s - shift).
 HWY_INLINE VF softmax_weight(DF df, VF score, VF shift) {
   return VectorExp(df, hn::Sub(score, shift));
+}
+
+// The weight of a shaped score under its row's WeightScale: exp(s - shift) * factor, and
+// exactly 0 for a hidden key (-inf), whatever the shift.
+HWY_INLINE VF weight_of_score(DF df, VF score, VF shift, VF factor) {
+  return hn::IfThenZeroElse(hn::Eq(score, hn::Set(df, kMinusInfinity)),
+                            hn::Mul(softmax_weight(df, score, shift), factor));
+}
+
+// out[0 .. count) = the weights of one row's scores s[0 .. count) (weight_of_score);
+// neither needs alignment, and the last count % lanes go through a vector of scratch.
+inline void weights_of_scores(const float* HWY_RESTRICT s, Index count, WeightScale scale,
+                              float* HWY_RESTRICT out) {
+  const DF df;
+  const Index n = lanes(), whole = count - count % n;
+  const VF shift = hn::Set(df, scale.shift), factor = hn::Set(df, scale.factor);
+  for (Index i = 0; i < whole; i += n) {
+    hn::StoreU(weight_of_score(df, hn::LoadU(df, s + i), shift, factor), df, out + i);
+  }
+  if (whole == count) return;
+  HWY_ALIGN float last[hn::MaxLanes(DF())];
+  std::copy(s + whole, s + count, last);
+  std::fill(last + (count - whole), last + n, 0.0f);
+  hn::Store(weight_of_score(df, hn::Load(df, last), shift, factor), df, last);
+  std::copy(last, last + (count - whole), out + whole);
 }
 
 // The backward pass's shift for a row: its weights are exp(s - lse) from the forward's lse

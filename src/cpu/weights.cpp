@@ -356,16 +356,15 @@ class ItemKernel {
   }
 
   // shift and factor of each row, from its own statistics or from the forward kernel's
-  // lse (alpha = exp(s - lse) = exp(s - shift) * exp(shift - lse), shift = lse in f32).
+  // lse (weight_scale_of_lse).
   void normalise() {
     for (Index r = 0; r < rows_; ++r) {
       Row& row = row_[r];
       if (r_.lse && !top_k_) {
-        const double lse = row_of<double>(*r_.lse, seg_->batch, row.head, row.query_row)[0];
-        const bool empty = lse == -std::numeric_limits<double>::infinity();
-        row.shift = empty ? 0.0f : static_cast<float>(lse);
-        row.factor =
-            empty ? 0.0f : static_cast<float>(std::exp(static_cast<double>(row.shift) - lse));
+        const WeightScale scale =
+            weight_scale_of_lse(row_of<double>(*r_.lse, seg_->batch, row.head, row.query_row)[0]);
+        row.shift = scale.shift;
+        row.factor = scale.factor;
       } else {
         const RowEnd<double> end = end_of_row(static_cast<double>(row.row_max), row.row_sum);
         row.shift = end.inverse_l == 0.0 ? 0.0f : row.row_max;
@@ -397,12 +396,9 @@ class ItemKernel {
       const DF df;
       const float* s = s_.scores.get() + r * kKeyTile;
       const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
-      const VF hidden = hn::Set(df, kMinusInfinity);
       std::fill(weights, weights + v_first * lanes_, 0.0f);
       for (Index v = v_first; v < v_end; ++v) {
-        const VF x = hn::Load(df, s + v * lanes_);
-        const VF alpha = hn::IfThenZeroElse(hn::Eq(x, hidden),
-                                            hn::Mul(tile::softmax_weight(df, x, shift), factor));
+        const VF alpha = tile::weight_of_score(df, hn::Load(df, s + v * lanes_), shift, factor);
         // The buffer holds whole vectors; an f32 output row may end inside this one.
         if ((v + 1) * lanes_ <= keys || direct == nullptr) {
           hn::StoreU(alpha, df, weights + v * lanes_);

@@ -24,7 +24,6 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>

@@ -10,9 +10,9 @@
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows
-//   weights        into a float32 weights output (keeps_weights): the shaped scores are
-//                  copied there before the softmax, and a row's become its weights from
-//                  its lse when the row ends
+//   weights        for a float32 weights output (keeps_weights): the shaped scores are
+//                  kept by row in scratch before the softmax, and when a row ends they
+//                  go into the output as its weights, by its lse
 // Keys that causal / window hide for every row of a chunk are never computed; keys that
 // a mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten
 // with -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or

@@ -11,9 +11,9 @@
 namespace attn::cpu {
 
 // Whether the forward kernel writes the weights output itself: when it is float32, the
-// kernel keeps each tile's shaped scores there and turns them into weights as each row
-// ends (what the weights pass would give from its lse, bit for bit, without scoring again).
-// Other dtypes cannot hold the scores: their weights come from the weights pass.
+// kernel keeps each tile's shaped scores and writes them as weights when each row ends
+// (what the weights pass gives from its lse, from the same scores, without scoring
+// again). Other dtypes go through the weights pass.
 inline bool keeps_weights(const core::Problem& problem) {
   return problem.outputs.weights && problem.outputs.weights->dtype == DType::f32;
 }

@@ -164,9 +164,7 @@ void expect_same_float_bits(const TensorView& got, const TensorView& want) {
 void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
   const bool bf16_scores = in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 &&
                            in.q.shape[3] % 2 == 0 && cpu::has_bf16_dot();
-  for (const std::int64_t target : cpu::compiled_targets()) {
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
+  for_each_target([&](std::int64_t target) {
     const Dims context_shape{in.q.shape[0], in.q.shape[1], in.q.shape[2], in.v.shape[3]};
     Tensor context(in.q.dtype, context_shape);
     GuardedTensor kept(DType::f32, weights_shape(in)), passed(DType::f64, weights_shape(in));
@@ -179,8 +177,7 @@ void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
     } else {
       expect_same_float_bits(kept.const_view(), passed.const_view());
     }
-    hwy::SetSupportedTargetsForTest(0);
-  }
+  });
 }
 
 TEST_P(WeightsCases, ForwardKeptWeightsAreTheWeightsPassBitsOnEveryTarget) {

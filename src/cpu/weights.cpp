@@ -137,7 +137,7 @@ class ItemKernel {
     // ulps however many tiles were merged.
     float row_max = kMinusInfinity;
     double row_sum = 0.0;
-    float shift = 0.0f, factor = 0.0f;  // alpha = exp(s - shift) * factor
+    WeightScale scale{0.0f, 0.0f};  // alpha = exp(s - shift) * factor
     TopK best;
     bool by_dot = false;  // scored by dot products, as the forward kernel scores this row
   };
@@ -360,20 +360,17 @@ class ItemKernel {
     for (Index r = 0; r < rows_; ++r) {
       Row& row = row_[r];
       if (r_.lse && !top_k_) {
-        const WeightScale scale =
+        row.scale =
             weight_scale_of_lse(row_of<double>(*r_.lse, seg_->batch, row.head, row.query_row)[0]);
-        row.shift = scale.shift;
-        row.factor = scale.factor;
       } else {
         const RowEnd<double> end = end_of_row(static_cast<double>(row.row_max), row.row_sum);
-        row.shift = end.inverse_l == 0.0 ? 0.0f : row.row_max;
-        row.factor = static_cast<float>(end.inverse_l);
+        row.scale = {end.inverse_l == 0.0 ? 0.0f : row.row_max, static_cast<float>(end.inverse_l)};
       }
     }
   }
 
-  // weights[key] = exp(s - shift) * factor for the tile's keys; 0 for hidden keys. Whole
-  // vectors go straight into an f32 output; the rest through a tile buffer.
+  // weights[key] = exp(s - shift) * factor for the tile's keys (tile::weights_of_scores);
+  // 0 for hidden keys. Straight into an f32 output; other dtypes through a tile buffer.
   void row_emit(Index r, Index tile, Index tile_end) {
     const Row& row = row_[r];
     const Index keys = tile_end - tile;
@@ -392,22 +389,11 @@ class ItemKernel {
       std::fill(weights, weights + keys, 0.0f);
     } else {
       const auto [v_first, v_end] = shape_scores(r, tile, first, end);
-      const DF df;
-      const float* s = s_.scores.get() + r * kKeyTile;
-      const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
-      std::fill(weights, weights + v_first * lanes_, 0.0f);
-      for (Index v = v_first; v < v_end; ++v) {
-        const VF alpha = tile::weight_of_score(df, hn::Load(df, s + v * lanes_), shift, factor);
-        // The buffer holds whole vectors; an f32 output row may end inside this one.
-        if ((v + 1) * lanes_ <= keys || direct == nullptr) {
-          hn::StoreU(alpha, df, weights + v * lanes_);
-        } else {
-          hn::Store(alpha, df, buffer + kKeyTile - lanes_);
-          std::copy(buffer + kKeyTile - lanes_, buffer + kKeyTile - lanes_ + keys - v * lanes_,
-                    weights + v * lanes_);
-        }
-      }
-      if (v_end * lanes_ < keys) std::fill(weights + v_end * lanes_, weights + keys, 0.0f);
+      const Index from = v_first * lanes_, to = std::min(v_end * lanes_, keys);
+      std::fill(weights, weights + from, 0.0f);
+      tile::weights_of_scores(s_.scores.get() + r * kKeyTile + from, to - from, row.scale,
+                              weights + from);
+      std::fill(weights + to, weights + keys, 0.0f);
     }
     if (direct == nullptr) {
       with_output_row(r, [&](auto* out) { from_floats(buffer, keys, out + seg_->k_begin + tile); });
@@ -423,7 +409,7 @@ class ItemKernel {
     const Index count = row.best.size(), padded = round_up(count, lanes_);
     for (Index t = 0; t < count; ++t) weights[t] = heap[t].score;
     std::fill(weights + count, weights + padded, 0.0f);
-    const VF shift = hn::Set(df, row.shift), factor = hn::Set(df, row.factor);
+    const VF shift = hn::Set(df, row.scale.shift), factor = hn::Set(df, row.scale.factor);
     for (Index t = 0; t < padded; t += lanes_) {
       const VF x = hn::Load(df, weights + t);
       hn::Store(hn::Mul(tile::softmax_weight(df, x, shift), factor), df, weights + t);

@@ -6,13 +6,15 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/forward.hpp"
 
 namespace attn::testing {
 
-// Runs the body once per compiled target this CPU supports, forcing that target.
+// Runs the body once per compiled target this CPU supports, forcing that target; a body
+// taking an argument is given the target (an HWY_* bit).
 template <class Body>
 void for_each_target(Body&& body) {
   const std::vector<std::int64_t> targets = cpu::compiled_targets();
@@ -20,7 +22,11 @@ void for_each_target(Body&& body) {
   for (const std::int64_t target : targets) {
     SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
-    body();
+    if constexpr (std::is_invocable_v<Body&, std::int64_t>) {
+      body(target);
+    } else {
+      body();
+    }
     hwy::SetSupportedTargetsForTest(0);
   }
 }

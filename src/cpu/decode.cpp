@@ -54,6 +54,11 @@ using Traits = DecodeTraits;
 // Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
 constexpr int kToL1 = 3, kToL2 = 1;
 
+// Whether the next tile's keys are asked to L1 as well as two tiles ahead to L2: on AVX-512
+// (Zen 4) that made Hq = 8 8% faster from memory; on AVX2 (Zen 3) Hq = 8 the same and
+// Hq = 32 4% slower, so the 16-register x86 targets ask only for L2.
+constexpr bool kNextKeysToL1 = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3);
+
 // Asks for every cache line of a row of `bytes` bytes. It and every function that only
 // prefetches must be inlined (HWY_INLINE): GCC takes a function with no effect but
 // prefetches as pure and deletes calls to it that stay out of line.
@@ -213,8 +218,8 @@ class TaskKernel {
   };
 
   // Asks for rows [begin, end) of the tiles ahead: the keys and values of the one after
-  // next to come to L2, then the keys of the next one to L1. The scoring loop asks for as
-  // many rows as keys it has scored, so the requests go out spread over the tile's work.
+  // next to come to L2, then (kNextKeysToL1) the keys of the next one to L1. The scoring loop asks
+  // for as many rows as keys it has scored, so the requests go out spread over the tile's work.
   // Spread, in this order, this far ahead: every other choice measured was slower from
   // memory (bench/README.md, "Decode prefetching", has the figures).
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
@@ -224,6 +229,7 @@ class TaskKernel {
       prefetch_row<kToL2>(ahead.after_next.keys[t], key_bytes);
       prefetch_row<kToL2>(ahead.after_next.values[t], value_bytes);
     }
+    if (!kNextKeysToL1) return;
     for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
       prefetch_row<kToL1>(ahead.next.keys[t], key_bytes);
     }
@@ -247,12 +253,6 @@ class TaskKernel {
     }
   }
 
-  // Four keys a block (tile::kDotKeys) for every row count: each chunk of a query row is
-  // then loaded once for four multiply-adds. With two keys a block, GCC folded each query
-  // load into both multiply-adds, and loads, not arithmetic, bound the loop (Hq = 32: 38
-  // against 34 ns per key and KV head with the cache in the CPU caches).
-  static constexpr int kBlockKeys = tile::kDotKeys;
-
   void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const Lookahead* ahead) {
     const T* const* keys = rows.keys;
     const Index count = rows.count();
@@ -272,6 +272,7 @@ class TaskKernel {
   // goes: as many as the keys scored so far, the rest at the end.
   template <int NR>
   void score_rows_n(Index r0, const T* const* keys, Index count, const Lookahead* ahead) {
+    constexpr Index kBlockKeys = tile::kDotKeys<NR>;
     const float* q[NR];
     float* out[NR];
     for (int r = 0; r < NR; ++r) {

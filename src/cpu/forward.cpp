@@ -366,7 +366,7 @@ class ItemKernel {
 
   // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel.
   void compute_scores_by_dot(const Chunk& chunk) {
-    constexpr Index kKeys = tile::kDotKeys;
+    constexpr Index kKeys = tile::kDotKeys<1>;
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
     for (Index r = chunk.first_row; r < row_end; ++r) {
       const float* q[1] = {s_.queries.get() + r * dim_};

@@ -266,7 +266,7 @@ class ItemKernel {
   // Row r's scores of the keys it sees in [tile, tile_end) by the dot micro-kernel on K's
   // own rows, for a row the forward kernel scores that way.
   void compute_scores_by_dot(Index r, Index tile, Index tile_end) {
-    constexpr Index kKeys = tile::kDotKeys;
+    constexpr Index kKeys = tile::kDotKeys<1>;
     const Index first = std::max(row_[r].first, tile), end = std::min(row_[r].end, tile_end);
     const float* q[1] = {s_.queries.get() + r * dim_};
     float* scores = s_.scores.get() + r * kKeyTile - tile;

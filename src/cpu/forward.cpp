@@ -364,21 +364,42 @@ class ItemKernel {
 #endif
   }
 
-  // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel.
+  // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel, up to four rows
+  // a block so that each key row is read once for all of them.
   void compute_scores_by_dot(const Chunk& chunk) {
-    constexpr Index kKeys = tile::kDotKeys<1>;
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
-    for (Index r = chunk.first_row; r < row_end; ++r) {
-      const float* q[1] = {s_.queries.get() + r * dim_};
-      for (Index j = chunk.first; j < chunk.end; j += kKeys) {
-        const Index keys = std::min(kKeys, chunk.end - j);
-        const float* k[kKeys];
-        for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
-        float dots[kKeys];
-        float* out[1] = {dots};
-        tile::scores_by_dot<float, 1>(q, k, dim_, out);
-        for (Index i = 0; i < keys; ++i) *scores_at(j + i, r) = dots[i];
+    for (Index r = chunk.first_row; r < row_end; r += 4) {
+      switch (std::min<Index>(4, row_end - r)) {
+        case 4:
+          scores_by_dot<4>(chunk, r);
+          break;
+        case 3:
+          scores_by_dot<3>(chunk, r);
+          break;
+        case 2:
+          scores_by_dot<2>(chunk, r);
+          break;
+        default:
+          scores_by_dot<1>(chunk, r);
       }
+    }
+  }
+
+  template <int NR>
+  void scores_by_dot(const Chunk& chunk, Index r0) {
+    constexpr Index kKeys = tile::kDotKeys<NR>;
+    const float* q[NR];
+    for (int r = 0; r < NR; ++r) q[r] = s_.queries.get() + (r0 + r) * dim_;
+    for (Index j = chunk.first; j < chunk.end; j += kKeys) {
+      const Index keys = std::min(kKeys, chunk.end - j);
+      const float* k[kKeys];
+      for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
+      float dots[NR][kKeys];
+      float* out[NR];
+      for (int r = 0; r < NR; ++r) out[r] = dots[r];
+      tile::scores_by_dot<float, NR>(q, k, dim_, out);
+      for (int r = 0; r < NR; ++r)
+        for (Index i = 0; i < keys; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
     }
   }
 

@@ -68,10 +68,11 @@ inline Index positions_per_item(Index group, Index lanes, bool widened) {
 }
 
 // A chunk of `real_rows` query rows (of a vector of `lanes`) is scored by dot products
-// when it holds at most a quarter of a vector: broadcasting keys against Qt would waste
-// most lanes (decoding one token), where dot products read each key once.
+// when it holds at most half a vector: broadcasting keys against Qt would waste half the
+// lanes or more (decoding one token, a GQA group of four on AVX2), where dot products
+// read each key once for four rows.
 inline bool chunk_scored_by_dot(Index real_rows, Index lanes) {
-  return real_rows * 4 <= lanes;
+  return real_rows * 2 <= lanes;
 }
 
 // Whether the forward kernel scores the query row of position i (of len_q in its segment)

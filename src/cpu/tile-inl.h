@@ -177,8 +177,7 @@ HWY_INLINE VF load_floats(DF df, const T* HWY_RESTRICT row) {
     const hn::Rebind<std::int32_t, DF> di;
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), row)));
   } else {
-    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
-    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<Hwy, DF>(), reinterpret_cast<const Hwy*>(row)));
+    return load_widened(df, row);
   }
 }
 

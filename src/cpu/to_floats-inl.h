@@ -11,6 +11,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "attn/half.hpp"
@@ -19,6 +20,38 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
+
+// Whether this target widens f16 by its own instruction (F16C on AVX2 and up, NEON, ...).
+// Highway's emulation on the x86 targets below AVX2 and on EMU128 and SCALAR turns
+// infinities and NaN into finite numbers (exponent 31 rebiased as if it were a number).
+inline constexpr bool kHardwareHalfWidening = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2) &&
+                                              HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR;
+
+// A vector of float16 or bfloat16 elements from `from`, widened to float32 exactly (NaN
+// and infinities included).
+template <class T, class DF>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> load_widened(DF df, const T* HWY_RESTRICT from) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
+  if constexpr (std::is_same_v<T, bfloat16> || kHardwareHalfWidening) {
+    return hn::PromoteTo(df, hn::LoadU(hn::Rebind<Hwy, DF>(), reinterpret_cast<const Hwy*>(from)));
+  } else {
+    // By bits: sign, then exponent and mantissa moved into place and rebiased by a multiply
+    // by 2^112 (exact, subnormals too), then exponent 31 made 255 (infinity, NaN).
+    const hn::RebindToUnsigned<DF> du;
+    const hn::RebindToSigned<DF> di;
+    const auto bits = hn::PromoteTo(du, hn::LoadU(hn::Rebind<std::uint16_t, DF>(),
+                                                  reinterpret_cast<const std::uint16_t*>(from)));
+    const auto magnitude = hn::And(bits, hn::Set(du, 0x7FFFu));
+    const auto sign = hn::ShiftLeft<16>(hn::Xor(bits, magnitude));
+    const auto moved = hn::ShiftLeft<13>(magnitude);
+    const auto finite = hn::BitCast(du, hn::Mul(hn::BitCast(df, moved), hn::Set(df, 0x1p112f)));
+    const auto special = hn::Or(moved, hn::Set(du, 0x7F800000u));
+    const auto is_special =
+        hn::RebindMask(du, hn::Gt(hn::BitCast(di, magnitude), hn::Set(di, 0x7BFF)));
+    return hn::BitCast(df, hn::Or(sign, hn::IfThenElse(is_special, special, finite)));
+  }
+}
 
 // out[0 .. n) = in[0 .. n) as float (float64 rounded), vectorised for the 16-bit types.
 template <class T>
@@ -29,15 +62,10 @@ void to_floats(const T* HWY_RESTRICT in, Index n, float* HWY_RESTRICT out) {
   } else if constexpr (std::is_same_v<T, double>) {
     for (Index i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
   } else {
-    using Hwy = std::conditional_t<std::is_same_v<T, float16>, hwy::float16_t, hwy::bfloat16_t>;
     const hn::ScalableTag<float> df;
-    const hn::Rebind<Hwy, decltype(df)> dh;
     const Index lanes = static_cast<Index>(hn::Lanes(df));
-    const Hwy* from = reinterpret_cast<const Hwy*>(in);
     const Index whole = n - n % lanes;
-    for (Index i = 0; i < whole; i += lanes) {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, from + i)), df, out + i);
-    }
+    for (Index i = 0; i < whole; i += lanes) hn::StoreU(load_widened(df, in + i), df, out + i);
     for (Index i = whole; i < n; ++i) out[i] = to_float(in[i]);
   }
 }

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -131,6 +132,20 @@ std::vector<Case> larger_cases() {
   Case masked = shaped(3, 1, 260, 400, 96);
   masked.mask = testing::MaskCase::boolean, masked.sinks = true, masked.dtype = DType::f16;
   out.push_back(masked);
+  // Decoding with 16-bit K and V, whose narrow tiles are read in place (attend_narrow_tile
+  // in src/cpu/forward.cpp): one to four rows an item, over three key tiles; the rows of an
+  // item see the same keys (one query) or not (two queries, causal).
+  for (const Index group : {1, 2, 3, 4}) {
+    Case decoding = shaped(2 * group, 2, 1, 300, group % 2 ? 64 : 128);
+    decoding.dtype = group % 2 ? DType::f16 : DType::bf16;
+    decoding.sinks = group == 3, decoding.softcap = group == 2 ? 6.0 : 0.0;
+    out.push_back(decoding);
+    Case speculative = shaped(group, 1, 2, 700, 80);
+    speculative.dtype = group % 2 ? DType::bf16 : DType::f16;
+    speculative.causal = true, speculative.align = CausalAlign::bottom_right;
+    speculative.window = {group == 4 ? 400 : -1, -1}, speculative.alibi = group == 1;
+    out.push_back(speculative);
+  }
   if (const char* full = std::getenv("ATTN_FULL_SWEEP"); full != nullptr && full[0] == '1') {
     for (const Index d : {64, 128, 256}) {
       for (const bool is_causal : {false, true}) {
@@ -255,6 +270,34 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysOfMiddleTilesNeverReachesOutput) {
       const ReferenceResult want = run_reference(in);
       for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
     }
+  }
+}
+
+// Two queries with 16-bit K and V, whose narrow tiles are read in place, their windows
+// over three key tiles: a NaN key and an infinite value that the first query's window
+// holds and the second's leaves out reach only the first query's rows.
+TEST(FastForwardHiddenKeys, NanInKeysOfNarrowTilesReachesOnlyRowsThatSeeThem) {
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    Case c;
+    c.heads_q = 2, c.heads_kv = 1, c.len_q = 2, c.len_k = 300, c.dim = 64, c.dim_v = 64;
+    c.dtype = dtype, c.causal = true, c.align = CausalAlign::bottom_right, c.window = {290, 0};
+    SCOPED_TRACE(c.name());
+    testing::Inputs in = testing::make_inputs(c);
+    const auto bits = [&](float x) {
+      return dtype == DType::f16 ? to_float16(x).bits : to_bfloat16(x).bits;
+    };
+    constexpr Index kFirstQuerysFirstKey = 300 - 2 - 290;
+    auto* k = static_cast<std::uint16_t*>(const_cast<void*>(in.k.data));
+    auto* v = static_cast<std::uint16_t*>(const_cast<void*>(in.v.data));
+    k[kFirstQuerysFirstKey * in.k.strides[2]] = bits(std::numeric_limits<float>::quiet_NaN());
+    v[kFirstQuerysFirstKey * in.v.strides[2] + c.dim_v - 1] =
+        bits(std::numeric_limits<float>::infinity());
+    const ReferenceResult want = run_reference(in);
+    for (Index h = 0; h < c.heads_q; ++h) {
+      ASSERT_TRUE(std::isnan(want.context.data_as<double>()[(h * 2) * c.dim_v]));
+      ASSERT_TRUE(std::isfinite(want.context.data_as<double>()[(h * 2 + 1) * c.dim_v]));
+    }
+    for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
   }
 }
 

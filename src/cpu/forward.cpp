@@ -231,7 +231,7 @@ class ItemKernel {
     tile_first_ = tile_first;
     Chunk* chunks = s_.chunks.get();
     Index chunk_count = 0;
-    bool any_partial = false, any_narrow = false;
+    bool any_partial = false, any_narrow = false, all_narrow = true;
     const Index vectors = rows_padded_ / lanes_;
     for (Index v = 0; v < vectors; v += Traits::kScoreRowVectors) {
       Chunk chunk;
@@ -240,12 +240,21 @@ class ItemKernel {
       if (plan_chunk(tile_first, tile_end, chunk)) {
         any_partial |= !chunk.every_row_sees_all;
         any_narrow |= chunk.narrow;
+        all_narrow &= chunk.narrow;
         chunks[chunk_count++] = chunk;
       } else if (keep_weights_) {
         hide_in_weights(chunk, tile_first, tile_end);
       }
     }
     if (chunk_count == 0) return;
+    if (narrow_in_place_ && all_narrow) {
+      return with_float_type(p_.k.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+          attend_narrow_tile<T>(chunks, chunk_count, tile_end);
+        }
+      });
+    }
     load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow);
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
@@ -255,6 +264,27 @@ class ItemKernel {
     }
     const bool values_finite = !any_partial || tile_values_finite(tile_end - tile_first);
     accumulate_context(chunks, chunk_count, values_finite);
+  }
+
+  // A tile whose chunks are all narrow (decoding one token), 16-bit K and V read in place:
+  // scores by the dot micro-kernel, then O = O corr + P V by tile::context_by_rows, each
+  // row reading only the value rows it sees. Widening the tile into scratch first took
+  // about as long as the rest of the step.
+  template <class T>
+  void attend_narrow_tile(const Chunk* chunks, Index chunk_count, Index tile_end) {
+    const T* keys[Traits::kKeyTile];
+    const T* values[Traits::kKeyTile];
+    for (Index j = tile_first_; j < tile_end; ++j) {
+      keys[j - tile_first_] = row_of<T>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j);
+      values[j - tile_first_] = row_of<T>(p_.v, seg_->batch, kv_head_, seg_->k_begin + j);
+    }
+    for (Index c = 0; c < chunk_count; ++c) {
+      compute_scores_by_dot(chunks[c], [&](Index j) { return keys[j - tile_first_]; });
+      shape_scores(chunks[c]);
+      if (keep_weights_) keep_scores(chunks[c]);
+      update_softmax(chunks[c]);
+      context_by_rows(chunks[c], values);
+    }
   }
 
   // Narrows the chunk to the keys of [tile_first, tile_end) any of its rows may see;
@@ -325,7 +355,7 @@ class ItemKernel {
   }
 
   void compute_scores(const Chunk& chunk) {
-    if (chunk.narrow) return compute_scores_by_dot(chunk);
+    if (chunk.narrow) return compute_scores_by_dot(chunk, [&](Index j) { return key_row(j); });
     if (chunk.vectors == 1) return compute_scores<1>(chunk);
     if (chunk.vectors == 2) return compute_scores<2>(chunk);
     compute_scores<Traits::kScoreRowVectors>(chunk);
@@ -365,39 +395,42 @@ class ItemKernel {
   }
 
   // S^T[j][r] = q_r . k_j for the chunk's real rows, by the dot micro-kernel, up to four rows
-  // a block so that each key row is read once for all of them.
-  void compute_scores_by_dot(const Chunk& chunk) {
+  // a block so that each key row is read once for all of them; key_row(j) is key j's row
+  // (float, or a 16-bit row read in place).
+  template <class KeyRow>
+  void compute_scores_by_dot(const Chunk& chunk, const KeyRow& key_row) {
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
     for (Index r = chunk.first_row; r < row_end; r += 4) {
       switch (std::min<Index>(4, row_end - r)) {
         case 4:
-          scores_by_dot<4>(chunk, r);
+          scores_by_dot<4>(chunk, r, key_row);
           break;
         case 3:
-          scores_by_dot<3>(chunk, r);
+          scores_by_dot<3>(chunk, r, key_row);
           break;
         case 2:
-          scores_by_dot<2>(chunk, r);
+          scores_by_dot<2>(chunk, r, key_row);
           break;
         default:
-          scores_by_dot<1>(chunk, r);
+          scores_by_dot<1>(chunk, r, key_row);
       }
     }
   }
 
-  template <int NR>
-  void scores_by_dot(const Chunk& chunk, Index r0) {
+  template <int NR, class KeyRow>
+  void scores_by_dot(const Chunk& chunk, Index r0, const KeyRow& key_row) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(key_row(Index{0}))>>;
     constexpr Index kKeys = tile::kDotKeys<NR>;
     const float* q[NR];
     for (int r = 0; r < NR; ++r) q[r] = s_.queries.get() + (r0 + r) * dim_;
     for (Index j = chunk.first; j < chunk.end; j += kKeys) {
       const Index keys = std::min(kKeys, chunk.end - j);
-      const float* k[kKeys];
+      const T* k[kKeys];
       for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
       float dots[NR][kKeys];
       float* out[NR];
       for (int r = 0; r < NR; ++r) out[r] = dots[r];
-      tile::scores_by_dot<float, NR>(q, k, dim_, out);
+      tile::scores_by_dot<T, NR>(q, k, dim_, out);
       for (int r = 0; r < NR; ++r)
         for (Index i = 0; i < keys; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
     }
@@ -532,6 +565,49 @@ class ItemKernel {
     }
   }
 
+  // O = O corr + P V for a narrow chunk's real rows, V's rows read in place. Rows go four
+  // at a time when they see the same keys of the tile, else one by one, so that no row
+  // reads a value row it does not see (a NaN there never reaches it).
+  template <class T>
+  void context_by_rows(const Chunk& chunk, const T* const* values) {
+    const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
+    const auto range = [&](Index r) {
+      return std::pair<Index, Index>{std::max<Index>(s_.first_key[r], chunk.first),
+                                     std::min<Index>(s_.end_key[r], chunk.end)};
+    };
+    for (Index r0 = chunk.first_row; r0 < row_end; r0 += 4) {
+      const Index rows = std::min<Index>(4, row_end - r0);
+      bool same = true;
+      for (Index r = r0 + 1; r < r0 + rows; ++r) same = same && range(r) == range(r0);
+      if (same && rows == 4) {
+        context_by_rows<T, 4>(r0, range(r0), values);
+      } else if (same && rows == 2) {
+        context_by_rows<T, 2>(r0, range(r0), values);
+      } else {
+        for (Index r = r0; r < r0 + rows; ++r) context_by_rows<T, 1>(r, range(r), values);
+      }
+    }
+  }
+
+  template <class T, int NR>
+  void context_by_rows(Index r0, std::pair<Index, Index> keys, const T* const* values) {
+    if (keys.first >= keys.second) return;
+    alignas(64) float weights[NR][Traits::kKeyTile];  // P of the tile's keys, by row
+    float* acc[NR];
+    const float* p[NR];
+    for (int r = 0; r < NR; ++r) {
+      acc[r] = s_.context.get() + (r0 + r) * dim_v_padded_;
+      p[r] = weights[r];
+      const float rescale = s_.rescale[r0 + r];
+      if (rescale != 1.0f) tile::rescale_row(acc[r], dim_v_, rescale);
+      for (Index j = keys.first; j < keys.second; ++j) {
+        weights[r][j - tile_first_] = *scores_at(j, r0 + r);
+      }
+    }
+    tile::context_by_rows<T, NR>(acc, p, values, keys.first - tile_first_,
+                                 keys.second - tile_first_, dim_v_);
+  }
+
   // A block with one real row (decoding) runs 1-row blocks, not 4 rows of which 3 pad.
   void context_columns(const RowBlock& block, Index column, Index width) {
     if (block_rows_ == Traits::kContextRows && block.rows > 1) {
@@ -603,6 +679,10 @@ class ItemKernel {
   const bool bf16_dot_ = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && p_.q.dtype == DType::bf16 &&
                          p_.k.dtype == DType::bf16 && dim_ % 2 == 0 && has_bf16_dot();
   const bool keep_weights_ = keeps_weights(p_);
+  // Narrow tiles read K and V in place (attend_narrow_tile): 16-bit K and V of one dtype,
+  // no mask (a masked key's value row would be read with weight 0).
+  const bool narrow_in_place_ = p_.mask_kind == MaskKind::none && p_.k.dtype == p_.v.dtype &&
+                                (p_.k.dtype == DType::f16 || p_.k.dtype == DType::bf16);
   const Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
   const float* keys_ = nullptr;

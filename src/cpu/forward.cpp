@@ -4,7 +4,8 @@
 // rows, with the pieces of cpu/tile-inl.h:
 //   S^T = K Q^T    rows-vectorised: keys broadcast against query rows packed transposed
 //                  (Qt, once per item), so neither K nor V needs packing when it is f32;
-//                  a chunk of few rows (decoding one token) uses the dot kernel instead;
+//                  a chunk of few rows (decoding one token) uses the dot kernel instead,
+//                  and a tile of only such chunks reads 16-bit K and V in place;
 //                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
 //                  instruction (cpu/bf16_dot.hpp), K read in place
 //   shaping        the shared score shaper, lanes being rows

@@ -276,7 +276,9 @@ class KeyBlockKernel {
 
   // Row `key` of x[batch][kv head] in f32: x's own row, or converted into s_.row.
   const float* key_row(const TensorView& x, Index key, Index width) {
-    return rows_as_floats(x, seg_->batch, kv_head_, key, 1, width, width, s_.row.get()).rows;
+    return rows_as_floats(x, seg_->batch, kv_head_, key, 1, width, width, RowDistance::any,
+                          s_.row.get())
+        .rows;
   }
 
   // Query rows [i0, i0 + rows) of head_ against the block, when any of them sees it.
@@ -353,7 +355,8 @@ class KeyBlockKernel {
       });
       std::fill(q + dim_, q + dim_p_, 0.0f);
     }
-    dout_ = rows_as_floats(bp_.dout, b, head_, first, rows, dim_v_, dim_vp_, s_.dout.get());
+    dout_ = rows_as_floats(bp_.dout, b, head_, first, rows, dim_v_, dim_vp_, RowDistance::any,
+                           s_.dout.get());
   }
 
   // S = (scale q) K^T and dP = dO V^T, keys across lanes.

@@ -3,14 +3,16 @@
 // each K/V tile is read once for the whole GQA group. For each key tile, per chunk of
 // rows, with the pieces of cpu/tile-inl.h:
 //   S^T = K Q^T    rows-vectorised: keys broadcast against query rows packed transposed
-//                  (Qt, once per item), so neither K nor V needs packing when it is f32;
+//                  (Qt, once per item), so K needs no packing when it is f32;
 //                  a chunk of few rows (decoding one token) uses the dot kernel instead,
 //                  and a tile of only such chunks reads 16-bit K and V in place;
 //                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
 //                  instruction (cpu/bf16_dot.hpp), K read in place
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
-//   O = O corr + P V   rows-vectorised: P broadcast against V rows
+//   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
+//                  apart to spread over the L1 sets (f32 rows that do not are copied
+//                  into scratch: to_floats-inl.h, RowDistance)
 //   weights        for a float32 weights output (keeps_weights): the shaped scores are
 //                  kept by row in scratch before the softmax, and when a row ends they
 //                  go into the output as its weights, by its lse
@@ -98,7 +100,7 @@ struct Scratch {
         scores(scratch_buffer<float>((key_tile + score_keys) * rows)),
         context(scratch_buffer<float>(rows * dim_v_padded)),
         keys(scratch_buffer<float>(key_tile * dim)),
-        values(scratch_buffer<float>(key_tile * dim_v_padded)),
+        values(scratch_buffer<float>(key_tile * spread_row_stride(dim_v_padded))),
         row_max(scratch_buffer<float>(rows)),
         row_sum(scratch_buffer<float>(rows)),
         rescale(scratch_buffer<float>(rows)),
@@ -121,7 +123,9 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
   hwy::AlignedFreeUniquePtr<float[]> context;  // [rows][dim_v_padded]: unnormalised O
   hwy::AlignedFreeUniquePtr<float[]> keys;     // [key_tile][dim]: K tile in f32 (f16/bf16 k)
-  hwy::AlignedFreeUniquePtr<float[]> values;   // [key_tile][dim_v_padded]: V tile in f32
+  // [key_tile][spread_row_stride(dim_v_padded)]: V tile in f32, its rows spread over the L1
+  // sets for the context's column passes
+  hwy::AlignedFreeUniquePtr<float[]> values;
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
@@ -256,7 +260,7 @@ class ItemKernel {
         }
       });
     }
-    load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow);
+    load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow, !all_narrow);
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
       shape_scores(chunks[c]);
@@ -330,18 +334,22 @@ class ItemKernel {
   }
 
   // K (when scores are made from float keys) and V rows of the tile as f32: the inputs
-  // themselves when they are f32 (and V's rows are whole vectors), else converted into
-  // scratch. The bf16 dot reads K's own rows.
-  void load_tile(Index tile_first, Index tile_end, bool float_keys) {
+  // themselves when they are f32 (V's rows whole vectors), else converted into scratch.
+  // The bf16 dot reads K's own rows. With wide chunks, whose context passes over a few
+  // columns of V at a time for many rows, V's rows must also lie far enough apart to spread
+  // over the L1 sets (RowDistance::spread); narrow chunks read each V row for a few rows
+  // only, and copying f32 V there made decoding steps 25-40% slower.
+  void load_tile(Index tile_first, Index tile_end, bool float_keys, bool wide_context) {
     const Index keys = tile_end - tile_first, first_key = seg_->k_begin + tile_first;
     if (float_keys) {
-      const FloatRows k =
-          rows_as_floats(p_.k, seg_->batch, kv_head_, first_key, keys, dim_, dim_, s_.keys.get());
+      const FloatRows k = rows_as_floats(p_.k, seg_->batch, kv_head_, first_key, keys, dim_, dim_,
+                                         RowDistance::any, s_.keys.get());
       keys_ = k.rows;
       key_stride_ = k.stride;
     }
-    const FloatRows v = rows_as_floats(p_.v, seg_->batch, kv_head_, first_key, keys, dim_v_,
-                                       dim_v_padded_, s_.values.get());
+    const FloatRows v =
+        rows_as_floats(p_.v, seg_->batch, kv_head_, first_key, keys, dim_v_, dim_v_padded_,
+                       wide_context ? RowDistance::spread : RowDistance::any, s_.values.get());
     values_ = v.rows;
     value_stride_ = v.stride;
   }

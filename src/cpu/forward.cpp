@@ -12,7 +12,7 @@
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
 //                  apart to spread over the L1 sets (f32 rows that do not are copied
-//                  into scratch: to_floats-inl.h, RowDistance)
+//                  into scratch: cpu/to_floats-inl.h, RowDistance)
 //   weights        for a float32 weights output (keeps_weights): the shaped scores are
 //                  kept by row in scratch before the softmax, and when a row ends they
 //                  go into the output as its weights, by its lse

@@ -83,7 +83,7 @@ void from_floats(const float* HWY_RESTRICT in, Index n, T* HWY_RESTRICT out) {
 // Rows of floats that a pass reads a few columns at a time, many rows in turn (forward's
 // context over a V tile), stay in L1 only when the distance between them spreads them over
 // its sets: not a multiple of two 64-byte lines. At 512 bytes (d = 128, f32) a tile's rows
-// fall into 8 of Zen 3's 64 sets, and forward ran 4-5% slower than with them 576 bytes apart.
+// fall into 8 of Zen 3's 64 sets, and forward ran 4-5% slower than with them 576 apart.
 inline constexpr Index kLineFloats = 16;
 
 inline bool spreads_over_l1_sets(Index stride) {

@@ -98,7 +98,9 @@ install-python: python-env
 	  $(PYTHON) -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation -C build-dir=build/python -C cmake.define.ATTN_WERROR=ON .
 
-test-python: install-python
+# The emulated kernels' tests (tests/python/test_emulated_kernels.py) run the shared objects
+# that tests/emulated builds into build/release.
+test-python: install-python build
 	$(PYTHON) -m pytest -q tests/python
 
 # Part of test-python: a wheel built from build/python (nothing recompiled after

@@ -195,7 +195,8 @@ TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
 // float path), against float64 as tightly as float inputs. The case lists run it too.
 TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
   if (!cpu::has_bf16_dot()) {
-    GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 dot path was not exercised";
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 dot path was not exercised here "
+                    "(its kernel runs emulated in tests/python/test_emulated_kernels.py)";
   }
   for (const Index dim : {64, 80, 96, 128, 256, 40, 59}) {
     SCOPED_TRACE("dim " + std::to_string(dim));

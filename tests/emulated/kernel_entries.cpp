@@ -1,0 +1,29 @@
+// Entry points for the emulator (tests/python/emulator.py): one extern "C" function per
+// leaf kernel, taking its arguments as one struct in memory, so that the harness sets a
+// single register (rdi) and needs no knowledge of the calling convention's float registers.
+#include <cstdint>
+
+#include "cpu/bf16_dot.hpp"
+
+namespace {
+
+// The arguments of attn::cpu::scores_rows_bf16, in its order; laid out as the harness packs
+// them (struct format "<QqQqqfiQ").
+struct ScoresRowsBf16Args {
+  const std::uint16_t* q_pairs;
+  attn::Index rows_stride;
+  const std::uint16_t* const* keys;
+  attn::Index key_count;
+  attn::Index dim;
+  float scale;
+  int vectors;
+  float* out;
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void emulated_scores_rows_bf16(
+    const ScoresRowsBf16Args* a) {
+  attn::cpu::scores_rows_bf16(a->q_pairs, a->rows_stride, a->keys, a->key_count, a->dim, a->scale,
+                              a->vectors, a->out);
+}

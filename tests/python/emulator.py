@@ -1,11 +1,12 @@
-"""Runs leaf kernels of attn on an emulated Sapphire Rapids CPU (AVX-512, AVX512-BF16/FP16,
-AMX), so that paths for CPU features this machine lacks are tested wherever the tests run.
+"""Runs leaf kernels of attn on an emulated Sapphire Rapids CPU (AVX-512, AVX512-BF16 and
+AVX512-FP16; the emulator is built without AMX), so that paths for CPU features this
+machine lacks are tested wherever the tests run.
 
 The emulator is BochsCPU (PyPI's bochscpu-python): Bochs' CPU alone, with no devices and no
 operating system. tests/emulated builds the kernels into a shared object that needs no
 runtime (libattn_emulated_kernels.so) and the library that makes BochsCPU emulate Sapphire
-Rapids (libbochs_sapphire_rapids.so); this module maps the first into the emulated address
-space, sets up long mode with the AVX-512 and AMX state enabled, and calls one entry point
+Rapids (libbochscpu_shim.so); this module maps the first into the emulated address
+space, sets up long mode with the AVX-512 state enabled, and calls one entry point
 with rdi pointing at its argument struct. A call returns to a page holding `hlt`, which
 faults in user mode and stops the emulator there; anything else that stops it is an error.
 """
@@ -19,15 +20,15 @@ BUILD = os.environ.get(
     "ATTN_EMULATED_KERNELS_DIR",
     os.path.join(os.path.dirname(__file__), "..", "..", "build", "release", "tests", "emulated"))
 KERNELS = os.path.join(BUILD, "libattn_emulated_kernels.so")
-SAPPHIRE_RAPIDS = os.path.join(BUILD, "libbochs_sapphire_rapids.so")
+SHIM = os.path.join(BUILD, "libbochscpu_shim.so")
 
 # Where things lie in the emulated address space (user mode, 4 KiB pages).
 _CODE, _DATA, _STACK, _RETURN = 0x4000_0000, 0x5000_0000, 0x6000_0000, 0x7000_0000
 _DATA_BYTES, _STACK_BYTES = 8 << 20, 64 << 10
 _PML4 = 0x10_0000
 
-# XCR0: x87, SSE, AVX; AVX-512's opmask and upper ZMM state; AMX's tile config and data.
-_XCR0 = 0x7 | 0xE0 | (1 << 17) | (1 << 18)
+# XCR0: x87, SSE, AVX; AVX-512's opmask and upper ZMM state.
+_XCR0 = 0x7 | 0xE0
 _CR4_OSFXSR, _CR4_OSXMMEXCPT, _CR4_OSXSAVE = 1 << 9, 1 << 10, 1 << 18
 
 
@@ -58,13 +59,13 @@ class Emulator:
     """One emulated CPU with the kernels mapped; call() runs one entry point on data put in
     its data area by put()."""
 
-    def __init__(self, kernels=KERNELS, sapphire_rapids=SAPPHIRE_RAPIDS):
-        for path in (kernels, sapphire_rapids):
+    def __init__(self, kernels=KERNELS, shim=SHIM):
+        for path in (kernels, shim):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"{path} is missing: build the release preset first "
                                         "(cmake --build --preset release)")
         # Before bochscpu is imported: its CPU model is chosen when its CPU is made.
-        ctypes.CDLL(sapphire_rapids, mode=os.RTLD_GLOBAL)
+        ctypes.CDLL(shim, mode=os.RTLD_GLOBAL)
         import bochscpu
         import bochscpu.cpu
         import bochscpu.memory

@@ -1,7 +1,7 @@
 // Makes the BochsCPU emulator (PyPI's bochscpu-python) build a Sapphire Rapids CPU, with
-// AVX512-BF16, AVX512-FP16 and AMX, whichever model it was built to emulate. It picks its
-// model through the exported create_<model>_cpuid functions, called through the PLT, so a
-// library loaded into the global scope first (tests/python/emulator.py) answers for the
+// AVX512-BF16 and AVX512-FP16, whichever model it was built to emulate. It picks its model
+// through the exported create_<model>_cpuid functions, called through the PLT, so this
+// library, loaded into the global scope first (tests/python/emulator.py), answers for the
 // models it may ask for with Bochs' own Sapphire Rapids.
 #include <dlfcn.h>
 
@@ -30,9 +30,10 @@ bx_cpuid_t* sapphire_rapids(BX_CPU_C* cpu, const void* caller) {
     return sapphire_rapids(cpu, __builtin_return_address(0));                            \
   }
 
-// The models BochsCPU builds: Tiger Lake by default, Skylake-X, Ice Lake or the generic CPU
-// in other releases.
-ATTN_SAPPHIRE_RAPIDS_FOR(_Z22create_tigerlake_cpuidP8BX_CPU_C)
-ATTN_SAPPHIRE_RAPIDS_FOR(_Z29create_corei7_skylake_x_cpuidP8BX_CPU_C)
-ATTN_SAPPHIRE_RAPIDS_FOR(_Z29create_corei7_icelake_u_cpuidP8BX_CPU_C)
+// The models with AVX-512 that BochsCPU builds (0.3.1: Tiger Lake; 0.4.0: Cannon Lake), and
+// its generic one.
 ATTN_SAPPHIRE_RAPIDS_FOR(_Z23create_bx_generic_cpuidP8BX_CPU_C)
+ATTN_SAPPHIRE_RAPIDS_FOR(_Z29create_corei7_skylake_x_cpuidP8BX_CPU_C)
+ATTN_SAPPHIRE_RAPIDS_FOR(_Z23create_corei3_cnl_cpuidP8BX_CPU_C)
+ATTN_SAPPHIRE_RAPIDS_FOR(_Z29create_corei7_icelake_u_cpuidP8BX_CPU_C)
+ATTN_SAPPHIRE_RAPIDS_FOR(_Z22create_tigerlake_cpuidP8BX_CPU_C)

@@ -133,7 +133,7 @@ class Emulator:
         return address
 
     def call(self, symbol, argument_address):
-        """Runs symbol(argument_address) to its return."""
+        """Runs symbol(argument_address) to its return; returns rax (an int result)."""
         bochscpu = self._bochs
         state = bochscpu.State()
         bochscpu.cpu.set_long_mode(state)
@@ -167,3 +167,4 @@ class Emulator:
         rip = self._session.cpu.state.rip
         if rip not in (_RETURN, _RETURN + 1):
             raise RuntimeError(f"{symbol} stopped at {rip:#x} (exceptions: {stops}), not at its return")
+        return self._session.cpu.state.rax

@@ -8,14 +8,8 @@ import struct
 
 import numpy as np
 import pytest
-from emulator import Emulator
 
 GUARD = np.float32(-1.5e38)  # a value no kernel writes
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    return Emulator()
 
 
 def _bf16(x):

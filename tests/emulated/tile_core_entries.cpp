@@ -1,0 +1,103 @@
+// Entry points for the emulator (tests/python/emulator.py) into the shared tile core
+// (src/cpu/tile-inl.h) as Highway's AVX-512 target (AVX3) compiles it: this file is built
+// with that target as its only one (tests/emulated/CMakeLists.txt), so that a machine
+// without AVX-512 still tests the 16-lane code of the exp, the widening, the shuffle tree
+// of the dot micro-kernel, the 32-register context kernel and the online softmax. Each
+// entry takes its arguments as one struct, as in kernel_entries.cpp.
+#include <hwy/highway.h>
+
+#include <cstdint>
+
+#include "cpu/tile-inl.h"
+
+namespace hn = hwy::HWY_NAMESPACE;
+namespace tile = attn::cpu::HWY_NAMESPACE::tile;
+using attn::float16;
+using attn::Index;
+
+static_assert(HWY_TARGET == HWY_AVX3, "built for Highway's AVX-512 target alone");
+
+namespace {
+
+// out[i] = VectorExp(x[i]) for n floats, n a multiple of 16.
+struct ExpArgs {
+  const float* x;
+  float* out;
+  Index n;
+};
+
+// out[i] = float16 or bfloat16 bits in[i] widened to float32 (load_widened), n a multiple
+// of 16.
+struct WidenArgs {
+  const std::uint16_t* in;
+  float* out;
+  Index n;
+  int bfloat;
+};
+
+// scores_by_dot<float16, 4>: four query rows against tile::kDotKeys<4> float16 keys.
+struct DotArgs {
+  const float* const* q;
+  const float16* const* keys;
+  Index dim;
+  float* const* scores;
+};
+
+// context_by_rows<float16, NR> for NR = rows (1, 2 or 4).
+struct ContextArgs {
+  float* const* acc;
+  const float* const* p;
+  const float16* const* values;
+  Index first, end, dim_v;
+  int rows;
+};
+
+// online_softmax_keys<true, float>: one row's `vectors` vectors of scores become weights;
+// state[0], state[1] are its m and l, state[2] gets the rescale factor.
+struct SoftmaxArgs {
+  float* scores;
+  Index vectors;
+  float* state;
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void emulated_vector_exp(const ExpArgs* a) {
+  const tile::DF df;
+  for (Index i = 0; i < a->n; i += tile::lanes())
+    hn::StoreU(attn::cpu::HWY_NAMESPACE::VectorExp(df, hn::LoadU(df, a->x + i)), df, a->out + i);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_widen(const WidenArgs* a) {
+  const tile::DF df;
+  for (Index i = 0; i < a->n; i += tile::lanes()) {
+    const auto widened =
+        a->bfloat ? tile::load_floats(df, reinterpret_cast<const attn::bfloat16*>(a->in + i))
+                  : tile::load_floats(df, reinterpret_cast<const float16*>(a->in + i));
+    hn::StoreU(widened, df, a->out + i);
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) int emulated_dot_keys() {
+  return tile::kDotKeys<4>;
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_scores_by_dot(const DotArgs* a) {
+  tile::scores_by_dot<float16, 4>(a->q, a->keys, a->dim, a->scores);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_context_by_rows(
+    const ContextArgs* a) {
+  if (a->rows == 4)
+    return tile::context_by_rows<float16, 4>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+  if (a->rows == 2)
+    return tile::context_by_rows<float16, 2>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+  tile::context_by_rows<float16, 1>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_online_softmax(
+    const SoftmaxArgs* a) {
+  const tile::RowUpdate update =
+      tile::online_softmax_keys<true>(a->scores, a->vectors, a->state[0], a->state[1]);
+  a->state[2] = update.rescale;
+}

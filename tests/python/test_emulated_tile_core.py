@@ -1,0 +1,164 @@
+"""The shared tile core (src/cpu/tile-inl.h) as Highway's AVX-512 target compiles it, run on
+an emulated Sapphire Rapids (tests/python/emulator.py, entries in
+tests/emulated/tile_core_entries.cpp) and checked against float64: the exp, the widening of
+float16 and bfloat16, the dot micro-kernel and its 16-lane shuffle tree, the context kernel
+with 32 registers, and the online softmax. The C++ suites run the same code natively on
+CPUs with AVX-512; this runs it everywhere."""
+
+import struct
+
+import numpy as np
+import pytest
+
+F32 = np.finfo(np.float32)
+
+
+def _put_floats(emulator, values):
+    return emulator.put(np.ascontiguousarray(values, np.float32).tobytes())
+
+
+def _read_floats(emulator, address, count):
+    return np.frombuffer(emulator.read(address, 4 * count), np.float32).copy()
+
+
+def _pointers(emulator, base, count, stride_bytes):
+    return emulator.put(struct.pack(f"<{count}Q", *(base + i * stride_bytes for i in range(count))))
+
+
+def _ulps(got, want):
+    """|got - want| in units of the last place of want rounded to float32."""
+    spacing = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / np.maximum(spacing, F32.smallest_subnormal)
+
+
+def test_vector_exp_within_two_ulp(emulator):
+    """VectorExp (src/cpu/vector_exp-inl.h): within 2 ulp of exp over [-87.33654, 88]; 0
+    below (and for -inf), NaN for NaN, exp(88) above."""
+    rng = np.random.default_rng(1)
+    valid = np.concatenate([np.linspace(-87.33654, 88.0, 40000), rng.uniform(-20, 0, 8000),
+                            [0.0, -0.0, 1.0, -1.0, 0.5 * np.log(2), -87.33654, 88.0]])
+    edges = np.array([-np.inf, np.nan, -87.4, -100.0, -1e30, 88.5, 1e30, np.inf])
+    x = np.concatenate([valid, edges]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)])
+    emulator.reset_data()
+    x_at, out_at = _put_floats(emulator, x), _put_floats(emulator, np.zeros_like(x))
+    emulator.call("emulated_vector_exp", emulator.put(struct.pack("<QQq", x_at, out_at, len(x))))
+    got = _read_floats(emulator, out_at, len(x))
+    n = len(valid)
+    assert np.all(np.isfinite(got[:n]))
+    assert _ulps(got[:n], np.exp(x[:n].astype(np.float64))).max() <= 2.0
+    edge = got[n:n + len(edges)]
+    assert edge[0] == 0.0 and np.isnan(edge[1]) and np.all(edge[2:5] == 0.0)
+    assert _ulps(edge[5:], np.full(3, np.exp(88.0))).max() <= 2.0
+
+
+@pytest.mark.parametrize("bfloat", [False, True], ids=["float16", "bfloat16"])
+def test_widening_every_pattern(emulator, bfloat):
+    """load_floats of float16 and bfloat16: all 65536 patterns exactly, NaN staying NaN with
+    its sign."""
+    bits = np.arange(65536, dtype=np.uint16)
+    if bfloat:
+        want = (bits.astype(np.uint32) << 16).view(np.float32)
+    else:
+        want = bits.view(np.float16).astype(np.float32)
+    emulator.reset_data()
+    in_at = emulator.put(bits.tobytes())
+    out_at = _put_floats(emulator, np.zeros(65536))
+    emulator.call("emulated_widen",
+                  emulator.put(struct.pack("<QQqi", in_at, out_at, 65536, int(bfloat))))
+    got = _read_floats(emulator, out_at, 65536)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.array_equal(np.signbit(got[nan]), np.signbit(want[nan]))
+
+
+def _float16_rows(rng, count, dim):
+    rows = rng.standard_normal((count, dim)).astype(np.float16)
+    return rows, rows.astype(np.float64)
+
+
+@pytest.mark.parametrize("dim", [16, 40, 64, 128, 136])
+def test_scores_by_dot_matches_float64(emulator, dim):
+    """scores_by_dot<float16, 4>: four rows against a block of keys (four on 32 registers),
+    the 16-lane shuffle tree, then the d % 16 tail in order."""
+    emulator.reset_data()
+    keys = emulator.call("emulated_dot_keys", 0) & 0xFFFFFFFF
+    rng = np.random.default_rng(dim)
+    q = rng.standard_normal((4, dim)).astype(np.float32)
+    k16, k = _float16_rows(rng, keys, dim)
+    q_at, k_at = _put_floats(emulator, q), emulator.put(k16.tobytes())
+    scores_at = _put_floats(emulator, np.full(4 * keys, np.nan))
+    args = struct.pack("<QQqQ", _pointers(emulator, q_at, 4, 4 * dim),
+                       _pointers(emulator, k_at, keys, 2 * dim), dim,
+                       _pointers(emulator, scores_at, 4, 4 * keys))
+    emulator.call("emulated_scores_by_dot", emulator.put(args))
+    got = _read_floats(emulator, scores_at, 4 * keys).reshape(4, keys).astype(np.float64)
+    want = q.astype(np.float64) @ k.T
+    assert keys == 4 and np.all(np.isfinite(got))
+    bound = dim * F32.eps * (np.abs(q.astype(np.float64)) @ np.abs(k).T)
+    assert np.all(np.abs(got - want) <= bound)
+
+
+@pytest.mark.parametrize("rows, dim_v, first, end", [(1, 16, 0, 16), (2, 72, 3, 11),
+                                                     (4, 128, 0, 16), (4, 256, 5, 16),
+                                                     (4, 136, 2, 9)])
+def test_context_by_rows_matches_float64(emulator, rows, dim_v, first, end):
+    """context_by_rows<float16, rows>: acc[r] += sum_{t in [first, end)} p[r][t] values[t],
+    in column chunks held in registers (8 or 4 vectors on AVX-512), then the tail."""
+    rng = np.random.default_rng(rows * 100 + dim_v)
+    count = 16
+    acc = rng.standard_normal((rows, dim_v)).astype(np.float32)
+    p = rng.uniform(0, 1, (rows, count)).astype(np.float32)
+    v16, v = _float16_rows(rng, count, dim_v)
+    emulator.reset_data()
+    acc_at, p_at = _put_floats(emulator, acc), _put_floats(emulator, p)
+    v_at = emulator.put(v16.tobytes())
+    args = struct.pack("<QQQqqqi", _pointers(emulator, acc_at, rows, 4 * dim_v),
+                       _pointers(emulator, p_at, rows, 4 * count),
+                       _pointers(emulator, v_at, count, 2 * dim_v), first, end, dim_v, rows)
+    emulator.call("emulated_context_by_rows", emulator.put(args))
+    got = _read_floats(emulator, acc_at, rows * dim_v).reshape(rows, dim_v).astype(np.float64)
+    p64 = p.astype(np.float64)[:, first:end]
+    want = acc.astype(np.float64) + p64 @ v[first:end]
+    assert np.all(np.isfinite(got))
+    bound = (end - first + 1) * F32.eps * (np.abs(acc) + p64 @ np.abs(v[first:end]))
+    assert np.all(np.abs(got - want) <= bound)
+
+
+@pytest.mark.parametrize("vectors, m, l", [(1, -np.inf, 0.0), (2, 0.5, 3.0), (3, 9.0, 2.0)])
+def test_online_softmax_matches_float64(emulator, vectors, m, l):
+    """online_softmax_keys: from a row's (m, l) and a tile's scores (hidden lanes -inf), the
+    weights exp(s - m_new), the new (m, l), and the factor e^(m - m_new) for its acc."""
+    rng = np.random.default_rng(vectors)
+    s = (3 * rng.standard_normal(16 * vectors)).astype(np.float32)
+    s[::5] = -np.inf
+    emulator.reset_data()
+    s_at = _put_floats(emulator, s)
+    state_at = _put_floats(emulator, [m, l, np.nan])
+    emulator.call("emulated_online_softmax",
+                  emulator.put(struct.pack("<QqQ", s_at, vectors, state_at)))
+    weights = _read_floats(emulator, s_at, 16 * vectors).astype(np.float64)
+    new_m, new_l, rescale = _read_floats(emulator, state_at, 3).astype(np.float64)
+    s64 = s.astype(np.float64)
+    want_m = max(m, s64.max())
+    # exp of the float32 differences, as the kernel subtracts: within VectorExp's 2 ulp.
+    want_weights = np.exp((s - np.float32(want_m)).astype(np.float64))
+    want_rescale = np.exp(np.float64(np.float32(m) - np.float32(want_m)))
+    assert new_m == np.float32(want_m)
+    assert np.all(weights[s == -np.inf] == 0.0)
+    assert _ulps(weights, want_weights).max() <= 2.0
+    assert _ulps(np.array([rescale]), np.array([want_rescale])).max() <= 2.0
+    want_l = l * want_rescale + want_weights.sum()
+    assert abs(new_l - want_l) <= 4 * len(s) * F32.eps * want_l
+
+
+def test_online_softmax_keeps_nan(emulator):
+    """A NaN score makes the row's max NaN (MaxOfScores keeps it where x86's max drops it)."""
+    s = np.linspace(-1, 1, 32).astype(np.float32)
+    s[17] = np.nan
+    emulator.reset_data()
+    s_at, state_at = _put_floats(emulator, s), _put_floats(emulator, [0.0, 1.0, 0.0])
+    emulator.call("emulated_online_softmax", emulator.put(struct.pack("<QqQ", s_at, 2, state_at)))
+    new_m, new_l, _ = _read_floats(emulator, state_at, 3)
+    assert np.isnan(new_m) and np.isnan(new_l)

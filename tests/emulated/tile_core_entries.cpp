@@ -60,6 +60,54 @@ struct SoftmaxArgs {
   float* state;
 };
 
+// scores_rows_vectorised<0, 3, 4> (float32): S^T for 4 keys and 3 vectors of query rows,
+// as forward scores float32 tiles.
+struct RowsScoresArgs {
+  const float* qt;
+  Index rows_stride;
+  const float* const* keys;
+  Index dim;
+  float* out;
+};
+
+// context_rows_vectorised<3, 4>: O = O * rescale + P^T V for 4 rows and 3 vectors of columns.
+struct RowsContextArgs {
+  const float* p;
+  Index key_stride, row_stride;
+  const float* v;
+  Index v_stride, keys;
+  const float* rescale;
+  float* o;
+  Index o_stride;
+};
+
+// scores_keys_vectorised<4, 2> (backward's layout): S for 4 rows and 2 vectors of keys.
+struct KeysScoresArgs {
+  const float* q;
+  Index q_stride;
+  const float* kt;
+  Index kt_stride, dim;
+  float* out;
+  Index out_stride;
+};
+
+// shape_scores<false, true> over one vector of keys of one row, with softcap and ALiBi.
+struct ShapeArgs {
+  float* x;
+  const std::int32_t* key;
+  std::int32_t position, first, end;
+  float slope;
+  double softcap;
+};
+
+// online_softmax_rows: one vector of rows over `keys` keys of P^T (stride floats apart); m,
+// l and rescale are one vector each.
+struct RowsSoftmaxArgs {
+  float* p;
+  Index keys, stride;
+  float *m, *l, *rescale;
+};
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void emulated_vector_exp(const ExpArgs* a) {
@@ -100,4 +148,36 @@ extern "C" __attribute__((visibility("default"))) void emulated_online_softmax(
   const tile::RowUpdate update =
       tile::online_softmax_keys<true>(a->scores, a->vectors, a->state[0], a->state[1]);
   a->state[2] = update.rescale;
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_scores_rows_vectorised(
+    const RowsScoresArgs* a) {
+  tile::scores_rows_vectorised<0, 3, 4>(a->qt, a->rows_stride, a->keys, a->dim, a->out);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_context_rows_vectorised(
+    const RowsContextArgs* a) {
+  tile::context_rows_vectorised<3, 4>(a->p, a->key_stride, a->row_stride, a->v, a->v_stride,
+                                      a->keys, a->rescale, a->o, a->o_stride);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_scores_keys_vectorised(
+    const KeysScoresArgs* a) {
+  tile::scores_keys_vectorised<4, 2>(a->q, a->q_stride, a->kt, a->kt_stride, a->dim, a->out,
+                                     a->out_stride);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_shape_scores(const ShapeArgs* a) {
+  const tile::DF df;
+  const tile::DI di;
+  const tile::ScoreShaping shaping(a->softcap, true);
+  const tile::VF shaped = tile::shape_scores<true>(
+      shaping, hn::LoadU(df, a->x), hn::LoadU(di, a->key), hn::Set(di, a->position),
+      hn::Set(df, a->slope), hn::Set(di, a->first), hn::Set(di, a->end));
+  hn::StoreU(shaped, df, a->x);
+}
+
+extern "C" __attribute__((visibility("default"))) void emulated_online_softmax_rows(
+    const RowsSoftmaxArgs* a) {
+  tile::online_softmax_rows(a->p, a->keys, a->stride, a->m, a->l, a->rescale);
 }

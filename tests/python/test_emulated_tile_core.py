@@ -162,3 +162,119 @@ def test_online_softmax_keeps_nan(emulator):
     emulator.call("emulated_online_softmax", emulator.put(struct.pack("<QqQ", s_at, 2, state_at)))
     new_m, new_l, _ = _read_floats(emulator, state_at, 3)
     assert np.isnan(new_m) and np.isnan(new_l)
+
+
+def test_scores_rows_vectorised_matches_float64(emulator):
+    """scores_rows_vectorised<0, 3, 4> (float32 tiles): S^T[k][r] = sum_d K[k][d] Qt[d][r]
+    for 4 keys and 48 rows; the padding rows of each key's scores stay untouched."""
+    rng = np.random.default_rng(3)
+    dim, rows, stride, keys = 72, 48, 64, 4
+    qt = np.zeros((dim, stride), np.float32)
+    qt[:, :rows] = rng.standard_normal((dim, rows))
+    k = rng.standard_normal((keys, dim)).astype(np.float32)
+    emulator.reset_data()
+    qt_at, k_at = _put_floats(emulator, qt), _put_floats(emulator, k)
+    out_at = _put_floats(emulator, np.full(keys * stride, -7.0))
+    emulator.call("emulated_scores_rows_vectorised",
+                  emulator.put(struct.pack("<QqQqQ", qt_at, stride,
+                                           _pointers(emulator, k_at, keys, 4 * dim), dim, out_at)))
+    out = _read_floats(emulator, out_at, keys * stride).reshape(keys, stride)
+    got, want = out[:, :rows].astype(np.float64), k.astype(np.float64) @ qt[:, :rows]
+    assert np.all(out[:, rows:] == -7.0)
+    bound = dim * F32.eps * (np.abs(k.astype(np.float64)) @ np.abs(qt[:, :rows]))
+    assert np.all(np.abs(got - want) <= bound)
+
+
+def test_context_rows_vectorised_matches_float64(emulator):
+    """context_rows_vectorised<3, 4>: O[r] = O[r] rescale[r] + sum_j P^T[j][r] V[j] for 4
+    rows and 48 columns."""
+    rng = np.random.default_rng(4)
+    keys, p_stride, width, v_stride, o_stride = 21, 16, 48, 56, 64
+    pt = rng.uniform(0, 1, (keys, p_stride)).astype(np.float32)
+    v = rng.standard_normal((keys, v_stride)).astype(np.float32)
+    o = rng.standard_normal((4, o_stride)).astype(np.float32)
+    rescale = np.array([1.0, 0.5, 0.25, 2.0 ** -20], np.float32)
+    emulator.reset_data()
+    pt_at, v_at, o_at = (_put_floats(emulator, x) for x in (pt, v, o))
+    args = struct.pack("<QqqQqqQQq", pt_at, p_stride, 1, v_at, v_stride, keys,
+                       _put_floats(emulator, rescale), o_at, o_stride)
+    emulator.call("emulated_context_rows_vectorised", emulator.put(args))
+    out = _read_floats(emulator, o_at, 4 * o_stride).reshape(4, o_stride)
+    p64, v64 = pt[:, :4].astype(np.float64).T, v[:, :width].astype(np.float64)
+    want = o[:, :width] * rescale[:, None].astype(np.float64) + p64 @ v64
+    assert np.all(out[:, width:] == o[:, width:])
+    bound = (keys + 2) * F32.eps * (np.abs(o[:, :width]) * rescale[:, None] + p64 @ np.abs(v64))
+    assert np.all(np.abs(out[:, :width] - want) <= bound)
+
+
+def test_scores_keys_vectorised_matches_float64(emulator):
+    """scores_keys_vectorised<4, 2> (backward's layout): S[r][key] = sum_d Q[r][d] K^T[d][key]
+    for 4 rows and 32 keys."""
+    rng = np.random.default_rng(5)
+    dim, q_stride, kt_stride, out_stride = 40, 48, 40, 48  # S rows aligned: hn::Store
+    q = rng.standard_normal((4, q_stride)).astype(np.float32)
+    kt = rng.standard_normal((dim, kt_stride)).astype(np.float32)
+    emulator.reset_data()
+    q_at, kt_at = _put_floats(emulator, q), _put_floats(emulator, kt)
+    out_at = _put_floats(emulator, np.full(4 * out_stride, -7.0))
+    emulator.call("emulated_scores_keys_vectorised",
+                  emulator.put(struct.pack("<QqQqqQq", q_at, q_stride, kt_at, kt_stride, dim,
+                                           out_at, out_stride)))
+    out = _read_floats(emulator, out_at, 4 * out_stride).reshape(4, out_stride)
+    q64, k64 = q[:, :dim].astype(np.float64), kt[:, :32].astype(np.float64)
+    assert np.all(out[:, 32:] == -7.0)
+    bound = dim * F32.eps * (np.abs(q64) @ np.abs(k64))
+    assert np.all(np.abs(out[:, :32] - q64 @ k64) <= bound)
+
+
+def test_shape_scores_softcap_alibi_and_hiding(emulator):
+    """shape_scores<true>: cap tanh(x / cap), then - slope |position - key|, then -inf outside
+    [first, end), over one vector of keys."""
+    rng = np.random.default_rng(6)
+    x = (20 * rng.standard_normal(16)).astype(np.float32)
+    key = np.arange(100, 116, dtype=np.int32)
+    position, first, end, slope, cap = 109, 102, 113, 0.125, 30.0
+    emulator.reset_data()
+    x_at, key_at = _put_floats(emulator, x), emulator.put(key.tobytes())
+    emulator.call("emulated_shape_scores",
+                  emulator.put(struct.pack("<QQiiifd", x_at, key_at, position, first, end, slope,
+                                           cap)))
+    got = _read_floats(emulator, x_at, 16).astype(np.float64)
+    capped = np.float32(cap) * np.tanh(x.astype(np.float64) * np.float32(1 / cap))
+    want = capped - slope * np.abs(position - key)
+    shown = (key >= first) & (key < end)
+    assert np.all(got[~shown] == -np.inf)
+    assert np.all(np.abs(got[shown] - want[shown]) <= 8 * F32.eps * (cap + np.abs(want[shown])))
+
+
+def test_online_softmax_rows_matches_float64(emulator):
+    """online_softmax_rows: 16 rows (lanes) over 9 keys of P^T, hidden keys -inf, rows with
+    and without an earlier state, one row that sees no key."""
+    rng = np.random.default_rng(8)
+    keys, stride = 9, 32  # rows aligned: hn::Load
+    p = np.full((keys, stride), 5.0, np.float32)
+    p[:, :16] = 3 * rng.standard_normal((keys, 16))
+    p[:, :16][rng.uniform(size=(keys, 16)) < 0.3] = -np.inf
+    p[:, 0] = -np.inf  # row 0 sees no key yet
+    m = np.where(np.arange(16) % 2 == 0, -np.inf, rng.standard_normal(16)).astype(np.float32)
+    m[0] = -np.inf
+    l = np.where(m == -np.inf, 0.0, rng.uniform(1, 4, 16)).astype(np.float32)
+    emulator.reset_data()
+    p_at, m_at, l_at = _put_floats(emulator, p), _put_floats(emulator, m), _put_floats(emulator, l)
+    rescale_at = _put_floats(emulator, np.zeros(16))
+    emulator.call("emulated_online_softmax_rows",
+                  emulator.put(struct.pack("<QqqQQQ", p_at, keys, stride, m_at, l_at, rescale_at)))
+    weights = _read_floats(emulator, p_at, keys * stride).reshape(keys, stride)
+    new_m, new_l = _read_floats(emulator, m_at, 16), _read_floats(emulator, l_at, 16)
+    rescale = _read_floats(emulator, rescale_at, 16)
+    want_m = np.maximum(m, p[:, :16].max(axis=0))
+    shift = np.where(want_m == -np.inf, np.float32(0), want_m).astype(np.float32)
+    want_w = np.exp((p[:, :16] - shift).astype(np.float64))
+    want_rescale = np.exp((m - shift).astype(np.float64))
+    assert np.all(weights[:, 16:] == 5.0)
+    assert np.array_equal(new_m, want_m)
+    assert _ulps(weights[:, :16], want_w).max() <= 2.0
+    assert _ulps(rescale, want_rescale).max() <= 2.0
+    want_l = l * want_rescale + want_w.sum(axis=0)
+    assert np.all(np.abs(new_l - want_l) <= 4 * keys * F32.eps * want_l)
+    assert new_l[0] == 0.0 and np.all(weights[:, 0] == 0.0)

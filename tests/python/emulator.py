@@ -48,6 +48,31 @@ def _load_segments(path):
     return segments
 
 
+def _relocations(path):
+    """The dynamic relocations of a shared object as (address, value) at _CODE: RELATIVE
+    ones, and those of symbols it defines itself (static members of templates are bound
+    through the GOT even with -Bsymbolic). References to undefined symbols stay 0; the code
+    that would use them (the library's dispatch) is not run."""
+    out = subprocess.run(["readelf", "-rW", path], capture_output=True, text=True,
+                         check=True).stdout
+    patches = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or not fields[2].startswith("R_X86_64_"):
+            continue
+        offset, kind = int(fields[0], 16), fields[2]
+        if kind == "R_X86_64_RELATIVE":
+            patches.append((_CODE + offset, _CODE + int(fields[3], 16)))
+        elif kind in ("R_X86_64_GLOB_DAT", "R_X86_64_JUMP_SLOT", "R_X86_64_64"):
+            value = int(fields[3], 16)
+            addend = int(fields[-1], 16) if kind == "R_X86_64_64" and fields[-2] == "+" else 0
+            if value != 0:
+                patches.append((_CODE + offset, _CODE + value + addend))
+        else:
+            raise ValueError(f"{path}: relocation {kind} is not handled")
+    return patches
+
+
 def _symbols(path):
     out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
                          check=True).stdout
@@ -86,6 +111,8 @@ class Emulator:
             bochscpu.memory.page_insert(physical, host)
         for address, data, size in segments:
             self.write(address, data + bytes(size - len(data)))
+        for address, value in _relocations(kernels):
+            self.write(address, struct.pack("<Q", value))
         self.write(_RETURN, b"\xf4")  # hlt
         self.symbols = _symbols(kernels)
         self._free = _DATA

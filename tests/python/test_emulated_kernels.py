@@ -6,6 +6,7 @@ the same paths natively as well."""
 
 import struct
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -13,10 +14,9 @@ GUARD = np.float32(-1.5e38)  # a value no kernel writes
 
 
 def _bf16(x):
-    """bfloat16 bits of x (round to nearest even) and their value in float64."""
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return rounded, (rounded.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    """bfloat16 bits of x (rounded to nearest even) and their value in float64."""
+    rounded = np.asarray(x, np.float32).astype(ml_dtypes.bfloat16)
+    return rounded.view(np.uint16), rounded.astype(np.float64)
 
 
 def _run_scores(emulator, q, k, vectors, padding, scale):

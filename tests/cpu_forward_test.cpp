@@ -196,7 +196,7 @@ TEST(FastForwardScale, ExplicitScaleOnEveryHeadDimCopy) {
 TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
   if (!cpu::has_bf16_dot()) {
     GTEST_SKIP() << "this CPU has no AVX512-BF16: the bf16 dot path was not exercised here "
-                    "(it runs emulated in tests/python/test_emulated_forward.py)";
+                    "(it runs emulated in tests/python/test_emulated_attention.py)";
   }
   for (const Index dim : {64, 80, 96, 128, 256, 40, 59}) {
     SCOPED_TRACE("dim " + std::to_string(dim));

@@ -62,8 +62,19 @@ ATTN_EXPORT __attribute__((optimize("no-tree-loop-distribute-patterns"))) void* 
 void* operator new(std::size_t bytes) {
   return allocate(bytes);
 }
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+  return allocate(bytes);
+}
 void operator delete(void*) noexcept {}
 void operator delete(void*, std::size_t) noexcept {}
+
+// Backward's scratch: huge pages where the OS gives them, here the arena.
+namespace attn::cache {
+void* allocate_huge_pages(std::size_t bytes) {
+  return allocate(bytes);
+}
+void free_huge_pages(void*) {}
+}  // namespace attn::cache
 
 namespace hwy {
 void* AllocateAlignedBytes(std::size_t bytes, AllocPtr, void*) {
@@ -74,6 +85,14 @@ void FreeAlignedBytes(const void*, FreePtr, void*) {}
 
 // exp and log in double (the state merge and the row's lse): Highway's, within 1 ulp, where
 // the library's come from libm.
+ATTN_EXPORT float nextafterf(float from, float to) {
+  if (from != from || to != to) return from + to;
+  if (from == to) return to;
+  if (from == 0.0f) return to > 0.0f ? __FLT_DENORM_MIN__ : -__FLT_DENORM_MIN__;
+  const auto bits = __builtin_bit_cast(std::uint32_t, from);
+  return __builtin_bit_cast(float, (from < to) == (from > 0.0f) ? bits + 1 : bits - 1);
+}
+
 ATTN_EXPORT double exp(double x) {
   const hwy::HWY_NAMESPACE::CappedTag<double, 1> d;
   return hwy::HWY_NAMESPACE::GetLane(hwy::HWY_NAMESPACE::Exp(d, hwy::HWY_NAMESPACE::Set(d, x)));
@@ -129,7 +148,11 @@ ATTN_EXPORT void __gxx_personality_v0() {
   __builtin_trap();
 }
 namespace std {
+const nothrow_t nothrow{};
 void __throw_length_error(const char*) {
+  __builtin_trap();
+}
+void terminate() noexcept {
   __builtin_trap();
 }
 }  // namespace std

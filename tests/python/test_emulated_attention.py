@@ -1,0 +1,146 @@
+"""The attention kernels as Highway's AVX-512 target compiles them (src/cpu/forward.cpp,
+weights.cpp and backward.cpp, built by tests/emulated with a one-thread runtime), run on an
+emulated Sapphire Rapids (tests/python/emulator.py) over a case list, against float64 with
+the C++ suites' bounds: NaN and infinities, then guard floats around each output, then NMSE
+and max abs error. bf16 q and k take forward's AVX512-BF16 scores there (the CPU reports
+AVX512-BF16). The same kernels run natively through attn wherever the CPU has AVX-512; this
+runs them everywhere."""
+
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numpy_reference
+
+# tests/cpu_forward_test.cpp, weights_test.cpp and backward_test.cpp.
+CONTEXT_NMSE, LSE_MAX_ABS, WEIGHTS_MAX_ABS, GRADIENT_NMSE = 2e-12, 2e-5, 1e-5, 2e-11
+GUARD = np.float32(-1.5e38)
+DTYPES = {"float32": 2, "bfloat16": 1}  # attn::DType
+
+
+def _stored(x, dtype):
+    """The bytes attn reads for x in dtype, and their values in float64."""
+    x = np.ascontiguousarray(x, np.float32 if dtype == "float32" else ml_dtypes.bfloat16)
+    return x.tobytes(), x.astype(np.float64)
+
+
+def _guarded(emulator, count):
+    """An output of count floats between two runs of 16 guard floats; its address."""
+    at = emulator.put(np.full(count + 32, GUARD, np.float32).tobytes())
+    return at + 64
+
+
+def _read(emulator, at, count):
+    raw = np.frombuffer(emulator.read(at - 64, 4 * (count + 32)), np.float32)
+    assert np.all(raw[:16] == GUARD) and np.all(raw[16 + count:] == GUARD), "guards overwritten"
+    return raw[16:16 + count].astype(np.float64)
+
+
+def _nmse(got, want):
+    return np.sum((got - want) ** 2) / np.sum(want ** 2)
+
+
+class _Case:
+    """One case's inputs in the emulator's data area, and its float64 oracle."""
+
+    def __init__(self, emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal):
+        rng = np.random.default_rng(len_q * 1000 + len_k + dim)
+        self.emulator, self.dtype, self.causal = emulator, dtype, causal
+        self.shape = (batch, heads_q, heads_kv, len_q, len_k, dim)
+        q_bytes, self.q = _stored(rng.standard_normal((batch, heads_q, len_q, dim)), dtype)
+        k_bytes, self.k = _stored(rng.standard_normal((batch, heads_kv, len_k, dim)), dtype)
+        v_bytes, self.v = _stored(rng.standard_normal((batch, heads_kv, len_k, dim)), dtype)
+        self.scale = 1 / np.sqrt(dim)
+        self.want, self.want_lse, self.want_weights = numpy_reference.attention(
+            self.q, self.k, self.v, causal=causal, scale=self.scale)
+        emulator.reset_data()
+        self.q_at, self.k_at, self.v_at = (emulator.put(b) for b in (q_bytes, k_bytes, v_bytes))
+        self.rows = batch * heads_q * len_q
+
+    def call(self, entry, context=0, lse=0, weights=0, out=0, dout=0, dq=0, dk=0, dv=0):
+        batch, heads_q, heads_kv, len_q, len_k, dim = self.shape
+        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQ", self.q_at, self.k_at, self.v_at,
+                           DTYPES[self.dtype], int(self.causal), batch, heads_q, heads_kv, len_q,
+                           len_k, dim, dim, self.scale, context, lse, weights, out, dout, dq, dk,
+                           dv)
+        self.emulator.call(entry, self.emulator.put(args))
+
+
+# (batch, query heads, kv heads, len q, len k, head dim, causal, weights): the head-dim
+# copies (64, 128 and the generic copy), grouped queries, tiles past one, a decoding row.
+CASES = [(1, 2, 2, 33, 47, 64, False, False), (1, 4, 2, 70, 130, 128, True, False),
+         (2, 2, 1, 17, 200, 40, False, True), (1, 4, 4, 1, 160, 64, False, False),
+         (1, 2, 2, 96, 96, 80, True, True)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights", CASES)
+def test_forward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
+                                 causal, weights):
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    n_weights = case.rows * len_k
+    context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
+    weights_at = _guarded(emulator, n_weights) if weights else 0
+    case.call("emulated_forward", context=context_at, lse=lse_at, weights=weights_at)
+    context = _read(emulator, context_at, case.rows * dim)
+    lse = _read(emulator, lse_at, case.rows)
+    assert np.all(np.isfinite(context)) and np.all(np.isfinite(lse))
+    assert _nmse(context, case.want.ravel()) < CONTEXT_NMSE
+    assert np.abs(lse - case.want_lse.ravel()).max() < LSE_MAX_ABS
+    if weights:
+        got = _read(emulator, weights_at, n_weights)
+        assert np.all(np.isfinite(got))
+        assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
+def test_weights_match_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
+                               causal, _):
+    """The weights kernel (src/cpu/weights.cpp), its own two passes over the keys."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    weights_at = _guarded(emulator, case.rows * len_k)
+    case.call("emulated_weights", weights=weights_at)
+    got = _read(emulator, weights_at, case.rows * len_k)
+    assert np.all(np.isfinite(got))
+    assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
+
+
+def _gradients(case, out, dout):
+    """dq, dk, dv in float64 from the definitions, with the stored out and dout the kernel
+    reads (D = rowsum(dout * out))."""
+    group = case.shape[1] // case.shape[2]
+    k, v = np.repeat(case.k, group, axis=1), np.repeat(case.v, group, axis=1)
+    p = case.want_weights
+    d = np.sum(dout * out, axis=-1, keepdims=True)
+    ds = p * (np.einsum("bhqd,bhkd->bhqk", dout, v) - d)
+    dq = case.scale * np.einsum("bhqk,bhkd->bhqd", ds, k)
+    dk = case.scale * np.einsum("bhqk,bhqd->bhkd", ds, case.q)
+    dv = np.einsum("bhqk,bhqd->bhkd", p, dout)
+    fold = lambda g: g.reshape(g.shape[0], -1, group, *g.shape[2:]).sum(axis=2)  # noqa: E731
+    return dq, fold(dk), fold(dv)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
+def test_backward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
+                                  causal, _):
+    """The backward kernel (src/cpu/backward.cpp) from the oracle's out and lse (float32) and
+    a dout, stored in the inputs' dtype."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    rng = np.random.default_rng(dim)
+    out_bytes, out = _stored(case.want, dtype)
+    dout_bytes, dout = _stored(rng.standard_normal(case.want.shape), dtype)
+    want = _gradients(case, out, dout)
+    sizes = [case.q.size, case.k.size, case.v.size]
+    out_at, dout_at = emulator.put(out_bytes), emulator.put(dout_bytes)
+    lse_at = emulator.put(case.want_lse.astype(np.float32).tobytes())
+    grads_at = [_guarded(emulator, n) for n in sizes]
+    case.call("emulated_backward", lse=lse_at, out=out_at, dout=dout_at, dq=grads_at[0],
+              dk=grads_at[1], dv=grads_at[2])
+    for name, at, n, w in zip(("dq", "dk", "dv"), grads_at, sizes, want):
+        got = _read(emulator, at, n)
+        assert np.all(np.isfinite(got)), name
+        assert _nmse(got, w.ravel()) < GRADIENT_NMSE, name

@@ -14,7 +14,6 @@
 
 #include "attn/attn.hpp"
 #include "core/rows.hpp"
-#include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
@@ -158,13 +157,11 @@ void expect_same_float_bits(const TensorView& got, const TensorView& want) {
 
 // The forward kernel keeps a float32 output's scores and makes them weights itself
 // (cpu::keeps_weights); a float64 output goes through the weights pass with forward's lse.
-// Both must give the same float32 weights, on every target; where forward scores bf16 q
-// and k by AVX512-BF16 dot products (AVX-512 targets on a CPU with them), which add the
-// same exact products in another order than the weights pass, within the weights' bounds.
+// Both must give the same float32 weights, on every target: the weights pass scores each
+// row by forward's micro-kernel for it, AVX512-BF16 dot products included (on a CPU without
+// them, tests/python/test_emulated_attention.py checks that on an emulated one).
 void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
-  const bool bf16_scores = in.q.dtype == DType::bf16 && in.k.dtype == DType::bf16 &&
-                           in.q.shape[3] % 2 == 0 && cpu::has_bf16_dot();
-  for_each_target([&](std::int64_t target) {
+  for_each_target([&] {
     const Dims context_shape{in.q.shape[0], in.q.shape[1], in.q.shape[2], in.v.shape[3]};
     Tensor context(in.q.dtype, context_shape);
     GuardedTensor kept(DType::f32, weights_shape(in)), passed(DType::f64, weights_shape(in));
@@ -172,11 +169,7 @@ void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
     forward_into(in.q, in.k, in.v, in.options,
                  {context.mutable_view(), std::nullopt, passed.view()});
     EXPECT_TRUE(kept.guards_intact() && passed.guards_intact());
-    if (bf16_scores && target <= HWY_AVX3) {
-      expect_close(kept.const_view(), passed.const_view(), "kept against passed weights");
-    } else {
-      expect_same_float_bits(kept.const_view(), passed.const_view());
-    }
+    expect_same_float_bits(kept.const_view(), passed.const_view());
   });
 }
 

@@ -8,11 +8,20 @@
 #include <cstdint>
 
 #include "attn/tensor.hpp"
+#include "core/problem.hpp"
 
 namespace attn::cpu {
 
 // Does this CPU run AVX512-BF16 (its OS saving AVX-512 state)?
 bool has_bf16_dot();
+
+// Whether a kernel compiled for an AVX-512 target (`avx512`) scores this problem's q and k
+// by bf16 dot products: bf16 q and k, an even head dim, a CPU that has them. Forward and the
+// weights pass ask this once each, so that both score a row the same way, to the same bits.
+inline bool scores_by_bf16_dot(const core::Problem& p, bool avx512) {
+  return avx512 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 &&
+         has_bf16_dot();
+}
 
 // Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]
 // at rows_stride rows per pair of d (dim even).

@@ -685,8 +685,7 @@ class ItemKernel {
   const Index dim_v_padded_ = round_up(dim_v_, lanes_);
   // Scores of bf16 q and k by bf16 dot products (cpu/bf16_dot.hpp) where the CPU has them:
   // an even head dim, and 16 rows per vector (the AVX-512 targets).
-  const bool bf16_dot_ = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && p_.q.dtype == DType::bf16 &&
-                         p_.k.dtype == DType::bf16 && dim_ % 2 == 0 && has_bf16_dot();
+  const bool bf16_dot_ = scores_by_bf16_dot(p_, tile::kAvx512Target);
   const bool keep_weights_ = keeps_weights(p_);
   // Narrow tiles read K and V in place (attend_narrow_tile): 16-bit K and V of one dtype,
   // no mask (a masked key's value row would be read with weight 0).

@@ -77,10 +77,9 @@ inline bool chunk_scored_by_dot(Index real_rows, Index lanes) {
 
 // Whether the forward kernel scores the query row of position i (of len_q in its segment)
 // and head g of a GQA group of `group` heads by dot products (plan_chunk in forward.cpp
-// decides by chunk_scored_by_dot on the row's chunk). The weights pass asks,
-// so that it computes every score with the micro-kernel forward used for it (bf16 q and k on
-// AVX512-BF16 excepted: forward's dot products, cpu/bf16_dot.hpp, add the same exact
-// products in another order).
+// decides by chunk_scored_by_dot on the row's chunk). The weights pass asks, so that it
+// computes every score with the micro-kernel forward used for it (and for the other rows,
+// with bf16 q and k on AVX512-BF16, forward's dot products of cpu/bf16_dot.hpp).
 inline bool forward_scores_by_dot(Index len_q, Index i, Index g, Index group, Index lanes,
                                   bool widened) {
   const Index positions = positions_per_item(group, lanes, widened);

@@ -26,14 +26,16 @@ namespace attn::cpu::HWY_NAMESPACE {
 
 // K as f32, transposed once for every work item: [B][Hkv][dim][stride], stride = total_k
 // plus a tile of padding, so that a tile's last vector may read past the last key. Packing
-// each tile per work item instead cost 20% of the top-k pass (scalar transposes).
+// each tile per work item instead cost 20% of the top-k pass (scalar transposes). Empty
+// unless `wanted` (a pass that reads K's rows in place needs none).
 struct KeysTransposed {
   static constexpr Index kTile = WeightsTraits::kKeyTile;
 
-  KeysTransposed(const core::Problem& p, int threads)
-      : stride(core::round_up(p.total_k, 16) + kTile),
+  KeysTransposed(const core::Problem& p, int threads, bool wanted)
+      : stride(wanted ? core::round_up(p.total_k, 16) + kTile : 0),
         data(hwy::AllocateAligned<float>(
             static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
+    if (!wanted) return;
     const Index dim = p.dim_qk, blocks = (p.total_k + kTile - 1) / kTile;
     const auto pack = [&](Index item, std::vector<float>& row) {
       const Index b = item / (p.heads_kv * blocks), kv = item / blocks % p.heads_kv;

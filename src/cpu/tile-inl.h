@@ -120,6 +120,10 @@ inline constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 // 16 on SSE4 and AVX2, 32 on AVX-512 (and on Arm's NEON and SVE).
 inline constexpr int kVectorRegisters = HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 ? 16 : 32;
 
+// An x86 AVX-512 target: where forward and the weights pass may score bf16 by AVX512-BF16
+// dot products (cpu/bf16_dot.hpp).
+inline constexpr bool kAvx512Target = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
+
 inline Index lanes() {
   return static_cast<Index>(hn::Lanes(DF()));
 }

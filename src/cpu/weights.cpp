@@ -4,8 +4,10 @@
 //   S = Q K^T     keys-vectorised: query rows broadcast against K^T (one transposed f32
 //                 copy of K, made before the items), row-major so that every output row
 //                 is written contiguously. Each score is computed by the micro-kernel the
-//                 forward kernel uses for it (the same FMA chain over d, or the dot kernel
-//                 for the rows forward scores by dot products), so the scores are its scores
+//                 forward kernel uses for it (the same FMA chain over d, the dot kernel for
+//                 the rows forward scores by dot products, or, for bf16 q and k on
+//                 AVX512-BF16, forward's bf16 dot products, transposed into the rows), so
+//                 the scores are its scores
 //   shaping       the shared score shaper: softcap, ALiBi, hiding (causal / window range,
 //                 mask) to -inf
 //   statistics    the shared online softmax: max m and sum l per row, a tile at a time;
@@ -14,8 +16,8 @@
 //   emit          alpha = exp(s - m) / l, streamed into the output row by row
 // attn::forward hands over its kernel's lse, and then the statistics pass is skipped.
 // Hidden keys get exactly 0, and a NaN in a hidden key never reaches a weight. Extra memory
-// per thread: O(kItemRows x (D + kKeyTile + k)) floats, and one f32 copy of K (transposed);
-// never Lq x Lk.
+// per thread: O(kItemRows x (D + kKeyTile + k)) floats, and one f32 copy of K (transposed;
+// none for bf16 dot products, which read K in place); never Lq x Lk.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/weights.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -35,6 +37,7 @@
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
 #include "core/weight_request.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "cpu/forward_traits.hpp"
 #include "cpu/keys_transposed-inl.h"
 #include "cpu/threads.hpp"
@@ -67,6 +70,7 @@ using Traits = WeightsTraits;
 constexpr Index kKeyTile = Traits::kKeyTile;
 constexpr Index kItemRows = Traits::kItemRows;
 constexpr Index kScoreRows = Traits::kScoreRows;
+static_assert(kItemRows % kBf16RowsPerVector == 0, "bf16 dot products take 16 rows a vector");
 
 // Output rows [first, first + count) of the row list; they share a segment and a KV head.
 struct WorkItem {
@@ -75,14 +79,20 @@ struct WorkItem {
 
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
-  Scratch(Index dim, Index heap_capacity)
+  Scratch(Index dim, Index heap_capacity, bool bf16_dot)
       : queries(tile::scratch_buffer<float>(kItemRows * dim)),
+        query_pairs(tile::scratch_buffer<std::uint16_t>(bf16_dot ? kItemRows * dim : 0)),
         scores(tile::scratch_buffer<float>(kItemRows * kKeyTile)),
+        scores_t(tile::scratch_buffer<float>(bf16_dot ? kKeyTile * kItemRows : 0)),
         out_row(tile::scratch_buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
         heap(static_cast<std::size_t>(kItemRows * heap_capacity)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
-  hwy::AlignedFreeUniquePtr<float[]> scores;   // [kItemRows][kKeyTile]: S of the tile
+  // bf16 dot products only: [dim / 2][kItemRows][2] bf16 q as forward pairs it, and
+  // [kKeyTile][kItemRows] the tile's S^T they give (cpu/bf16_dot.hpp)
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
+  hwy::AlignedFreeUniquePtr<float[]> scores;  // [kItemRows][kKeyTile]: S of the tile
+  hwy::AlignedFreeUniquePtr<float[]> scores_t;
   hwy::AlignedFreeUniquePtr<float[]> out_row;  // one tile of weights, or one top-k row
   std::vector<Candidate> heap;                 // [kItemRows][heap_capacity]
 };
@@ -91,13 +101,14 @@ class ItemKernel {
  public:
   ItemKernel(const Problem& problem, const WeightRequest& request,
              const std::vector<WeightRow>& rows, const KeysTransposed& keys, Index heap_capacity,
-             Scratch& scratch)
+             bool bf16_dot, Scratch& scratch)
       : p_(problem),
         r_(request),
         list_(rows),
         keys_(keys),
         heap_capacity_(heap_capacity),
-        s_(scratch) {}
+        s_(scratch),
+        bf16_dot_(bf16_dot) {}
 
   void run(const WorkItem& item) {
     set_up_rows(item);
@@ -184,6 +195,19 @@ class ItemKernel {
       row_[r] = Row{};
       std::fill(s_.queries.get() + r * dim_, s_.queries.get() + (r + 1) * dim_, 0.0f);
     }
+    if (bf16_dot_) pack_query_pairs();
+  }
+
+  // The item's bf16 q rows as the dot instruction pairs them (forward.cpp packs its rows
+  // the same way): element d of row r at ((d / 2) * kItemRows + r) * 2 + d % 2; rows past
+  // the item's are 0.
+  void pack_query_pairs() {
+    std::uint16_t* pairs = s_.query_pairs.get();
+    std::fill(pairs, pairs + kItemRows * dim_, std::uint16_t{0});
+    for (Index r = 0; r < rows_; ++r) {
+      const bfloat16* q = row_of<bfloat16>(p_.q, seg_->batch, row_[r].head, row_[r].query_row);
+      for (Index d = 0; d < dim_; ++d) pairs[((d / 2) * kItemRows + r) * 2 + d % 2] = q[d].bits;
+    }
   }
 
   template <class Fn>
@@ -208,6 +232,59 @@ class ItemKernel {
   }
 
   void sweep_tile(Index tile, Index tile_end, Pass pass) {
+    if (bf16_dot_) {
+      compute_scores_bf16(tile, tile_end);
+    } else {
+      compute_scores(tile, tile_end);
+    }
+    for (Index r = 0; r < rows_; ++r) {
+      if (row_[r].by_dot) compute_scores_by_dot(r, tile, tile_end);
+    }
+    for (Index r = 0; r < rows_; ++r) {
+      if (pass == Pass::statistics) {
+        row_statistics(r, tile, tile_end);
+      } else {
+        row_emit(r, tile, tile_end);
+      }
+    }
+  }
+
+  // The tile's scores of the rows the forward kernel scores by bf16 dot products: its
+  // kernel (scores_rows_bf16) on K's bf16 rows for the keys some row sees, S^T transposed
+  // into the rows.
+  void compute_scores_bf16([[maybe_unused]] Index tile, [[maybe_unused]] Index tile_end) {
+#if HWY_ARCH_X86
+    Index first = tile_end, end = tile;
+    for (Index r = 0; r < rows_; ++r) {
+      if (row_[r].by_dot) continue;
+      const Index a = std::max(row_[r].first, tile), b = std::min(row_[r].end, tile_end);
+      if (a >= b) continue;
+      first = std::min(first, a);
+      end = std::max(end, b);
+    }
+    if (first >= end) return;
+    const std::uint16_t* keys[kKeyTile];
+    for (Index j = first; j < end; ++j) {
+      keys[j - first] = &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j)->bits;
+    }
+    constexpr Index kRowsPerCall = 3 * kBf16RowsPerVector;  // scores_rows_bf16: 1 to 3 vectors
+    const auto scale = static_cast<float>(p_.scale);
+    for (Index r = 0; r < rows_; r += kRowsPerCall) {
+      const Index rows = std::min(kRowsPerCall, rows_ - r);
+      scores_rows_bf16(s_.query_pairs.get() + r * 2, kItemRows, keys, end - first, dim_, scale,
+                       static_cast<int>((rows + kBf16RowsPerVector - 1) / kBf16RowsPerVector),
+                       s_.scores_t.get() + r);
+    }
+    for (Index r = 0; r < rows_; ++r) {
+      if (row_[r].by_dot) continue;
+      float* row = s_.scores.get() + r * kKeyTile - tile;
+      for (Index j = first; j < end; ++j) row[j] = s_.scores_t[(j - first) * kItemRows + r];
+    }
+#endif
+  }
+
+  // The tile's scores of the rows forward scores by the FMA chain over d (keys-vectorised).
+  void compute_scores(Index tile, Index tile_end) {
     tile_keys_ = keys_.at(seg_->batch, kv_head_, p_.heads_kv, dim_) + seg_->k_begin + tile;
     // Key vectors [first, end) of the tile that some row of each block sees; rows that
     // forward scores by dot products are scored below instead.
@@ -231,24 +308,14 @@ class ItemKernel {
       for (Index block = 0; block < rows_padded_; block += kScoreRows) {
         const Index a = std::max(v, first[block / kScoreRows]);
         const Index b = std::min(v + kGroup, end[block / kScoreRows]);
-        if (a < b) compute_scores(block, a, b);
-      }
-    }
-    for (Index r = 0; r < rows_; ++r) {
-      if (row_[r].by_dot) compute_scores_by_dot(r, tile, tile_end);
-    }
-    for (Index r = 0; r < rows_; ++r) {
-      if (pass == Pass::statistics) {
-        row_statistics(r, tile, tile_end);
-      } else {
-        row_emit(r, tile, tile_end);
+        if (a < b) compute_block_scores(block, a, b);
       }
     }
   }
 
   // Scores of the kScoreRows rows from `block` for key vectors [first, end) of the tile,
   // at most kScoreVectors of them.
-  void compute_scores(Index block, Index first, Index end) {
+  void compute_block_scores(Index block, Index first, Index end) {
     const float* q = s_.queries.get() + block * dim_;
     const Index at = first * lanes_, stride = keys_.stride;
     float* out = s_.scores.get() + block * kKeyTile + at;
@@ -436,6 +503,7 @@ class ItemKernel {
   const bool top_k_ = r_.top_k.has_value();
   const Index lanes_ = tile::lanes();
   const bool forward_widens_ = forward_widens_tiles(p_.k.dtype, p_.v.dtype);
+  const bool bf16_dot_;  // scores as forward's bf16 dot products (compute_scores_bf16)
   const Index dim_ = p_.dim_qk;
   const Segment* seg_ = nullptr;
   const float* tile_keys_ = nullptr;  // K^T at the current tile's first key
@@ -463,13 +531,15 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   if (items.empty()) return;
   // Rows never see more than total_k keys, so a larger k needs no larger heap.
   const Index heap_capacity = request.top_k ? std::min(*request.top_k, p.total_k) : 0;
-  const KeysTransposed keys(p, threads);
+  // Scores by bf16 dot products read K's rows in place: no transposed copy.
+  const bool bf16_dot = scores_by_bf16_dot(p, tile::kAvx512Target);
+  const KeysTransposed keys(p, threads, !bf16_dot);
   threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p.dim_qk, heap_capacity);
+  for (int t = 0; t < threads; ++t) scratch.emplace_back(p.dim_qk, heap_capacity, bf16_dot);
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
-    return [&, kernel = ItemKernel(p, request, rows, keys, heap_capacity,
+    return [&, kernel = ItemKernel(p, request, rows, keys, heap_capacity, bf16_dot,
                                    scratch[static_cast<std::size_t>(thread)])](Index i) mutable {
       kernel.run(items[static_cast<std::size_t>(i)]);
     };

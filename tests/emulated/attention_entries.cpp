@@ -30,8 +30,8 @@ namespace target = attn::cpu::HWY_NAMESPACE;
 
 // q [B, Hq, Lq, D], k [B, Hkv, Lk, D], v [B, Hkv, Lk, Dv] of one dtype; float32 outputs
 // (null where not wanted): context [B, Hq, Lq, Dv], lse [B, Hq, Lq], weights [B, Hq, Lq,
-// Lk]; for backward, out and dout [B, Hq, Lq, Dv] of the inputs' dtype and float32 lse in,
-// float32 dq, dk, dv out.
+// Lk]; lse64, the float64 lse forward hands the weights pass; for backward, out and dout
+// [B, Hq, Lq, Dv] of the inputs' dtype and float32 lse in, float32 dq, dk, dv out.
 struct AttentionArgs {
   const void* q;
   const void* k;
@@ -43,6 +43,7 @@ struct AttentionArgs {
   float* context;
   float* lse;
   float* weights;
+  double* lse64;
   const void* out;
   const void* dout;
   float* dq;
@@ -90,15 +91,21 @@ attn::core::Problem make_problem(const AttentionArgs& a) {
 extern "C" __attribute__((visibility("default"))) void emulated_forward(const AttentionArgs* a) {
   attn::core::Problem p = make_problem(*a);
   p.outputs.context = output(a->context, q_shape(*a, a->dim_v));
-  p.outputs.lse = output(a->lse, q_shape(*a, 1));
+  p.outputs.lse = a->lse64 != nullptr ? MutableTensorView(a->lse64, DType::f64, q_shape(*a, 1),
+                                                          contiguous(q_shape(*a, 1)))
+                                      : output(a->lse, q_shape(*a, 1));
   if (a->weights != nullptr) p.outputs.weights = output(a->weights, q_shape(*a, a->len_k));
   target::ForwardTarget(p, 1);
 }
 
+// The weights pass; with lse64 (a forward's), its emit pass alone, as forward runs it for
+// a weights output it does not keep (src/api/forward.cpp).
 extern "C" __attribute__((visibility("default"))) void emulated_weights(const AttentionArgs* a) {
   const attn::core::Problem p = make_problem(*a);
-  target::WeightsTarget(p, attn::core::whole_request(p, output(a->weights, q_shape(*a, a->len_k))),
-                        1);
+  attn::core::WeightRequest request =
+      attn::core::whole_request(p, output(a->weights, q_shape(*a, a->len_k)));
+  if (a->lse64 != nullptr) request.lse = input(a->lse64, DType::f64, q_shape(*a, 1));
+  target::WeightsTarget(p, request, 1);
 }
 
 extern "C" __attribute__((visibility("default"))) void emulated_backward(const AttentionArgs* a) {

@@ -59,12 +59,13 @@ class _Case:
         self.q_at, self.k_at, self.v_at = (emulator.put(b) for b in (q_bytes, k_bytes, v_bytes))
         self.rows = batch * heads_q * len_q
 
-    def call(self, entry, context=0, lse=0, weights=0, out=0, dout=0, dq=0, dk=0, dv=0):
+    def call(self, entry, context=0, lse=0, weights=0, lse64=0, out=0, dout=0, dq=0, dk=0,
+             dv=0):
         batch, heads_q, heads_kv, len_q, len_k, dim = self.shape
-        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQ", self.q_at, self.k_at, self.v_at,
+        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQQ", self.q_at, self.k_at, self.v_at,
                            DTYPES[self.dtype], int(self.causal), batch, heads_q, heads_kv, len_q,
-                           len_k, dim, dim, self.scale, context, lse, weights, out, dout, dq, dk,
-                           dv)
+                           len_k, dim, dim, self.scale, context, lse, weights, lse64, out, dout,
+                           dq, dk, dv)
         self.emulator.call(entry, self.emulator.put(args))
 
 
@@ -106,6 +107,26 @@ def test_weights_match_float64(emulator, dtype, batch, heads_q, heads_kv, len_q,
     got = _read(emulator, weights_at, case.rows * len_k)
     assert np.all(np.isfinite(got))
     assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
+def test_forward_kept_weights_are_the_weights_pass_bits(emulator, dtype, batch, heads_q,
+                                                         heads_kv, len_q, len_k, dim, causal, _):
+    """Forward keeps its scores for a float32 weights output; for others it hands its
+    float64 lse to the weights pass, which scores again by the same micro-kernel per row
+    (bf16: the same AVX512-BF16 dot products). Both give the same float32 bits."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    n_weights = case.rows * len_k
+    context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
+    kept_at, passed_at = _guarded(emulator, n_weights), _guarded(emulator, n_weights)
+    lse64_at = emulator.put(bytes(8 * case.rows))
+    case.call("emulated_forward", context=context_at, lse=lse_at, weights=kept_at)
+    case.call("emulated_forward", context=context_at, lse64=lse64_at)
+    case.call("emulated_weights", lse64=lse64_at, weights=passed_at)
+    kept, passed = _read(emulator, kept_at, n_weights), _read(emulator, passed_at, n_weights)
+    assert np.array_equal(kept.astype(np.float32).view(np.uint32),
+                          passed.astype(np.float32).view(np.uint32))
 
 
 def _gradients(case, out, dout):

@@ -98,8 +98,8 @@ install-python: python-env
 	  $(PYTHON) -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation -C build-dir=build/python -C cmake.define.ATTN_WERROR=ON .
 
-# The emulated kernels' tests (tests/python/test_emulated_kernels.py) run the shared objects
-# that tests/emulated builds into build/release.
+# The emulated tests (tests/python/test_emulated_*.py) run the shared object that
+# tests/emulated builds into build/release.
 test-python: install-python build
 	$(PYTHON) -m pytest -q tests/python
 

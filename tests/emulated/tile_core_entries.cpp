@@ -1,9 +1,10 @@
 // Entry points for the emulator (tests/python/emulator.py) into the shared tile core
 // (src/cpu/tile-inl.h) as Highway's AVX-512 target (AVX3) compiles it: this file is built
 // with that target as its only one (tests/emulated/CMakeLists.txt), so that a machine
-// without AVX-512 still tests the 16-lane code of the exp, the widening, the shuffle tree
-// of the dot micro-kernel, the 32-register context kernel and the online softmax. Each
-// entry takes its arguments as one struct, as in kernel_entries.cpp.
+// without AVX-512 still tests its 16-lane code: the exp, the widening, the dot micro-kernel
+// and its shuffle tree, the 32-register context kernel, the rows- and keys-vectorised
+// kernels, the shaper and both online softmaxes. Each entry takes its arguments as one
+// struct, as in kernel_entries.cpp.
 #include <hwy/highway.h>
 
 #include <cstdint>

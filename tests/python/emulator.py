@@ -1,10 +1,11 @@
-"""Runs leaf kernels of attn on an emulated Sapphire Rapids CPU (AVX-512, AVX512-BF16 and
+"""Runs attn's kernels on an emulated Sapphire Rapids CPU (AVX-512, AVX512-BF16 and
 AVX512-FP16; the emulator is built without AMX), so that paths for CPU features this
 machine lacks are tested wherever the tests run.
 
 The emulator is BochsCPU (PyPI's bochscpu-python): Bochs' CPU alone, with no devices and no
-operating system. tests/emulated builds the kernels into a shared object that needs no
-runtime (libattn_emulated_kernels.so) and the library that makes BochsCPU emulate Sapphire
+operating system. tests/emulated builds the kernels into a shared object that links no
+runtime (libattn_emulated_kernels.so; tests/emulated/freestanding_runtime.cpp has the
+little they reach outside themselves) and the library that makes BochsCPU emulate Sapphire
 Rapids (libbochscpu_shim.so); this module maps the first into the emulated address
 space, sets up long mode with the AVX-512 state enabled, and calls one entry point
 with rdi pointing at its argument struct. A call returns to a page holding `hlt`, which

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "attn/half.hpp"
 #include "attn/tensor.hpp"
 #include "core/problem.hpp"
 
@@ -26,6 +27,13 @@ inline bool scores_by_bf16_dot(const core::Problem& p, bool avx512) {
 // Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]
 // at rows_stride rows per pair of d (dim even).
 constexpr Index kBf16RowsPerVector = 16;
+
+// Puts the bf16 row q (dim elements) at row `row` of that layout: element d at
+// ((d / 2) * rows_stride + row) * 2 + d % 2.
+inline void put_query_pairs(const bfloat16* q, Index dim, Index row, Index rows_stride,
+                            std::uint16_t* pairs) {
+  for (Index d = 0; d < dim; ++d) pairs[((d / 2) * rows_stride + row) * 2 + d % 2] = q[d].bits;
+}
 
 // out[k][row] = scale * sum_d keys[k][d] q[row][d] for key_count keys (bf16 rows of dim,
 // dim even) and `vectors` (1 to 3) vectors of 16 rows from q_pairs (laid out as above, at

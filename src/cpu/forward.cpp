@@ -221,14 +221,14 @@ class ItemKernel {
     }
   }
 
-  // q in bf16 as the dot instruction pairs it: element d of row r at
-  // ((d / 2) * rows_padded + r) * 2 + d % 2; padding rows are 0.
+  // q in bf16 as the dot instruction pairs it (put_query_pairs, rows_padded rows per pair
+  // of d); padding rows are 0.
   void pack_query_pairs() {
     std::uint16_t* pairs = s_.query_pairs.get();
     std::fill(pairs, pairs + dim_ * rows_padded_, std::uint16_t{0});
     for (Index r = 0; r < rows_; ++r) {
-      const bfloat16* q = row_of<bfloat16>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]);
-      for (Index d = 0; d < dim_; ++d) pairs[((d / 2) * rows_padded_ + r) * 2 + d % 2] = q[d].bits;
+      put_query_pairs(row_of<bfloat16>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, r,
+                      rows_padded_, pairs);
     }
   }
 

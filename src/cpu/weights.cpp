@@ -198,15 +198,14 @@ class ItemKernel {
     if (bf16_dot_) pack_query_pairs();
   }
 
-  // The item's bf16 q rows as the dot instruction pairs them (forward.cpp packs its rows
-  // the same way): element d of row r at ((d / 2) * kItemRows + r) * 2 + d % 2; rows past
-  // the item's are 0.
+  // The item's bf16 q rows as the dot instruction pairs them (put_query_pairs, kItemRows
+  // rows per pair of d); rows past the item's are 0.
   void pack_query_pairs() {
     std::uint16_t* pairs = s_.query_pairs.get();
     std::fill(pairs, pairs + kItemRows * dim_, std::uint16_t{0});
     for (Index r = 0; r < rows_; ++r) {
-      const bfloat16* q = row_of<bfloat16>(p_.q, seg_->batch, row_[r].head, row_[r].query_row);
-      for (Index d = 0; d < dim_; ++d) pairs[((d / 2) * kItemRows + r) * 2 + d % 2] = q[d].bits;
+      put_query_pairs(row_of<bfloat16>(p_.q, seg_->batch, row_[r].head, row_[r].query_row), dim_, r,
+                      kItemRows, pairs);
     }
   }
 

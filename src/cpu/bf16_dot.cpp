@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "cpu/amx_scores.hpp"
+#include "cpu/amx_tiles.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -19,9 +22,9 @@ constexpr int kKeys = 4;
 template <int C, int K>
 __attribute__((target("avx512f,avx512bf16"))) void score_block(const std::uint16_t* q_pairs,
                                                                Index rows_stride,
-                                                               const std::uint16_t* const* keys,
-                                                               Index pairs, float scale,
-                                                               float* out) {
+                                                               const std::uint16_t* keys,
+                                                               Index key_stride, Index pairs,
+                                                               float scale, float* out) {
   __m512 acc[K][C];
   for (int k = 0; k < K; ++k)
     for (int c = 0; c < C; ++c) acc[k][c] = _mm512_setzero_ps();
@@ -33,7 +36,7 @@ __attribute__((target("avx512f,avx512bf16"))) void score_block(const std::uint16
     }
     for (int k = 0; k < K; ++k) {
       std::int32_t pair = 0;
-      std::memcpy(&pair, keys[k] + 2 * p, sizeof pair);
+      std::memcpy(&pair, keys + k * key_stride + 2 * p, sizeof pair);
       const auto key = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       for (int c = 0; c < C; ++c) acc[k][c] = _mm512_dpbf16_ps(acc[k][c], q[c], key);
     }
@@ -47,15 +50,25 @@ __attribute__((target("avx512f,avx512bf16"))) void score_block(const std::uint16
 }
 
 template <int C>
-void score_keys(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* const* keys,
-                Index key_count, Index pairs, float scale, float* out) {
+void score_keys(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
+                Index key_stride, Index key_count, Index pairs, float scale, float* out) {
   Index k = 0;
   for (; k + kKeys <= key_count; k += kKeys) {
-    score_block<C, kKeys>(q_pairs, rows_stride, keys + k, pairs, scale, out + k * rows_stride);
+    score_block<C, kKeys>(q_pairs, rows_stride, keys + k * key_stride, key_stride, pairs, scale,
+                          out + k * rows_stride);
   }
   for (; k < key_count; ++k) {
-    score_block<C, 1>(q_pairs, rows_stride, keys + k, pairs, scale, out + k * rows_stride);
+    score_block<C, 1>(q_pairs, rows_stride, keys + k * key_stride, key_stride, pairs, scale,
+                      out + k * rows_stride);
   }
+}
+
+// The AMX kernel, its scaling pass compiled for AVX-512 with it (flatten inlines it here).
+__attribute__((target("avx512f"), flatten)) void scores_on_tiles(
+    const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys, Index key_stride,
+    Index key_count, Index dim, float scale, int vectors, float* out) {
+  scores_by_amx<HardwareTiles>(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale,
+                               vectors, out);
 }
 
 }  // namespace
@@ -65,13 +78,21 @@ bool has_bf16_dot() {
   return supported;
 }
 
-void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride,
-                      const std::uint16_t* const* keys, Index key_count, Index dim, float scale,
-                      int vectors, float* out) {
+void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
+                      Index key_stride, Index key_count, Index dim, float scale, int vectors,
+                      float* out) {
+  if (amx_scores_fit(dim) && has_amx()) {
+    return scores_on_tiles(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale, vectors,
+                           out);
+  }
   const Index pairs = dim / 2;
-  if (vectors == 1) return score_keys<1>(q_pairs, rows_stride, keys, key_count, pairs, scale, out);
-  if (vectors == 2) return score_keys<2>(q_pairs, rows_stride, keys, key_count, pairs, scale, out);
-  score_keys<3>(q_pairs, rows_stride, keys, key_count, pairs, scale, out);
+  if (vectors == 1) {
+    return score_keys<1>(q_pairs, rows_stride, keys, key_stride, key_count, pairs, scale, out);
+  }
+  if (vectors == 2) {
+    return score_keys<2>(q_pairs, rows_stride, keys, key_stride, key_count, pairs, scale, out);
+  }
+  score_keys<3>(q_pairs, rows_stride, keys, key_stride, key_count, pairs, scale, out);
 }
 
 #else

@@ -36,10 +36,13 @@ inline void put_query_pairs(const bfloat16* q, Index dim, Index row, Index rows_
 }
 
 // out[k][row] = scale * sum_d keys[k][d] q[row][d] for key_count keys (bf16 rows of dim,
-// dim even) and `vectors` (1 to 3) vectors of 16 rows from q_pairs (laid out as above, at
-// the first row); out: [key_count][rows_stride] floats at the first row.
-void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride,
-                      const std::uint16_t* const* keys, Index key_count, Index dim, float scale,
-                      int vectors, float* out);
+// dim even, key_stride elements apart) and `vectors` (1 to 3) vectors of 16 rows from
+// q_pairs (laid out as above, at the first row); out: [key_count][rows_stride] floats at the
+// first row. On AMX tiles where the CPU has them and amx_scores_fit(dim) (cpu/amx_scores.hpp),
+// else by vdpbf16ps; either way each score sums its products in the same order whatever the
+// other arguments, so a row scored in any call gets the same bits.
+void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
+                      Index key_stride, Index key_count, Index dim, float scale, int vectors,
+                      float* out);
 
 }  // namespace attn::cpu

@@ -392,14 +392,11 @@ class ItemKernel {
   // S^T = scale K Q^T by bf16 dot products, reading K's bf16 rows in place.
   void compute_scores_bf16([[maybe_unused]] const Chunk& chunk, [[maybe_unused]] int vectors) {
 #if HWY_ARCH_X86
-    const std::uint16_t* keys[Traits::kKeyTile];
-    for (Index j = chunk.first; j < chunk.end; ++j) {
-      keys[j - chunk.first] =
-          &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j)->bits;
-    }
-    scores_rows_bf16(s_.query_pairs.get() + chunk.first_row * 2, rows_padded_, keys,
-                     chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
-                     scores_at(chunk.first, chunk.first_row));
+    scores_rows_bf16(
+        s_.query_pairs.get() + chunk.first_row * 2, rows_padded_,
+        &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + chunk.first)->bits,
+        p_.k.strides[2], chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
+        scores_at(chunk.first, chunk.first_row));
 #endif
   }
 

@@ -262,15 +262,14 @@ class ItemKernel {
       end = std::max(end, b);
     }
     if (first >= end) return;
-    const std::uint16_t* keys[kKeyTile];
-    for (Index j = first; j < end; ++j) {
-      keys[j - first] = &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j)->bits;
-    }
+    const std::uint16_t* keys =
+        &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + first)->bits;
     constexpr Index kRowsPerCall = 3 * kBf16RowsPerVector;  // scores_rows_bf16: 1 to 3 vectors
     const auto scale = static_cast<float>(p_.scale);
     for (Index r = 0; r < rows_; r += kRowsPerCall) {
       const Index rows = std::min(kRowsPerCall, rows_ - r);
-      scores_rows_bf16(s_.query_pairs.get() + r * 2, kItemRows, keys, end - first, dim_, scale,
+      scores_rows_bf16(s_.query_pairs.get() + r * 2, kItemRows, keys, p_.k.strides[2], end - first,
+                       dim_, scale,
                        static_cast<int>((rows + kBf16RowsPerVector - 1) / kBf16RowsPerVector),
                        s_.scores_t.get() + r);
     }

@@ -83,6 +83,14 @@ void* AllocateAlignedBytes(std::size_t bytes, AllocPtr, void*) {
 void FreeAlignedBytes(const void*, FreePtr, void*) {}
 }  // namespace hwy
 
+// Whether the emulated CPU multiplies AMX tiles: BochsCPU's model has no AMX, so the bf16
+// scores take AVX512-BF16 (cpu/amx.cpp asks CPUID and Linux, neither of which is here).
+namespace attn::cpu {
+bool has_amx() {
+  return false;
+}
+}  // namespace attn::cpu
+
 // exp and log in double (the state merge and the row's lse): Highway's, within 1 ulp, where
 // the library's come from libm.
 ATTN_EXPORT float nextafterf(float from, float to) {

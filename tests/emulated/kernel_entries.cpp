@@ -8,11 +8,12 @@
 namespace {
 
 // The arguments of attn::cpu::scores_rows_bf16, in its order; laid out as the harness packs
-// them (struct format "<QqQqqfiQ").
+// them (struct format "<QqQqqqfiQ").
 struct ScoresRowsBf16Args {
   const std::uint16_t* q_pairs;
   attn::Index rows_stride;
-  const std::uint16_t* const* keys;
+  const std::uint16_t* keys;
+  attn::Index key_stride;
   attn::Index key_count;
   attn::Index dim;
   float scale;
@@ -24,6 +25,6 @@ struct ScoresRowsBf16Args {
 
 extern "C" __attribute__((visibility("default"))) void emulated_scores_rows_bf16(
     const ScoresRowsBf16Args* a) {
-  attn::cpu::scores_rows_bf16(a->q_pairs, a->rows_stride, a->keys, a->key_count, a->dim, a->scale,
-                              a->vectors, a->out);
+  attn::cpu::scores_rows_bf16(a->q_pairs, a->rows_stride, a->keys, a->key_stride, a->key_count,
+                              a->dim, a->scale, a->vectors, a->out);
 }

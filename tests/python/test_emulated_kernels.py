@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 GUARD = np.float32(-1.5e38)  # a value no kernel writes
+BF16_NAN = np.uint16(0x7FC0)
+KEY_GAP = 6
 
 
 def _bf16(x):
@@ -31,13 +33,15 @@ def _run_scores(emulator, q, k, vectors, padding, scale):
     # [dim / 2][stride][2]: the pairs along d of each row, as the dot instruction takes them.
     pairs = np.zeros((dim // 2, stride, 2), np.uint16)
     pairs[:, :rows, :] = q_bits.T.reshape(dim // 2, 2, rows).transpose(0, 2, 1)
+    # Key rows KEY_GAP elements apart, NaN between them: a read past a row shows.
+    key_rows = np.full((keys, dim + KEY_GAP), BF16_NAN, np.uint16)
+    key_rows[:, :dim] = k_bits
     emulator.reset_data()
     q_at = emulator.put(pairs.tobytes())
-    k_at = emulator.put(k_bits.tobytes())
+    k_at = emulator.put(key_rows.tobytes())
     guarded = np.full(keys * stride + 64, GUARD, np.float32)  # 64 guard floats after the rows
     out_at = emulator.put(guarded.tobytes())
-    pointers = struct.pack(f"<{keys}Q", *(k_at + 2 * dim * i for i in range(keys)))
-    args = struct.pack("<QqQqqfiQ", q_at, stride, emulator.put(pointers), keys, dim, scale, vectors,
+    args = struct.pack("<QqQqqqfiQ", q_at, stride, k_at, dim + KEY_GAP, keys, dim, scale, vectors,
                        out_at)
     emulator.call("emulated_scores_rows_bf16", emulator.put(args))
     out = np.frombuffer(emulator.read(out_at, guarded.nbytes), np.float32)

@@ -1,0 +1,73 @@
+// Intel AMX tiles, for the kernels that multiply bf16 matrices on them (cpu/amx_scores.hpp).
+// The kernels are templates over a Tiles type with the members of HardwareTiles below, so that
+// the same code runs on AMX hardware and, in the tests, on a model of the instructions
+// (tests/support/amx_model.hpp) on any CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::cpu {
+
+// Does this CPU multiply bf16 tiles (AMX-TILE and AMX-BF16), with the OS saving tile state
+// and Linux having granted this process the tile data (arch_prctl(ARCH_REQ_XCOMP_PERM))?
+// Asked once; false when any of these is missing, and the kernels then use AVX512-BF16.
+bool has_amx();
+
+// The 64-byte operand of ldtilecfg, palette 1: rows and bytes per row of tiles 0 to 7.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Palette 1's largest tile: 16 rows of 64 bytes (16 floats, or 32 bf16 as 16 pairs).
+constexpr int kTileRows = 16;
+constexpr int kTileBytesPerRow = 64;
+constexpr int kTileCount = 8;
+
+// Every tile at its largest: the only shape the kernels use, so one configuration serves
+// them all (partial blocks go through zero-padded scratch instead).
+constexpr TileConfig full_tiles() {
+  TileConfig config;
+  for (int t = 0; t < kTileCount; ++t) {
+    config.bytes_per_row[t] = kTileBytesPerRow;
+    config.rows[t] = kTileRows;
+  }
+  return config;
+}
+
+#if defined(__x86_64__)
+// The instructions themselves. Each asm names the tile register by its number (%c prints the
+// bare constant) and clobbers memory, so that the compiler neither keeps a store to a tile's
+// source in a register nor moves a read of its destination above it.
+struct HardwareTiles {
+  static void configure(const TileConfig& config) {
+    asm volatile("ldtilecfg %0" ::"m"(config) : "memory");
+  }
+  static void release() { asm volatile("tilerelease" ::: "memory"); }
+  template <int kTile>
+  static void zero() {
+    asm volatile("tilezero %%tmm%c0" ::"i"(kTile));
+  }
+  // Tile rows from base, base + stride, ... (stride in bytes).
+  template <int kTile>
+  static void load(const void* base, long stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(kTile) : "memory");
+  }
+  template <int kTile>
+  static void store(void* base, long stride) {
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(kTile) : "memory");
+  }
+  // C[m][n] += sum over pairs k of A[m][2k] B[k][2n] + A[m][2k + 1] B[k][2n + 1]: A rows of
+  // bf16 pairs, B rows of pairs laid side by side, C float32.
+  template <int kC, int kA, int kB>
+  static void dot_bf16() {
+    asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
+  }
+};
+#endif
+
+}  // namespace attn::cpu

@@ -1,0 +1,186 @@
+// The AMX scores kernel (src/cpu/amx_scores.hpp) on the model of the tile instructions
+// (support/amx_model.hpp), on any CPU, against float64 over a case list; and, where the CPU
+// has AMX, the instructions themselves against the model, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "cpu/amx_scores.hpp"
+#include "cpu/amx_tiles.hpp"
+#include "cpu/bf16_dot.hpp"
+#include "support/amx_model.hpp"
+
+namespace attn {
+namespace {
+
+using testing::ModelTiles;
+
+constexpr float kGuard = -1.5e38f;          // a value the kernel never writes
+constexpr std::uint16_t kBf16Nan = 0x7FC0;  // between key rows: a read past a row shows
+constexpr Index kKeyGap = 6;
+
+struct ScoresCase {
+  Index dim = 64, keys = 1, padding = 0;
+  int vectors = 1;
+  std::string name() const {
+    return "dim " + std::to_string(dim) + " keys " + std::to_string(keys) + " vectors " +
+           std::to_string(vectors) + " padding " + std::to_string(padding);
+  }
+};
+
+struct ScoresInputs {
+  Index rows = 0, stride = 0, key_stride = 0;
+  std::vector<std::uint16_t> pairs, keys;  // [dim / 2][stride][2]; [keys][key_stride]
+  std::vector<double> q, k;                // the bf16 values, [rows][dim] and [keys][dim]
+  float scale = 0.125f;
+};
+
+ScoresInputs make_inputs(const ScoresCase& c, std::uint32_t seed) {
+  ScoresInputs in;
+  in.rows = 16 * c.vectors;
+  in.stride = in.rows + c.padding;
+  in.key_stride = c.dim + kKeyGap;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  in.pairs.assign(static_cast<std::size_t>(c.dim * in.stride), 0);
+  in.q.resize(static_cast<std::size_t>(in.rows * c.dim));
+  for (Index r = 0; r < in.rows; ++r) {
+    for (Index d = 0; d < c.dim; ++d) {
+      const bfloat16 value = to_bfloat16(normal(rng));
+      in.q[r * c.dim + d] = to_float(value);
+      in.pairs[((d / 2) * in.stride + r) * 2 + d % 2] = value.bits;
+    }
+  }
+  in.keys.assign(static_cast<std::size_t>(c.keys * in.key_stride), kBf16Nan);
+  in.k.resize(static_cast<std::size_t>(c.keys * c.dim));
+  for (Index j = 0; j < c.keys; ++j) {
+    for (Index d = 0; d < c.dim; ++d) {
+      const bfloat16 value = to_bfloat16(normal(rng));
+      in.k[j * c.dim + d] = to_float(value);
+      in.keys[j * in.key_stride + d] = value.bits;
+    }
+  }
+  return in;
+}
+
+// [keys][stride] floats and 64 guards after them, all kGuard.
+std::vector<float> guarded_output(const ScoresCase& c, const ScoresInputs& in) {
+  return std::vector<float>(static_cast<std::size_t>(c.keys * in.stride + 64), kGuard);
+}
+
+template <class Run>
+std::vector<float> run_scores(const ScoresCase& c, const ScoresInputs& in, Run&& run) {
+  std::vector<float> out = guarded_output(c, in);
+  run(in.pairs.data(), in.stride, in.keys.data(), in.key_stride, c.keys, c.dim, in.scale, c.vectors,
+      out.data());
+  return out;
+}
+
+std::vector<float> run_on_model(const ScoresCase& c, const ScoresInputs& in) {
+  return run_scores(c, in, [](auto... args) { cpu::scores_by_amx<ModelTiles>(args...); });
+}
+
+// Finite, guards kept, and within dim ulps of the sum of |products| of float64's scores
+// (float32 sums of exact products), NMSE < 1e-12.
+void expect_matches_float64(const ScoresCase& c, const ScoresInputs& in,
+                            const std::vector<float>& out) {
+  double error = 0, norm = 0;
+  for (Index j = 0; j < c.keys; ++j) {
+    for (Index r = 0; r < in.stride; ++r) {
+      const float got = out[static_cast<std::size_t>(j * in.stride + r)];
+      if (r >= in.rows) {
+        ASSERT_EQ(got, kGuard) << "padding row " << r << " written at key " << j;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(got)) << "key " << j << " row " << r;
+      double want = 0, magnitude = 0;
+      for (Index d = 0; d < c.dim; ++d) {
+        const double product = in.k[j * c.dim + d] * in.q[r * c.dim + d];
+        want += product;
+        magnitude += std::abs(product);
+      }
+      want *= in.scale;
+      const double bound =
+          static_cast<double>(c.dim) * std::numeric_limits<float>::epsilon() * in.scale * magnitude;
+      ASSERT_LE(std::abs(got - want), bound) << "key " << j << " row " << r;
+      error += (got - want) * (got - want);
+      norm += want * want;
+    }
+  }
+  for (std::size_t i = static_cast<std::size_t>(c.keys * in.stride); i < out.size(); ++i) {
+    ASSERT_EQ(out[i], kGuard) << "guard " << i << " after the scores written";
+  }
+  EXPECT_LT(error / norm, 1e-12);
+}
+
+// Every dim the kernel takes, key counts around its blocks of 16 and 32, 1 to 3 row vectors,
+// with and without padding rows.
+std::vector<ScoresCase> score_cases() {
+  std::vector<ScoresCase> cases;
+  for (const Index dim : {32, 64, 96, 128, 256}) {
+    for (const Index keys : {1, 15, 16, 17, 31, 32, 33, 47, 128}) {
+      for (const int vectors : {1, 2, 3}) {
+        cases.push_back({dim, keys, keys % 2 == 1 ? Index{5} : Index{0}, vectors});
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(AmxScores, ModelMatchesFloat64OverTheCaseList) {
+  for (const ScoresCase& c : score_cases()) {
+    SCOPED_TRACE(c.name());
+    const ScoresInputs in = make_inputs(c, static_cast<std::uint32_t>(c.dim * 1000 + c.keys));
+    expect_matches_float64(c, in, run_on_model(c, in));
+  }
+}
+
+// Blocks of 2 x 2 tiles, a product per 16 keys, 16 rows and 32 of d: no tile multiplied twice.
+TEST(AmxScores, ModelRunsOneProductPerTileOfWork) {
+  struct CountingTiles : ModelTiles {
+    static void release() {}  // keeps the count of this call until read below
+  };
+  const ScoresCase c{128, 47, 0, 3};
+  const ScoresInputs in = make_inputs(c, 5);
+  run_scores(c, in, [](auto... args) { cpu::scores_by_amx<CountingTiles>(args...); });
+  EXPECT_EQ(ModelTiles::products(), 3 /* key blocks */ * 3 /* row vectors */ * 4 /* d / 32 */);
+  ModelTiles::release();
+}
+
+TEST(AmxScores, NanInAQueryRowStaysInItsColumn) {
+  const ScoresCase c{64, 20, 0, 1};
+  ScoresInputs in = make_inputs(c, 9);
+  in.pairs[((10 / 2) * in.stride + 3) * 2] = kBf16Nan;  // q[3][10]
+  const std::vector<float> out = run_on_model(c, in);
+  for (Index j = 0; j < c.keys; ++j) {
+    for (Index r = 0; r < in.rows; ++r) {
+      EXPECT_EQ(std::isnan(out[static_cast<std::size_t>(j * in.stride + r)]), r == 3)
+          << "key " << j << " row " << r;
+    }
+  }
+}
+
+// On AMX hardware, scores_rows_bf16 takes the tiles for these dims. The SDM leaves the
+// rounding inside a pair to the hardware, so it is held to float64's bounds, not the model's
+// bits.
+TEST(AmxScores, HardwareMatchesFloat64) {
+  if (!cpu::has_amx()) {
+    GTEST_SKIP() << "this CPU has no AMX (or Linux refused its tile data): the AMX path was not "
+                    "exercised here; its kernel ran on the model above";
+  }
+  for (const ScoresCase& c : score_cases()) {
+    SCOPED_TRACE(c.name());
+    const ScoresInputs in = make_inputs(c, static_cast<std::uint32_t>(c.dim + c.keys));
+    expect_matches_float64(c, in,
+                           run_scores(c, in, [](auto... args) { cpu::scores_rows_bf16(args...); }));
+  }
+}
+
+}  // namespace
+}  // namespace attn

@@ -25,4 +25,8 @@ double fma_probe_gflops(int threads);
 // AVX512-BF16, else nothing. The unit low-precision kernels can use instead of widening.
 std::optional<FmaPeak> measure_bf16_dot_peak(int threads);
 
+// The same for AMX tiles (TDPBF16PS) where the CPU has AMX and Linux grants its tile data
+// (cpu::has_amx), else nothing: the unit of forward's bf16 scores there.
+std::optional<FmaPeak> measure_amx_peak(int threads);
+
 }  // namespace attn::bench

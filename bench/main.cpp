@@ -173,8 +173,8 @@ int run_speed_cases(const CommandLine& command_line) {
                 ceilings[threads].gflops);
   }
   std::printf("Each case's peak: the median of the FMA probes run between its repetitions\n");
-  // "of peak" stays the fp32 FMA's: but for forward's bf16 scores on AVX512-BF16, the kernels
-  // widen bf16 and fp16 to fp32.
+  // "of peak" stays the fp32 FMA's: but for forward's bf16 scores on AVX512-BF16 or AMX, the
+  // kernels widen bf16 and fp16 to fp32.
   for (const int threads : {1, 2}) {
     const std::optional<FmaPeak> bf16 = measure_bf16_dot_peak(threads);
     if (!bf16) {
@@ -183,6 +183,15 @@ int run_speed_cases(const CommandLine& command_line) {
     }
     std::printf("bf16 dot peak, %s, %d thread%s: %.1f GFLOP/s (best of 7 probes)\n",
                 bf16->target.c_str(), threads, threads == 1 ? "" : "s", bf16->gflops);
+  }
+  for (const int threads : {1, 2}) {
+    const std::optional<FmaPeak> amx = measure_amx_peak(threads);
+    if (!amx) {
+      std::printf("AMX peak: this CPU has no AMX (or Linux refused its tile data)\n");
+      break;
+    }
+    std::printf("AMX peak, %s, %d thread%s: %.1f GFLOP/s (best of 7 probes)\n", amx->target.c_str(),
+                threads, threads == 1 ? "" : "s", amx->gflops);
   }
 
   InputCache cache;

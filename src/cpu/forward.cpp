@@ -7,7 +7,8 @@
 //                  a chunk of few rows (decoding one token) uses the dot kernel instead,
 //                  and a tile of only such chunks reads 16-bit K and V in place;
 //                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
-//                  instruction (cpu/bf16_dot.hpp), K read in place
+//                  instruction, or AMX tiles where it has them (cpu/bf16_dot.hpp), K read
+//                  in place
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/half.hpp"
+#include "cpu/amx_context.hpp"
 #include "cpu/amx_scores.hpp"
 #include "cpu/amx_tiles.hpp"
 #include "cpu/bf16_dot.hpp"
@@ -179,6 +180,143 @@ TEST(AmxScores, HardwareMatchesFloat64) {
     const ScoresInputs in = make_inputs(c, static_cast<std::uint32_t>(c.dim + c.keys));
     expect_matches_float64(c, in,
                            run_scores(c, in, [](auto... args) { cpu::scores_rows_bf16(args...); }));
+  }
+}
+
+// Each weight is the exact sum of its three bf16 parts, each a float with a zero low half.
+TEST(AmxContext, WeightPartsSumToTheWeightExactly) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> weights = {0.0f,
+                                1.0f,
+                                0.5f,
+                                1.0f / 3.0f,
+                                std::nextafter(1.0f, 0.0f),
+                                1e-30f,
+                                std::numeric_limits<float>::min()};
+  for (int i = 0; i < 10000; ++i) weights.push_back(unit(rng) * std::exp2(-(i % 40)));
+  for (const float w : weights) {
+    const cpu::WeightParts parts = cpu::weight_parts(w);
+    double sum = 0;
+    for (const std::uint32_t part : parts.part) {
+      ASSERT_EQ(part & 0xFFFFu, 0u) << w;
+      sum += static_cast<double>(cpu::float_of(part));
+    }
+    ASSERT_EQ(sum, static_cast<double>(w)) << w;
+  }
+  const cpu::WeightParts nan = cpu::weight_parts(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(cpu::float_of(nan.part[0])));
+}
+
+struct ContextCase {
+  Index value_blocks = 1, span = 32, first = 0, end = 32;
+  int vectors = 1;
+  std::string name() const {
+    return "value dims " + std::to_string(value_blocks * 16) + " span " + std::to_string(span) +
+           " keys [" + std::to_string(first) + ", " + std::to_string(end) + ") vectors " +
+           std::to_string(vectors);
+  }
+};
+
+// out_t[d][r] = start + sum over k in [first, end) of P[k][r] V[k][d] by context_by_amx on
+// Tiles, checked against float64: NaN first, guards (padding rows of out_t, its rows past the
+// value dims), then per element within (3 span + 2) ulps of the sum of magnitudes, NMSE.
+// V^T holds NaN past the span, P^T NaN outside [first, end): a read of either shows.
+template <class Tiles>
+void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
+  constexpr Index kPadding = 3, kValuesGap = 32;
+  const Index rows = 16 * c.vectors, dims = c.value_blocks * 16, out_stride = rows + kPadding;
+  const Index values_stride = c.span + kValuesGap;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> weights_t(static_cast<std::size_t>(c.span * rows),
+                               std::numeric_limits<float>::quiet_NaN());
+  for (Index k = c.first; k < c.end; ++k) {
+    for (Index r = 0; r < rows; ++r) weights_t[k * rows + r] = unit(rng);
+  }
+  std::vector<std::uint16_t> values_t(static_cast<std::size_t>(dims * values_stride), kBf16Nan);
+  for (Index d = 0; d < dims; ++d) {
+    for (Index k = 0; k < c.span; ++k)
+      values_t[d * values_stride + k] = to_bfloat16(normal(rng)).bits;
+  }
+  std::vector<float> out(static_cast<std::size_t>((dims + 1) * out_stride), kGuard);
+  for (Index d = 0; d < dims; ++d) {
+    for (Index r = 0; r < rows; ++r) out[d * out_stride + r] = normal(rng);
+  }
+  const std::vector<float> start = out;
+  std::vector<std::uint32_t> parts(static_cast<std::size_t>(cpu::kWeightParts * c.span / 2 * rows));
+  cpu::put_weight_parts(weights_t.data(), rows, c.first, c.end, c.span, rows, rows, parts.data());
+  cpu::context_by_amx<Tiles>(values_t.data(), values_stride, c.value_blocks, parts.data(), rows,
+                             c.span, c.vectors, out.data(), out_stride);
+  double error = 0, norm = 0;
+  for (Index d = 0; d <= dims; ++d) {
+    for (Index r = 0; r < out_stride; ++r) {
+      const std::size_t at = static_cast<std::size_t>(d * out_stride + r);
+      if (d == dims || r >= rows) {
+        ASSERT_EQ(out[at], kGuard) << "guard at value dim " << d << " row " << r;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(out[at])) << "value dim " << d << " row " << r;
+      double want = start[at], magnitude = std::abs(start[at]);
+      for (Index k = c.first; k < c.end; ++k) {
+        const double term = static_cast<double>(weights_t[k * rows + r]) *
+                            to_float(bfloat16{values_t[d * values_stride + k]});
+        want += term;
+        magnitude += std::abs(term);
+      }
+      const double bound =
+          static_cast<double>(3 * c.span + 2) * std::numeric_limits<float>::epsilon() * magnitude;
+      ASSERT_LE(std::abs(out[at] - want), bound) << "value dim " << d << " row " << r;
+      error += (out[at] - want) * (out[at] - want);
+      norm += want * want;
+    }
+  }
+  EXPECT_LT(error / norm, 1e-12);
+}
+
+// Value dims of 1 to 16 tiles (pairs and a lone one), spans of 1 to 4 key blocks with the
+// weights' keys starting and ending inside them, 1 to 3 row vectors.
+std::vector<ContextCase> context_cases() {
+  std::vector<ContextCase> cases;
+  for (const Index value_blocks : {1, 2, 3, 8, 16}) {
+    for (const Index span : {32, 64, 128}) {
+      for (const int vectors : {1, 2, 3}) {
+        const Index first = (span / 32 + vectors) % 3 * 5;
+        cases.push_back({value_blocks, span, first, span - (vectors - 1) * 7, vectors});
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(AmxContext, ModelMatchesFloat64OverTheCaseList) {
+  for (const ContextCase& c : context_cases()) {
+    SCOPED_TRACE(c.name());
+    expect_context_matches_float64<ModelTiles>(
+        c, static_cast<std::uint32_t>(c.value_blocks * 100 + c.span + c.vectors));
+  }
+}
+
+// A product per 16 value dims, 16 rows, 32 keys and weight part.
+TEST(AmxContext, ModelRunsOneProductPerTileOfWork) {
+  struct CountingTiles : ModelTiles {
+    static void release() {}  // keeps the count of this call until read below
+  };
+  expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3}, 11);
+  EXPECT_EQ(ModelTiles::products(),
+            3 /* value blocks */ * 3 /* row vectors */ * 2 /* key blocks */ * cpu::kWeightParts);
+  ModelTiles::release();
+}
+
+TEST(AmxContext, HardwareMatchesFloat64) {
+  if (!cpu::has_amx()) {
+    GTEST_SKIP() << "this CPU has no AMX (or Linux refused its tile data): the AMX path was not "
+                    "exercised here; its kernel ran on the model above";
+  }
+  for (const ContextCase& c : context_cases()) {
+    SCOPED_TRACE(c.name());
+    expect_context_matches_float64<cpu::HardwareTiles>(c, static_cast<std::uint32_t>(c.span));
   }
 }
 

@@ -1,0 +1,153 @@
+// O^T += V^T P^T on AMX tiles (TDPBF16PS), for forward's context where the CPU has AMX and V
+// is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by
+// pack_values_transposed), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
+// of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
+// context. P is never rounded: put_weight_parts cuts each weight into three bf16 parts whose
+// sum is the weight exactly, and each part is multiplied in turn, so the context is float32
+// sums of exact products, as on the float path. A template over the tile instructions
+// (cpu/amx_tiles.hpp), so that the tests run it on a model of them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "attn/tensor.hpp"
+#include "cpu/amx_tiles.hpp"
+
+namespace attn::cpu {
+
+constexpr int kWeightParts = 3;     // bf16 parts of a float32 weight: 3 x 8 bits of significand
+constexpr Index kAmxKeyBlock = 32;  // keys per tile row of A: the K of one TDPBF16PS
+constexpr Index kAmxRows = 16;      // rows (or value dims) per tile
+
+// The top 16 bits of a float's pattern: a bf16 by truncation. x minus it is exact in float.
+inline std::uint32_t high_half(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return bits & 0xFFFF0000u;
+}
+inline float float_of(std::uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+// The three bf16 parts of w, high to low, as float patterns with a zero low half: each
+// truncates what the ones before left, so w = hi + mid + lo exactly (8 bits of w's 24 each;
+// a part below float's normal range reads as 0 on AMX, a change below 1e-33 of the sum).
+struct WeightParts {
+  std::uint32_t part[kWeightParts];
+};
+inline WeightParts weight_parts(float w) {
+  WeightParts out;
+  float left = w;
+  for (int q = 0; q < kWeightParts; ++q) {
+    out.part[q] = high_half(left);
+    left -= float_of(out.part[q]);
+  }
+  return out;
+}
+
+// parts[q][k / 2][r] (uint32 pairs: key k in the low half, k + 1 in the high) = part q of
+// the weight of key k and row r, for keys [0, span) of weights_t ([key][weights_stride]
+// floats at the span's first key and the first row) and `rows` rows; keys outside
+// [first, end) get weight 0. span is even; parts: [kWeightParts][span / 2][rows_stride].
+inline void put_weight_parts(const float* weights_t, Index weights_stride, Index first, Index end,
+                             Index span, Index rows, Index rows_stride, std::uint32_t* parts) {
+  const Index plane = span / 2 * rows_stride;
+  for (Index k = 0; k < span; k += 2) {
+    std::uint32_t* pair = parts + k / 2 * rows_stride;
+    const bool even_seen = k >= first && k < end, odd_seen = k + 1 >= first && k + 1 < end;
+    const float* even = weights_t + k * weights_stride;
+    const float* odd = even + weights_stride;
+    for (Index r = 0; r < rows; ++r) {
+      const WeightParts a = weight_parts(even_seen ? even[r] : 0.0f);
+      const WeightParts b = weight_parts(odd_seen ? odd[r] : 0.0f);
+      for (int q = 0; q < kWeightParts; ++q) pair[q * plane + r] = (a.part[q] >> 16) | b.part[q];
+    }
+  }
+}
+
+namespace amx {
+
+// Tiles: C[value block][row vector] 0 to 3, A (V^T, 16 value dims) 4 and 5, B (weight pairs,
+// 16 rows) 6 and 7; A is loaded once per key block for the three parts.
+template <class Tiles, int kValueBlocks, int kRowVectors>
+void context_block(const std::uint16_t* values_t, long values_bytes, const std::uint32_t* parts,
+                   Index part_plane, Index rows_stride, Index span, float* out, long out_bytes) {
+  float* const lower = out + kAmxRows * (out_bytes / 4);
+  Tiles::template load<0>(out, out_bytes);
+  if constexpr (kRowVectors == 2) Tiles::template load<1>(out + kAmxRows, out_bytes);
+  if constexpr (kValueBlocks == 2) Tiles::template load<2>(lower, out_bytes);
+  if constexpr (kValueBlocks == 2 && kRowVectors == 2) {
+    Tiles::template load<3>(lower + kAmxRows, out_bytes);
+  }
+  const long pair_bytes = static_cast<long>(rows_stride) * 4;
+  const long value_block = kAmxRows * values_bytes / 2;  // 16 value dims on, in elements
+  for (Index k = 0; k < span; k += kAmxKeyBlock) {
+    Tiles::template load<4>(values_t + k, values_bytes);
+    if constexpr (kValueBlocks == 2)
+      Tiles::template load<5>(values_t + value_block + k, values_bytes);
+    for (int q = 0; q < kWeightParts; ++q) {
+      const std::uint32_t* b = parts + q * part_plane + k / 2 * rows_stride;
+      Tiles::template load<6>(b, pair_bytes);
+      if constexpr (kRowVectors == 2) Tiles::template load<7>(b + kAmxRows, pair_bytes);
+      Tiles::template dot_bf16<0, 4, 6>();
+      if constexpr (kRowVectors == 2) Tiles::template dot_bf16<1, 4, 7>();
+      if constexpr (kValueBlocks == 2) Tiles::template dot_bf16<2, 5, 6>();
+      if constexpr (kValueBlocks == 2 && kRowVectors == 2) Tiles::template dot_bf16<3, 5, 7>();
+    }
+  }
+  Tiles::template store<0>(out, out_bytes);
+  if constexpr (kRowVectors == 2) Tiles::template store<1>(out + kAmxRows, out_bytes);
+  if constexpr (kValueBlocks == 2) Tiles::template store<2>(lower, out_bytes);
+  if constexpr (kValueBlocks == 2 && kRowVectors == 2) {
+    Tiles::template store<3>(lower + kAmxRows, out_bytes);
+  }
+}
+
+template <class Tiles, int kValueBlocks>
+void context_rows(const std::uint16_t* values_t, long values_bytes, const std::uint32_t* parts,
+                  Index part_plane, Index rows_stride, Index span, int vectors, float* out,
+                  long out_bytes) {
+  int v = 0;
+  for (; v + 2 <= vectors; v += 2) {
+    context_block<Tiles, kValueBlocks, 2>(values_t, values_bytes, parts + v * kAmxRows, part_plane,
+                                          rows_stride, span, out + v * kAmxRows, out_bytes);
+  }
+  if (v < vectors) {
+    context_block<Tiles, kValueBlocks, 1>(values_t, values_bytes, parts + v * kAmxRows, part_plane,
+                                          rows_stride, span, out + v * kAmxRows, out_bytes);
+  }
+}
+
+}  // namespace amx
+
+// out_t[d][r] += sum over keys k < span of P[k][r] V[k][d], for value dims d < value_blocks
+// x 16 and `vectors` (1 to 3) vectors of 16 rows: values_t is V^T ([d][values_stride] bf16 at
+// the span's first key), parts the weights as put_weight_parts lays them (rows_stride rows),
+// out_t [d][out_stride] floats at the first row. span is a whole number of key blocks (32).
+template <class Tiles>
+void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
+                    const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
+                    float* out_t, Index out_stride) {
+  static constexpr TileConfig kConfig = full_tiles();
+  Tiles::configure(kConfig);
+  const long values_bytes = static_cast<long>(values_stride) * 2;
+  const long out_bytes = static_cast<long>(out_stride) * 4;
+  const Index part_plane = span / 2 * rows_stride;
+  Index d = 0;
+  for (; d + 2 <= value_blocks; d += 2) {
+    amx::context_rows<Tiles, 2>(values_t + d * kAmxRows * values_stride, values_bytes, parts,
+                                part_plane, rows_stride, span, vectors,
+                                out_t + d * kAmxRows * out_stride, out_bytes);
+  }
+  if (d < value_blocks) {
+    amx::context_rows<Tiles, 1>(values_t + d * kAmxRows * values_stride, values_bytes, parts,
+                                part_plane, rows_stride, span, vectors,
+                                out_t + d * kAmxRows * out_stride, out_bytes);
+  }
+  Tiles::release();
+}
+
+}  // namespace attn::cpu

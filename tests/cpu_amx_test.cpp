@@ -246,7 +246,8 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
   }
   const std::vector<float> start = out;
   std::vector<std::uint32_t> parts(static_cast<std::size_t>(cpu::kWeightParts * c.span / 2 * rows));
-  cpu::put_weight_parts(weights_t.data(), rows, c.first, c.end, c.span, rows, rows, parts.data());
+  cpu::put_weight_parts(weights_t.data() + c.first * rows, rows, c.first, c.end, c.span, rows, rows,
+                        parts.data());
   cpu::context_by_amx<Tiles>(values_t.data(), values_stride, c.value_blocks, parts.data(), rows,
                              c.span, c.vectors, out.data(), out_stride);
   double error = 0, norm = 0;

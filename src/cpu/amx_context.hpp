@@ -48,22 +48,38 @@ inline WeightParts weight_parts(float w) {
   return out;
 }
 
+// One pair of keys of put_weight_parts, each key's weights or (not seen) zeros; the
+// loop over rows is straight-line, for the compiler to vectorise.
+template <bool kEvenSeen, bool kOddSeen>
+void put_pair_parts(const float* even, const float* odd, Index rows, Index plane,
+                    std::uint32_t* pair) {
+  for (Index r = 0; r < rows; ++r) {
+    const WeightParts a = weight_parts(kEvenSeen ? even[r] : 0.0f);
+    const WeightParts b = weight_parts(kOddSeen ? odd[r] : 0.0f);
+    for (int q = 0; q < kWeightParts; ++q) pair[q * plane + r] = (a.part[q] >> 16) | b.part[q];
+  }
+}
+
 // parts[q][k / 2][r] (uint32 pairs: key k in the low half, k + 1 in the high) = part q of
-// the weight of key k and row r, for keys [0, span) of weights_t ([key][weights_stride]
-// floats at the span's first key and the first row) and `rows` rows; keys outside
-// [first, end) get weight 0. span is even; parts: [kWeightParts][span / 2][rows_stride].
+// the weight of key k and row r, for keys [0, span) and `rows` rows, where the weights of
+// keys [first, end) are weights_t ([key][weights_stride] floats at key `first` and the first
+// row) and the others 0. span is even; parts: [kWeightParts][span / 2][rows_stride].
 inline void put_weight_parts(const float* weights_t, Index weights_stride, Index first, Index end,
                              Index span, Index rows, Index rows_stride, std::uint32_t* parts) {
   const Index plane = span / 2 * rows_stride;
   for (Index k = 0; k < span; k += 2) {
-    std::uint32_t* pair = parts + k / 2 * rows_stride;
     const bool even_seen = k >= first && k < end, odd_seen = k + 1 >= first && k + 1 < end;
-    const float* even = weights_t + k * weights_stride;
-    const float* odd = even + weights_stride;
-    for (Index r = 0; r < rows; ++r) {
-      const WeightParts a = weight_parts(even_seen ? even[r] : 0.0f);
-      const WeightParts b = weight_parts(odd_seen ? odd[r] : 0.0f);
-      for (int q = 0; q < kWeightParts; ++q) pair[q * plane + r] = (a.part[q] >> 16) | b.part[q];
+    const float* even = weights_t + (even_seen ? k - first : 0) * weights_stride;
+    const float* odd = weights_t + (odd_seen ? k + 1 - first : 0) * weights_stride;
+    std::uint32_t* pair = parts + k / 2 * rows_stride;
+    if (even_seen && odd_seen) {
+      put_pair_parts<true, true>(even, odd, rows, plane, pair);
+    } else if (even_seen) {
+      put_pair_parts<true, false>(even, odd, rows, plane, pair);
+    } else if (odd_seen) {
+      put_pair_parts<false, true>(even, odd, rows, plane, pair);
+    } else {
+      put_pair_parts<false, false>(even, odd, rows, plane, pair);
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "cpu/amx_context.hpp"
 #include "cpu/amx_scores.hpp"
 #include "cpu/amx_tiles.hpp"
 
@@ -76,6 +77,13 @@ __attribute__((target("avx512f"), flatten)) void scores_on_tiles(
 bool has_bf16_dot() {
   static const bool supported = __builtin_cpu_supports("avx512bf16");
   return supported;
+}
+
+void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
+                       const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
+                       float* out_t, Index out_stride) {
+  context_by_amx<HardwareTiles>(values_t, values_stride, value_blocks, parts, rows_stride, span,
+                                vectors, out_t, out_stride);
 }
 
 void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,

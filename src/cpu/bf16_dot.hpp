@@ -45,4 +45,10 @@ void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out);
 
+// out_t[d][r] += sum_k P[k][r] V[k][d] on AMX tiles: cpu/amx_context.hpp's context_by_amx,
+// its arguments and layouts. Called only where has_amx() (cpu/amx_tiles.hpp).
+void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
+                       const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
+                       float* out_t, Index out_stride);
+
 }  // namespace attn::cpu

@@ -13,7 +13,9 @@
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
 //                  apart to spread over the L1 sets (f32 rows that do not are copied
-//                  into scratch: cpu/to_floats-inl.h, RowDistance)
+//                  into scratch: cpu/to_floats-inl.h, RowDistance); with bf16 V on a CPU
+//                  with AMX, O^T = O^T corr + V^T P^T on tiles instead (cpu/amx_context.hpp),
+//                  V^T packed once per KV head (PackedValues), the context kept transposed
 //   weights        for a float32 weights output (keeps_weights): the shaped scores are
 //                  kept by row in scratch before the softmax, and when a row ends they
 //                  go into the output as its weights, by its lse
@@ -33,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -42,6 +45,9 @@
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
+#include "cpu/amx_context.hpp"
+#include "cpu/amx_scores.hpp"
+#include "cpu/amx_tiles.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
@@ -76,6 +82,81 @@ struct WorkItem {
   Index segment = 0, kv_head = 0, first_position = 0, positions = 0;
 };
 
+// V^T in bf16 for the context on AMX tiles, packed before the items once per (segment, KV
+// head), a slot: [dim_v_padded][keys_padded] with keys_padded the segment's keys in whole
+// key blocks (32), zeros past its keys and value dims; and per key block whether its values
+// are all finite (a block that is not goes through context_skipping_hidden_transposed, so
+// that a weight of 0 never meets a NaN).
+struct PackedValues {
+  struct Slot {
+    Index offset = 0, keys_padded = 0, first_block = 0;
+  };
+  std::vector<Slot> slots;
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> values_t;
+  std::vector<unsigned char> finite;
+
+  bool finite_over(Index slot, Index first_key, Index end_key) const {
+    const Slot& at = slots[static_cast<std::size_t>(slot)];
+    for (Index b = first_key / kAmxKeyBlock; b < end_key / kAmxKeyBlock; ++b) {
+      if (!finite[static_cast<std::size_t>(at.first_block + b)]) return false;
+    }
+    return true;
+  }
+};
+
+// Rows per KV head, at least, for the AMX context: below, packing V^T costs as much as the
+// products it serves.
+constexpr Index kAmxContextMinRows = 64;
+
+// Whether forward multiplies P V on AMX tiles: bf16 scores on tiles (scores_by_bf16_dot on
+// an AVX-512 target, amx_scores_fit), bf16 V, a CPU with AMX, and enough rows.
+bool uses_amx_context(const Problem& p) {
+  if (!scores_by_bf16_dot(p, tile::kAvx512Target) || p.v.dtype != DType::bf16 ||
+      !amx_scores_fit(p.dim_qk) || !has_amx()) {
+    return false;
+  }
+  for (const Segment& segment : p.segments) {
+    if (segment.len_q * p.group_size() >= kAmxContextMinRows) return true;
+  }
+  return false;
+}
+
+PackedValues pack_values(const Problem& p, int threads) {
+  PackedValues packed;
+  const Index dim_v_padded = round_up(p.dim_v, kAmxRows);
+  Index total = 0, blocks = 0;
+  for (const Segment& segment : p.segments) {
+    const Index keys_padded = round_up(segment.len_k, kAmxKeyBlock);
+    for (Index h = 0; h < p.heads_kv; ++h) {
+      packed.slots.push_back({total, keys_padded, blocks});
+      total += dim_v_padded * keys_padded;
+      blocks += keys_padded / kAmxKeyBlock;
+    }
+  }
+  packed.values_t = scratch_buffer<std::uint16_t>(total);
+  packed.finite.assign(static_cast<std::size_t>(blocks), 1);
+  const auto pack_slot = [&](Index slot) {
+    const Segment& segment = p.segments[static_cast<std::size_t>(slot / p.heads_kv)];
+    const PackedValues::Slot& at = packed.slots[static_cast<std::size_t>(slot)];
+    std::uint16_t* values_t = packed.values_t.get() + at.offset;
+    std::fill(values_t, values_t + dim_v_padded * at.keys_padded, std::uint16_t{0});
+    for (Index k = 0; k < segment.len_k; ++k) {
+      const bfloat16* v =
+          row_of<bfloat16>(p.v, segment.batch, slot % p.heads_kv, segment.k_begin + k);
+      bool finite = true;
+      for (Index d = 0; d < p.dim_v; ++d) {
+        values_t[d * at.keys_padded + k] = v[d].bits;
+        finite &= (v[d].bits & 0x7F80u) != 0x7F80u;
+      }
+      if (!finite) packed.finite[static_cast<std::size_t>(at.first_block + k / kAmxKeyBlock)] = 0;
+    }
+  };
+  tile::run_items(static_cast<Index>(packed.slots.size()),
+                  tile::threads_for(static_cast<Index>(packed.slots.size()), threads),
+                  [&](int) { return pack_slot; });
+  return packed;
+}
+
 // A chunk of up to kScoreRowVectors row vectors and the keys [first, end) of the current
 // tile that any of its rows may see.
 struct Chunk {
@@ -93,7 +174,7 @@ struct RowBlock {
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys,
-          Index kept_rows, Index kept_keys)
+          Index kept_rows, Index kept_keys, Index weight_part_words)
       : kept_stride(kept_keys),
         queries_t(scratch_buffer<float>(dim * rows)),
         query_pairs(scratch_buffer<std::uint16_t>(round_up(dim, 2) * rows)),
@@ -113,7 +194,8 @@ struct Scratch {
         query_row(scratch_buffer<Index>(rows)),
         chunks(scratch_buffer<Chunk>(rows)),
         blocks(scratch_buffer<RowBlock>(rows)),
-        kept_scores(scratch_buffer<float>(kept_rows * kept_keys)) {}
+        kept_scores(scratch_buffer<float>(kept_rows * kept_keys)),
+        weight_parts(scratch_buffer<std::uint32_t>(weight_part_words)) {}
 
   Index kept_stride;  // the longest segment's keys with a weights output, else 0
 
@@ -122,8 +204,9 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
-  hwy::AlignedFreeUniquePtr<float[]> context;  // [rows][dim_v_padded]: unnormalised O
-  hwy::AlignedFreeUniquePtr<float[]> keys;     // [key_tile][dim]: K tile in f32 (f16/bf16 k)
+  // [rows][dim_v_padded]: unnormalised O; [dim_v_padded][rows] (O^T) for an AMX context
+  hwy::AlignedFreeUniquePtr<float[]> context;
+  hwy::AlignedFreeUniquePtr<float[]> keys;  // [key_tile][dim]: K tile in f32 (f16/bf16 k)
   // [key_tile][spread_row_stride(dim_v_padded)]: V tile in f32, its rows spread over the L1
   // sets for the context's column passes
   hwy::AlignedFreeUniquePtr<float[]> values;
@@ -135,6 +218,8 @@ struct Scratch {
   // [kept_rows][kept_stride]: each real row's shaped scores over its segment's keys, for the
   // weights output
   hwy::AlignedFreeUniquePtr<float[]> kept_scores;
+  // A chunk's weights as the AMX context takes them (put_weight_parts), with an AMX context
+  hwy::AlignedFreeUniquePtr<std::uint32_t[]> weight_parts;
 };
 
 template <int kDim>
@@ -142,7 +227,8 @@ class ItemKernel {
   using Traits = ForwardTraits<kDim>;
 
  public:
-  ItemKernel(const Problem& problem, Scratch& scratch) : p_(problem), s_(scratch) {}
+  ItemKernel(const Problem& problem, Scratch& scratch, const PackedValues* packed)
+      : p_(problem), s_(scratch), packed_(packed) {}
 
   void run(const WorkItem& item) {
     seg_ = &p_.segments[static_cast<std::size_t>(item.segment)];
@@ -150,6 +236,8 @@ class ItemKernel {
     const Index group = p_.group_size();
     rows_ = item.positions * group;
     rows_padded_ = round_up(rows_, lanes_);
+    slot_ = item.segment * p_.heads_kv + item.kv_head;
+    amx_context_ = packed_ != nullptr && !has_narrow_chunk();
     set_up_rows(item);
     pack_queries();
     std::fill(s_.context.get(), s_.context.get() + rows_padded_ * dim_v_padded_, 0.0f);
@@ -167,6 +255,16 @@ class ItemKernel {
   }
 
  private:
+  // Whether a chunk of the item's rows is narrow (chunk_scored_by_dot): those read the
+  // context by rows, so the item keeps it untransposed, off AMX.
+  bool has_narrow_chunk() const {
+    const Index chunk_rows = Traits::kScoreRowVectors * lanes_;
+    for (Index first = 0; first < rows_; first += chunk_rows) {
+      if (chunk_scored_by_dot(std::min(rows_, first + chunk_rows) - first, lanes_)) return true;
+    }
+    return false;
+  }
+
   // Per row: its head, its query, and the keys [first_key, end_key) that causal and the
   // window leave visible; the online-softmax state starts at the sink (or empty).
   void set_up_rows(const WorkItem& item) {
@@ -253,6 +351,7 @@ class ItemKernel {
       }
     }
     if (chunk_count == 0) return;
+    if (amx_context_) return attend_tile_on_tiles(chunks, chunk_count);
     if (narrow_in_place_ && all_narrow) {
       return with_float_type(p_.k.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -270,6 +369,71 @@ class ItemKernel {
     }
     const bool values_finite = !any_partial || tile_values_finite(tile_end - tile_first);
     accumulate_context(chunks, chunk_count, values_finite);
+  }
+
+  // bf16 scores (K read in place) and O^T = O^T corr + V^T P^T, both on AMX tiles; no tile
+  // of K or V is widened.
+  void attend_tile_on_tiles(const Chunk* chunks, Index chunk_count) {
+    for (Index c = 0; c < chunk_count; ++c) {
+      compute_scores(chunks[c]);
+      shape_scores(chunks[c]);
+      if (keep_weights_) keep_scores(chunks[c]);
+      update_softmax(chunks[c]);
+      rescale_transposed(chunks[c]);
+      context_on_tiles(chunks[c]);
+    }
+  }
+
+  // O^T[d][r] *= rescale[r] over the chunk's rows.
+  void rescale_transposed(const Chunk& chunk) {
+    const DF df;
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      const VF factor = hn::Load(df, s_.rescale.get() + row);
+      for (Index d = 0; d < dim_v_; ++d) {
+        float* o = s_.context.get() + d * rows_padded_ + row;
+        hn::Store(hn::Mul(hn::Load(df, o), factor), df, o);
+      }
+    }
+  }
+
+  // O^T += V^T P^T over the whole key blocks around the chunk's keys, P 0 outside them; a
+  // span holding a value that is not finite goes key by key instead.
+  void context_on_tiles([[maybe_unused]] const Chunk& chunk) {
+#if HWY_ARCH_X86
+    const Index span_first = chunk.first / kAmxKeyBlock * kAmxKeyBlock;
+    const Index span_end = round_up(chunk.end, kAmxKeyBlock);
+    if (!packed_->finite_over(slot_, span_first, span_end)) {
+      return context_skipping_hidden_transposed(chunk);
+    }
+    const Index rows = chunk.vectors * lanes_;
+    const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
+    put_weight_parts(scores_at(chunk.first, chunk.first_row), rows_padded_,
+                     chunk.first - span_first, chunk.end - span_first, span_end - span_first, rows,
+                     rows, s_.weight_parts.get());
+    context_rows_bf16(packed_->values_t.get() + at.offset + span_first, at.keys_padded,
+                      dim_v_padded_ / kAmxRows, s_.weight_parts.get(), rows, span_end - span_first,
+                      static_cast<int>(chunk.vectors), s_.context.get() + chunk.first_row,
+                      rows_padded_);
+#endif
+  }
+
+  // O^T[d][r] += P[j][r] V[j][d] for the chunk's real rows, skipping every weight of 0, so that
+  // a NaN or infinity in V reaches only the rows that see it.
+  void context_skipping_hidden_transposed(const Chunk& chunk) {
+    const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
+    const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
+    for (Index r = chunk.first_row; r < row_end; ++r) {
+      for (Index j = chunk.first; j < chunk.end; ++j) {
+        const float weight = *scores_at(j, r);
+        if (weight == 0.0f) continue;
+        const std::uint16_t* value = packed_->values_t.get() + at.offset + j;
+        for (Index d = 0; d < dim_v_; ++d) {
+          s_.context[d * rows_padded_ + r] +=
+              weight * to_float(bfloat16{value[d * at.keys_padded]});
+        }
+      }
+    }
   }
 
   // A tile whose chunks are all narrow (decoding one token), 16-bit K and V read in place:
@@ -359,7 +523,9 @@ class ItemKernel {
     return tile::rows_finite(values_, keys, value_stride_, dim_v_);
   }
 
-  const float* key_row(Index j) const { return keys_ + (j - tile_first_) * key_stride_; }
+  const float* key_row(Index j) const {
+    return keys_ + (j - tile_first_) * key_stride_;
+  }
   float* scores_at(Index j, Index row) const {
     return s_.scores.get() + (j - tile_first_) * rows_padded_ + row;
   }
@@ -654,11 +820,13 @@ class ItemKernel {
     for (Index r = 0; r < rows_; ++r) {
       const RowEnd<float> end = end_of_row(s_.row_max[r], s_.row_sum[r]);
       if (keep_weights_) finish_weights(r, end.lse);
-      const float* o = s_.context.get() + r * dim_v_padded_;
+      // O's row, or O^T's column with an AMX context
+      const float* o = s_.context.get() + (amx_context_ ? r : r * dim_v_padded_);
+      const Index step = amx_context_ ? rows_padded_ : 1;
       with_float_type(p_.outputs.context.dtype, [&](auto tag) {
         using T = decltype(tag);
         T* row = row_of<T>(p_.outputs.context, seg_->batch, s_.head[r], s_.query_row[r]);
-        for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d] * end.inverse_l);
+        for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d * step] * end.inverse_l);
       });
       if (p_.outputs.lse) {
         const MutableTensorView& lse = *p_.outputs.lse;
@@ -689,8 +857,12 @@ class ItemKernel {
   // no mask (a masked key's value row would be read with weight 0).
   const bool narrow_in_place_ = p_.mask_kind == MaskKind::none && p_.k.dtype == p_.v.dtype &&
                                 (p_.k.dtype == DType::f16 || p_.k.dtype == DType::bf16);
+  // V^T for the context on AMX tiles where uses_amx_context, else null; amx_context_: this
+  // item's context is on tiles (and kept transposed)
+  const PackedValues* packed_;
+  bool amx_context_ = false;
   const Segment* seg_ = nullptr;
-  Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
+  Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0, slot_ = 0;
   const float* keys_ = nullptr;
   const float* values_ = nullptr;
   Index key_stride_ = 0, value_stride_ = 0;
@@ -728,14 +900,21 @@ void run_kernel(const Problem& p, int threads) {
       kept_keys = std::max(kept_keys, segment.len_k);
     }
   }
+  std::optional<PackedValues> packed;
+  if (uses_amx_context(p)) packed = pack_values(p, threads);
+  // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
+  const Index weight_part_words = packed ? kWeightParts * (Traits::kKeyTile + 2 * kAmxKeyBlock) /
+                                               2 * (Traits::kScoreRowVectors * lanes)
+                                         : 0;
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys,
-                         kept_rows, kept_keys);
+                         kept_rows, kept_keys, weight_part_words);
   }
+  const PackedValues* values_t = packed ? &*packed : nullptr;
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
-    return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)])](
+    return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)], values_t)](
                Index i) mutable { kernel.run(items[static_cast<std::size_t>(i)]); };
   });
 }

@@ -92,7 +92,7 @@ struct PackedValues {
     Index offset = 0, keys_padded = 0, first_block = 0;
   };
   std::vector<Slot> slots;
-  hwy::AlignedFreeUniquePtr<std::uint16_t[]> values_t;
+  hwy::AlignedFreeUniquePtr<bfloat16[]> values_t;
   std::vector<unsigned char> finite;
 
   bool finite_over(Index slot, Index first_key, Index end_key) const {
@@ -133,19 +133,19 @@ PackedValues pack_values(const Problem& p, int threads) {
       blocks += keys_padded / kAmxKeyBlock;
     }
   }
-  packed.values_t = scratch_buffer<std::uint16_t>(total);
+  packed.values_t = scratch_buffer<bfloat16>(total);
   packed.finite.assign(static_cast<std::size_t>(blocks), 1);
   const auto pack_slot = [&](Index slot) {
     const Segment& segment = p.segments[static_cast<std::size_t>(slot / p.heads_kv)];
     const PackedValues::Slot& at = packed.slots[static_cast<std::size_t>(slot)];
-    std::uint16_t* values_t = packed.values_t.get() + at.offset;
-    std::fill(values_t, values_t + dim_v_padded * at.keys_padded, std::uint16_t{0});
+    bfloat16* values_t = packed.values_t.get() + at.offset;
+    std::fill(values_t, values_t + dim_v_padded * at.keys_padded, bfloat16{});
     for (Index k = 0; k < segment.len_k; ++k) {
       const bfloat16* v =
           row_of<bfloat16>(p.v, segment.batch, slot % p.heads_kv, segment.k_begin + k);
       bool finite = true;
       for (Index d = 0; d < p.dim_v; ++d) {
-        values_t[d * at.keys_padded + k] = v[d].bits;
+        values_t[d * at.keys_padded + k] = v[d];
         finite &= (v[d].bits & 0x7F80u) != 0x7F80u;
       }
       if (!finite) packed.finite[static_cast<std::size_t>(at.first_block + k / kAmxKeyBlock)] = 0;
@@ -384,16 +384,10 @@ class ItemKernel {
     }
   }
 
-  // O^T[d][r] *= rescale[r] over the chunk's rows.
   void rescale_transposed(const Chunk& chunk) {
-    const DF df;
     for (Index c = 0; c < chunk.vectors; ++c) {
       const Index row = chunk.first_row + c * lanes_;
-      const VF factor = hn::Load(df, s_.rescale.get() + row);
-      for (Index d = 0; d < dim_v_; ++d) {
-        float* o = s_.context.get() + d * rows_padded_ + row;
-        hn::Store(hn::Mul(hn::Load(df, o), factor), df, o);
-      }
+      tile::rescale_columns(s_.context.get() + row, rows_padded_, dim_v_, s_.rescale.get() + row);
     }
   }
 
@@ -411,28 +405,23 @@ class ItemKernel {
     put_weight_parts(scores_at(chunk.first, chunk.first_row), rows_padded_,
                      chunk.first - span_first, chunk.end - span_first, span_end - span_first, rows,
                      rows, s_.weight_parts.get());
-    context_rows_bf16(packed_->values_t.get() + at.offset + span_first, at.keys_padded,
+    context_rows_bf16(&packed_->values_t[at.offset + span_first].bits, at.keys_padded,
                       dim_v_padded_ / kAmxRows, s_.weight_parts.get(), rows, span_end - span_first,
                       static_cast<int>(chunk.vectors), s_.context.get() + chunk.first_row,
                       rows_padded_);
 #endif
   }
 
-  // O^T[d][r] += P[j][r] V[j][d] for the chunk's real rows, skipping every weight of 0, so that
-  // a NaN or infinity in V reaches only the rows that see it.
+  // The chunk's real rows key by key (tile-inl.h), so that a NaN or infinity in V reaches
+  // only the rows that see it.
   void context_skipping_hidden_transposed(const Chunk& chunk) {
     const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
+    const bfloat16* values_t = packed_->values_t.get() + at.offset + chunk.first;
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
     for (Index r = chunk.first_row; r < row_end; ++r) {
-      for (Index j = chunk.first; j < chunk.end; ++j) {
-        const float weight = *scores_at(j, r);
-        if (weight == 0.0f) continue;
-        const std::uint16_t* value = packed_->values_t.get() + at.offset + j;
-        for (Index d = 0; d < dim_v_; ++d) {
-          s_.context[d * rows_padded_ + r] +=
-              weight * to_float(bfloat16{value[d * at.keys_padded]});
-        }
-      }
+      tile::context_skipping_zero_weights_transposed(
+          scores_at(chunk.first, r), rows_padded_, values_t, at.keys_padded,
+          chunk.end - chunk.first, s_.context.get() + r, rows_padded_, dim_v_);
     }
   }
 

@@ -541,6 +541,37 @@ inline void context_skipping_zero_weights(const float* HWY_RESTRICT p, Index p_s
   }
 }
 
+// The transposed accumulators of one vector of rows (O^T, the layout of forward's context
+// on AMX tiles) rescaled when the rows' running maxima grow: o_t[d][lane] *= rescale[lane]
+// for d < dims. o_t: O^T at the vector's first row, stride o_stride.
+inline void rescale_columns(float* HWY_RESTRICT o_t, Index o_stride, Index dims,
+                            const float* HWY_RESTRICT rescale) {
+  const DF df;
+  const VF factor = hn::Load(df, rescale);
+  for (Index d = 0; d < dims; ++d) {
+    float* o = o_t + d * o_stride;
+    hn::Store(hn::Mul(hn::Load(df, o), factor), df, o);
+  }
+}
+
+// context_skipping_zero_weights for one row of O^T (already rescaled), V given as bf16 V^T:
+// o_t[d] += sum_j p[j] V^T[d][j], keys of weight 0 skipped.
+// p: the row's weights, stride p_stride  values_t: V^T at the first key, stride values_stride
+// o_t: the row's column of O^T, stride o_stride
+inline void context_skipping_zero_weights_transposed(const float* HWY_RESTRICT p, Index p_stride,
+                                                     const bfloat16* HWY_RESTRICT values_t,
+                                                     Index values_stride, Index keys,
+                                                     float* HWY_RESTRICT o_t, Index o_stride,
+                                                     Index dims) {
+  for (Index j = 0; j < keys; ++j) {
+    const float weight = p[j * p_stride];
+    if (weight == 0.0f) continue;
+    for (Index d = 0; d < dims; ++d) {
+      o_t[d * o_stride] += weight * to_float(values_t[d * values_stride + j]);
+    }
+  }
+}
+
 // ---- Micro-kernels: keys-vectorised (lanes are keys) ------------------------------------
 
 // S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys: the same FMA

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "attn/half.hpp"
 #include "core/rows.hpp"
 
 namespace attn::testing {
@@ -242,16 +243,32 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   return in;
 }
 
-void poison_key(Inputs& in, Index key) {
-  auto* k = static_cast<float*>(const_cast<void*>(in.k.data));
-  auto* v = static_cast<float*>(const_cast<void*>(in.v.data));
+namespace {
+
+template <class T>
+void poison_rows(Inputs& in, Index key, T nan, T infinity) {
+  auto* k = static_cast<T*>(const_cast<void*>(in.k.data));
+  auto* v = static_cast<T*>(const_cast<void*>(in.v.data));
   for (Index b = 0; b < in.k.shape[0]; ++b)
     for (Index h = 0; h < in.k.shape[1]; ++h) {
-      float* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
-      float* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
-      k_row[0] = std::numeric_limits<float>::quiet_NaN();
-      v_row[in.v.shape[3] - 1] = std::numeric_limits<float>::infinity();
+      T* k_row = k + b * in.k.strides[0] + h * in.k.strides[1] + key * in.k.strides[2];
+      T* v_row = v + b * in.v.strides[0] + h * in.v.strides[1] + key * in.v.strides[2];
+      k_row[0] = nan;
+      v_row[in.v.shape[3] - 1] = infinity;
     }
+}
+
+}  // namespace
+
+void poison_key(Inputs& in, Index key) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInfinity = std::numeric_limits<float>::infinity();
+  if (in.k.dtype == DType::bf16) {
+    return poison_rows(in, key, to_bfloat16(kNan), to_bfloat16(kInfinity));
+  }
+  if (in.k.dtype == DType::f16)
+    return poison_rows(in, key, to_float16(kNan), to_float16(kInfinity));
+  poison_rows(in, key, kNan, kInfinity);
 }
 
 void show_key_to_every_fourth_row(Inputs& in, Index key) {

@@ -45,7 +45,7 @@ struct Inputs {
 Inputs make_inputs(const Case& c, unsigned seed = 1);
 
 // Writes NaN into the key row and infinity into the value row `key` of every batch entry
-// and KV head (f32 inputs only): a row that sees the key gets NaN, a row that does not
+// and KV head (f32, f16 or bf16 inputs): a row that sees the key gets NaN, a row that does not
 // must not.
 void poison_key(Inputs& in, Index key);
 

@@ -108,17 +108,24 @@ struct PackedValues {
 // products it serves.
 constexpr Index kAmxContextMinRows = 64;
 
+// The most memory V^T may take (a copy of V): past it, the float path, which needs none.
+constexpr Index kAmxPackedValuesMaxBytes = Index{1} << 30;
+
 // Whether forward multiplies P V on AMX tiles: bf16 scores on tiles (scores_by_bf16_dot on
-// an AVX-512 target, amx_scores_fit), bf16 V, a CPU with AMX, and enough rows.
+// an AVX-512 target, amx_scores_fit), bf16 V, a CPU with AMX, enough rows, V^T in bounds.
 bool uses_amx_context(const Problem& p) {
   if (!scores_by_bf16_dot(p, tile::kAvx512Target) || p.v.dtype != DType::bf16 ||
       !amx_scores_fit(p.dim_qk) || !has_amx()) {
     return false;
   }
+  bool enough_rows = false;
+  Index packed_bytes = 0;
   for (const Segment& segment : p.segments) {
-    if (segment.len_q * p.group_size() >= kAmxContextMinRows) return true;
+    enough_rows |= segment.len_q * p.group_size() >= kAmxContextMinRows;
+    packed_bytes +=
+        2 * p.heads_kv * round_up(p.dim_v, kAmxRows) * round_up(segment.len_k, kAmxKeyBlock);
   }
-  return false;
+  return enough_rows && packed_bytes <= kAmxPackedValuesMaxBytes;
 }
 
 PackedValues pack_values(const Problem& p, int threads) {

@@ -1,6 +1,6 @@
 // O^T += V^T P^T on AMX tiles (TDPBF16PS), for forward's context where the CPU has AMX and V
-// is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by
-// pack_values_transposed), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
+// is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by forward.cpp's
+// pack_values), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
 // of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
 // context. P is never rounded: put_weight_parts cuts each weight into three bf16 parts whose
 // sum is the weight exactly, and each part is multiplied in turn, so the context is float32
@@ -33,8 +33,9 @@ inline float float_of(std::uint32_t bits) {
 }
 
 // The three bf16 parts of w, high to low, as float patterns with a zero low half: each
-// truncates what the ones before left, so w = hi + mid + lo exactly (8 bits of w's 24 each;
-// a part below float's normal range reads as 0 on AMX, a change below 1e-33 of the sum).
+// truncates what the ones before left, so w = hi + mid + lo exactly (8 bits of w's 24 each).
+// AMX reads a part below float's normal range (2^-126) as 0: a change below 2^-126 in a
+// weight, against its row's largest weight of 1.
 struct WeightParts {
   std::uint32_t part[kWeightParts];
 };

@@ -16,9 +16,9 @@
 
 namespace attn::cpu {
 
-constexpr int kWeightParts = 3;     // bf16 parts of a float32 weight: 3 x 8 bits of significand
-constexpr Index kAmxKeyBlock = 32;  // keys per tile row of A: the K of one TDPBF16PS
-constexpr Index kAmxRows = 16;      // rows (or value dims) per tile
+constexpr int kWeightParts = 3;        // bf16 parts of a float32 weight: 3 x 8 bits of significand
+constexpr Index kAmxKeyBlock = 32;     // keys per tile row of A: the K of one TDPBF16PS
+constexpr Index kAmxRows = kTileRows;  // rows (or value dims) per tile
 
 // The top 16 bits of a float's pattern: a bf16 by truncation. x minus it is exact in float.
 inline std::uint32_t high_half(float x) {
@@ -87,55 +87,27 @@ inline void put_weight_parts(const float* weights_t, Index weights_stride, Index
 
 namespace amx {
 
-// Tiles: C[value block][row vector] 0 to 3, A (V^T, 16 value dims) 4 and 5, B (weight pairs,
-// 16 rows) 6 and 7; A is loaded once per key block for the three parts.
-template <class Tiles, int kValueBlocks, int kRowVectors>
-void context_block(const std::uint16_t* values_t, long values_bytes, const std::uint32_t* parts,
-                   Index part_plane, Index rows_stride, Index span, float* out, long out_bytes) {
-  float* const lower = out + kAmxRows * (out_bytes / 4);
-  Tiles::template load<0>(out, out_bytes);
-  if constexpr (kRowVectors == 2) Tiles::template load<1>(out + kAmxRows, out_bytes);
-  if constexpr (kValueBlocks == 2) Tiles::template load<2>(lower, out_bytes);
-  if constexpr (kValueBlocks == 2 && kRowVectors == 2) {
-    Tiles::template load<3>(lower + kAmxRows, out_bytes);
-  }
-  const long pair_bytes = static_cast<long>(rows_stride) * 4;
-  const long value_block = kAmxRows * values_bytes / 2;  // 16 value dims on, in elements
-  for (Index k = 0; k < span; k += kAmxKeyBlock) {
-    Tiles::template load<4>(values_t + k, values_bytes);
-    if constexpr (kValueBlocks == 2)
-      Tiles::template load<5>(values_t + value_block + k, values_bytes);
-    for (int q = 0; q < kWeightParts; ++q) {
-      const std::uint32_t* b = parts + q * part_plane + k / 2 * rows_stride;
-      Tiles::template load<6>(b, pair_bytes);
-      if constexpr (kRowVectors == 2) Tiles::template load<7>(b + kAmxRows, pair_bytes);
-      Tiles::template dot_bf16<0, 4, 6>();
-      if constexpr (kRowVectors == 2) Tiles::template dot_bf16<1, 4, 7>();
-      if constexpr (kValueBlocks == 2) Tiles::template dot_bf16<2, 5, 6>();
-      if constexpr (kValueBlocks == 2 && kRowVectors == 2) Tiles::template dot_bf16<3, 5, 7>();
-    }
-  }
-  Tiles::template store<0>(out, out_bytes);
-  if constexpr (kRowVectors == 2) Tiles::template store<1>(out + kAmxRows, out_bytes);
-  if constexpr (kValueBlocks == 2) Tiles::template store<2>(lower, out_bytes);
-  if constexpr (kValueBlocks == 2 && kRowVectors == 2) {
-    Tiles::template store<3>(lower + kAmxRows, out_bytes);
-  }
-}
-
+// Value dims of kValueBlocks blocks of 16 (A: V^T, loaded once per key block for the three
+// parts) against every row vector (B: a part's weight pairs), two at a time.
 template <class Tiles, int kValueBlocks>
 void context_rows(const std::uint16_t* values_t, long values_bytes, const std::uint32_t* parts,
                   Index part_plane, Index rows_stride, Index span, int vectors, float* out,
                   long out_bytes) {
-  int v = 0;
-  for (; v + 2 <= vectors; v += 2) {
-    context_block<Tiles, kValueBlocks, 2>(values_t, values_bytes, parts + v * kAmxRows, part_plane,
-                                          rows_stride, span, out + v * kAmxRows, out_bytes);
-  }
-  if (v < vectors) {
-    context_block<Tiles, kValueBlocks, 1>(values_t, values_bytes, parts + v * kAmxRows, part_plane,
-                                          rows_stride, span, out + v * kAmxRows, out_bytes);
-  }
+  const long pair_bytes = static_cast<long>(rows_stride) * 4;
+  const Index value_block = kAmxRows * values_bytes / 2;  // 16 value dims on, in elements
+  in_twos(vectors, [&](auto row_vectors, Index v) {
+    using Block = TileBlock<Tiles, kValueBlocks, decltype(row_vectors)::value>;
+    Block::load(out + v * kAmxRows, out_bytes);
+    for (Index k = 0; k < span; k += kAmxKeyBlock) {
+      Block::load_a(values_t + k, value_block, values_bytes);
+      for (int q = 0; q < kWeightParts; ++q) {
+        Block::load_b(parts + q * part_plane + k / 2 * rows_stride + v * kAmxRows, kAmxRows,
+                      pair_bytes);
+        Block::multiply();
+      }
+    }
+    Block::store(out + v * kAmxRows, out_bytes);
+  });
 }
 
 }  // namespace amx
@@ -153,17 +125,11 @@ void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index va
   const long values_bytes = static_cast<long>(values_stride) * 2;
   const long out_bytes = static_cast<long>(out_stride) * 4;
   const Index part_plane = span / 2 * rows_stride;
-  Index d = 0;
-  for (; d + 2 <= value_blocks; d += 2) {
-    amx::context_rows<Tiles, 2>(values_t + d * kAmxRows * values_stride, values_bytes, parts,
-                                part_plane, rows_stride, span, vectors,
-                                out_t + d * kAmxRows * out_stride, out_bytes);
-  }
-  if (d < value_blocks) {
-    amx::context_rows<Tiles, 1>(values_t + d * kAmxRows * values_stride, values_bytes, parts,
-                                part_plane, rows_stride, span, vectors,
-                                out_t + d * kAmxRows * out_stride, out_bytes);
-  }
+  in_twos(value_blocks, [&](auto blocks, Index d) {
+    amx::context_rows<Tiles, decltype(blocks)::value>(
+        values_t + d * kAmxRows * values_stride, values_bytes, parts, part_plane, rows_stride, span,
+        vectors, out_t + d * kAmxRows * out_stride, out_bytes);
+  });
   Tiles::release();
 }
 

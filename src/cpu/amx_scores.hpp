@@ -25,52 +25,24 @@ constexpr bool amx_scores_fit(Index dim) {
 namespace amx {
 
 constexpr Index kPairsPerTile = kTileBytesPerRow / 4;  // 16 pairs: 32 of d
-constexpr Index kRowsPerTile = kTileBytesPerRow / 4;   // 16 float32 columns of C
 
-// Tiles: C[key block][row vector] 0 to 3, A (16 keys) 4 and 5, B (16 rows) 6 and 7. A 2 x 2
-// block loads 4 tiles for 4 products, so loads keep pace with TDPBF16PS.
-template <class Tiles, int kKeyBlocks, int kRowVectors>
-void score_block(const std::uint16_t* keys, long key_bytes, const std::uint16_t* q_pairs,
-                 Index rows_stride, Index dim, float* out, long out_bytes) {
-  Tiles::template zero<0>();
-  if constexpr (kRowVectors == 2) Tiles::template zero<1>();
-  if constexpr (kKeyBlocks == 2) Tiles::template zero<2>();
-  if constexpr (kKeyBlocks == 2 && kRowVectors == 2) Tiles::template zero<3>();
-  const long pair_bytes = static_cast<long>(rows_stride) * 4;
-  const long key_block = kTileRows * key_bytes / 2;  // 16 keys on, in bf16 elements
-  for (Index d = 0; d < dim; d += 2 * kPairsPerTile) {
-    const std::uint16_t* b = q_pairs + (d / 2) * rows_stride * 2;
-    Tiles::template load<4>(keys + d, key_bytes);
-    if constexpr (kKeyBlocks == 2) Tiles::template load<5>(keys + key_block + d, key_bytes);
-    Tiles::template load<6>(b, pair_bytes);
-    if constexpr (kRowVectors == 2) Tiles::template load<7>(b + kRowsPerTile * 2, pair_bytes);
-    Tiles::template dot_bf16<0, 4, 6>();
-    if constexpr (kRowVectors == 2) Tiles::template dot_bf16<1, 4, 7>();
-    if constexpr (kKeyBlocks == 2) Tiles::template dot_bf16<2, 5, 6>();
-    if constexpr (kKeyBlocks == 2 && kRowVectors == 2) Tiles::template dot_bf16<3, 5, 7>();
-  }
-  float* const lower = out + kTileRows * (out_bytes / 4);
-  Tiles::template store<0>(out, out_bytes);
-  if constexpr (kRowVectors == 2) Tiles::template store<1>(out + kRowsPerTile, out_bytes);
-  if constexpr (kKeyBlocks == 2) Tiles::template store<2>(lower, out_bytes);
-  if constexpr (kKeyBlocks == 2 && kRowVectors == 2) {
-    Tiles::template store<3>(lower + kRowsPerTile, out_bytes);
-  }
-}
-
-// One key block of 32 or 16 keys against every row vector, 2 then 1.
+// Keys of kKeyBlocks blocks of 16 (A) against every row vector (B), two at a time.
 template <class Tiles, int kKeyBlocks>
 void score_keys(const std::uint16_t* keys, long key_bytes, const std::uint16_t* q_pairs,
                 Index rows_stride, Index dim, int vectors, float* out, long out_bytes) {
-  int v = 0;
-  for (; v + 2 <= vectors; v += 2) {
-    score_block<Tiles, kKeyBlocks, 2>(keys, key_bytes, q_pairs + v * kRowsPerTile * 2, rows_stride,
-                                      dim, out + v * kRowsPerTile, out_bytes);
-  }
-  if (v < vectors) {
-    score_block<Tiles, kKeyBlocks, 1>(keys, key_bytes, q_pairs + v * kRowsPerTile * 2, rows_stride,
-                                      dim, out + v * kRowsPerTile, out_bytes);
-  }
+  const long pair_bytes = static_cast<long>(rows_stride) * 4;
+  const Index key_block = kTileRows * key_bytes / 2;  // 16 keys on, in bf16 elements
+  in_twos(vectors, [&](auto row_vectors, Index v) {
+    using Block = TileBlock<Tiles, kKeyBlocks, decltype(row_vectors)::value>;
+    const std::uint16_t* q = q_pairs + v * kTileColumns * 2;
+    Block::zero();
+    for (Index d = 0; d < dim; d += 2 * kPairsPerTile) {
+      Block::load_a(keys + d, key_block, key_bytes);
+      Block::load_b(q + (d / 2) * rows_stride * 2, kTileColumns * 2, pair_bytes);
+      Block::multiply();
+    }
+    Block::store(out + v * kTileColumns, out_bytes);
+  });
 }
 
 }  // namespace amx
@@ -87,17 +59,14 @@ void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::u
   Tiles::configure(kConfig);
   const long key_bytes = static_cast<long>(key_stride) * 2;
   const long out_bytes = static_cast<long>(rows_stride) * 4;
-  Index k = 0;
-  for (; k + 2 * kTileRows <= key_count; k += 2 * kTileRows) {
-    amx::score_keys<Tiles, 2>(keys + k * key_stride, key_bytes, q_pairs, rows_stride, dim, vectors,
-                              out + k * rows_stride, out_bytes);
-  }
-  for (; k + kTileRows <= key_count; k += kTileRows) {
-    amx::score_keys<Tiles, 1>(keys + k * key_stride, key_bytes, q_pairs, rows_stride, dim, vectors,
-                              out + k * rows_stride, out_bytes);
-  }
-  if (k < key_count) {
-    constexpr Index kScratchColumns = 3 * amx::kRowsPerTile;
+  in_twos(key_count / kTileRows, [&](auto blocks, Index block) {
+    const Index k = block * kTileRows;
+    amx::score_keys<Tiles, decltype(blocks)::value>(keys + k * key_stride, key_bytes, q_pairs,
+                                                    rows_stride, dim, vectors,
+                                                    out + k * rows_stride, out_bytes);
+  });
+  if (const Index k = key_count / kTileRows * kTileRows; k < key_count) {
+    constexpr Index kScratchColumns = 3 * kTileColumns;
     alignas(64) std::uint16_t tail_keys[kTileRows * kAmxMaxDim];
     alignas(64) float tail_out[kTileRows * kScratchColumns];
     std::fill_n(tail_keys, kTileRows * dim, std::uint16_t{0});
@@ -107,12 +76,12 @@ void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::u
     amx::score_keys<Tiles, 1>(tail_keys, static_cast<long>(dim) * 2, q_pairs, rows_stride, dim,
                               vectors, tail_out, kScratchColumns * 4);
     for (Index j = k; j < key_count; ++j) {
-      std::copy_n(tail_out + (j - k) * kScratchColumns, vectors * amx::kRowsPerTile,
+      std::copy_n(tail_out + (j - k) * kScratchColumns, vectors * kTileColumns,
                   out + j * rows_stride);
     }
   }
   Tiles::release();
-  const Index columns = vectors * amx::kRowsPerTile;
+  const Index columns = vectors * kTileColumns;
   for (Index j = 0; j < key_count; ++j) {
     float* row = out + j * rows_stride;
     for (Index c = 0; c < columns; ++c) row[c] *= scale;

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+
+#include "attn/tensor.hpp"
 
 namespace attn::cpu {
 
@@ -26,6 +29,7 @@ static_assert(sizeof(TileConfig) == 64);
 // Palette 1's largest tile: 16 rows of 64 bytes (16 floats, or 32 bf16 as 16 pairs).
 constexpr int kTileRows = 16;
 constexpr int kTileBytesPerRow = 64;
+constexpr int kTileColumns = kTileBytesPerRow / 4;  // float32 columns of an accumulator
 constexpr int kTileCount = 8;
 
 // Every tile at its largest: the only shape the kernels use, so one configuration serves
@@ -37,6 +41,64 @@ constexpr TileConfig full_tiles() {
     config.rows[t] = kTileRows;
   }
   return config;
+}
+
+// The kernels' block of tiles on Tiles: accumulators C[i][j] in tiles 2i + j, for kRows
+// row blocks (A, tiles 4 + i) and kColumns column blocks (B, tiles 6 + j), 1 or 2 each. A
+// 2 x 2 block loads 4 tiles for 4 products, so that loads keep pace with TDPBF16PS.
+template <class Tiles, int kRows, int kColumns>
+struct TileBlock {
+  static_assert(kRows >= 1 && kRows <= 2 && kColumns >= 1 && kColumns <= 2);
+
+  static void zero() {
+    Tiles::template zero<0>();
+    if constexpr (kColumns == 2) Tiles::template zero<1>();
+    if constexpr (kRows == 2) Tiles::template zero<2>();
+    if constexpr (kRows == 2 && kColumns == 2) Tiles::template zero<3>();
+  }
+  // C[i][j] from floats at c + i * 16 rows + j * 16 columns, rows `bytes` apart.
+  static void load(const float* c, long bytes) {
+    const float* lower = c + kTileRows * (bytes / 4);
+    Tiles::template load<0>(c, bytes);
+    if constexpr (kColumns == 2) Tiles::template load<1>(c + kTileColumns, bytes);
+    if constexpr (kRows == 2) Tiles::template load<2>(lower, bytes);
+    if constexpr (kRows == 2 && kColumns == 2) Tiles::template load<3>(lower + kTileColumns, bytes);
+  }
+  static void store(float* c, long bytes) {
+    float* lower = c + kTileRows * (bytes / 4);
+    Tiles::template store<0>(c, bytes);
+    if constexpr (kColumns == 2) Tiles::template store<1>(c + kTileColumns, bytes);
+    if constexpr (kRows == 2) Tiles::template store<2>(lower, bytes);
+    if constexpr (kRows == 2 && kColumns == 2)
+      Tiles::template store<3>(lower + kTileColumns, bytes);
+  }
+  // A's row blocks from a and a + next_rows (bf16 elements), rows `bytes` apart.
+  static void load_a(const std::uint16_t* a, Index next_rows, long bytes) {
+    Tiles::template load<4>(a, bytes);
+    if constexpr (kRows == 2) Tiles::template load<5>(a + next_rows, bytes);
+  }
+  // B's column blocks from b and b + next_columns (elements of T), rows `bytes` apart.
+  template <class T>
+  static void load_b(const T* b, Index next_columns, long bytes) {
+    Tiles::template load<6>(b, bytes);
+    if constexpr (kColumns == 2) Tiles::template load<7>(b + next_columns, bytes);
+  }
+  // C[i][j] += A[i] B[j]
+  static void multiply() {
+    Tiles::template dot_bf16<0, 4, 6>();
+    if constexpr (kColumns == 2) Tiles::template dot_bf16<1, 4, 7>();
+    if constexpr (kRows == 2) Tiles::template dot_bf16<2, 5, 6>();
+    if constexpr (kRows == 2 && kColumns == 2) Tiles::template dot_bf16<3, 5, 7>();
+  }
+};
+
+// fn(std::integral_constant<int, 2>, i) for i = 0, 2, ... while two remain, then
+// fn(std::integral_constant<int, 1>, i) for a last one: blocks of tiles taken two at a time.
+template <class Fn>
+void in_twos(Index count, Fn&& fn) {
+  Index i = 0;
+  for (; i + 2 <= count; i += 2) fn(std::integral_constant<int, 2>{}, i);
+  if (i < count) fn(std::integral_constant<int, 1>{}, i);
 }
 
 #if defined(__x86_64__)

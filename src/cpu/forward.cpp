@@ -370,9 +370,7 @@ class ItemKernel {
     load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow, !all_narrow);
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
-      shape_scores(chunks[c]);
-      if (keep_weights_) keep_scores(chunks[c]);
-      update_softmax(chunks[c]);
+      weigh_scores(chunks[c]);
     }
     const bool values_finite = !any_partial || tile_values_finite(tile_end - tile_first);
     accumulate_context(chunks, chunk_count, values_finite);
@@ -383,9 +381,7 @@ class ItemKernel {
   void attend_tile_on_tiles(const Chunk* chunks, Index chunk_count) {
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
-      shape_scores(chunks[c]);
-      if (keep_weights_) keep_scores(chunks[c]);
-      update_softmax(chunks[c]);
+      weigh_scores(chunks[c]);
       rescale_transposed(chunks[c]);
       context_on_tiles(chunks[c]);
     }
@@ -446,9 +442,7 @@ class ItemKernel {
     }
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores_by_dot(chunks[c], [&](Index j) { return keys[j - tile_first_]; });
-      shape_scores(chunks[c]);
-      if (keep_weights_) keep_scores(chunks[c]);
-      update_softmax(chunks[c]);
+      weigh_scores(chunks[c]);
       context_by_rows(chunks[c], values);
     }
   }
@@ -688,6 +682,14 @@ class ItemKernel {
     tile::weights_of_scores(kept_row(r) + s_.first_key[r], end - first, weight_scale_of_lse(lse),
                             row + first);
     std::fill(row + end, row + weights.shape[3], 0.0f);
+  }
+
+  // A chunk's scores made its weights: shaped, kept for a weights output, then the online
+  // softmax (P overwrites S).
+  void weigh_scores(const Chunk& chunk) {
+    shape_scores(chunk);
+    if (keep_weights_) keep_scores(chunk);
+    update_softmax(chunk);
   }
 
   // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =

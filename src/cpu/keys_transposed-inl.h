@@ -33,8 +33,7 @@ struct KeysTransposed {
 
   KeysTransposed(const core::Problem& p, int threads, bool wanted)
       : stride(wanted ? core::round_up(p.total_k, 16) + kTile : 0),
-        data(hwy::AllocateAligned<float>(
-            static_cast<std::size_t>(p.batch * p.heads_kv * p.dim_qk * stride))) {
+        data(tile::scratch_buffer<float>(p.batch * p.heads_kv * p.dim_qk * stride)) {
     if (!wanted) return;
     const Index dim = p.dim_qk, blocks = (p.total_k + kTile - 1) / kTile;
     const auto pack = [&](Index item, std::vector<float>& row) {

@@ -77,7 +77,9 @@ void free_huge_pages(void*) {}
 }  // namespace attn::cache
 
 namespace hwy {
+// Highway's own asserts a size: an allocation of 0 bytes aborts a native run.
 void* AllocateAlignedBytes(std::size_t bytes, AllocPtr, void*) {
+  if (bytes == 0) __builtin_trap();
   return allocate(bytes);
 }
 void FreeAlignedBytes(const void*, FreePtr, void*) {}

@@ -15,28 +15,23 @@
 #include "cpu/amx_scores.hpp"
 #include "cpu/amx_tiles.hpp"
 #include "cpu/bf16_dot.hpp"
+#include "cpu/fp16_parts.hpp"
 #include "support/amx_model.hpp"
+#include "support/amx_scores_check.hpp"
 
 namespace attn {
 namespace {
 
 using testing::ModelTiles;
 
-constexpr float kGuard = -1.5e38f;          // a value the kernel never writes
+using testing::ScoresCase;
+
+constexpr float kGuard = testing::kScoresGuard;
 constexpr std::uint16_t kBf16Nan = 0x7FC0;  // between key rows: a read past a row shows
 constexpr Index kKeyGap = 6;
 
-struct ScoresCase {
-  Index dim = 64, keys = 1, padding = 0;
-  int vectors = 1;
-  std::string name() const {
-    return "dim " + std::to_string(dim) + " keys " + std::to_string(keys) + " vectors " +
-           std::to_string(vectors) + " padding " + std::to_string(padding);
-  }
-};
-
 struct ScoresInputs {
-  Index rows = 0, stride = 0, key_stride = 0;
+  Index key_stride = 0;
   std::vector<std::uint16_t> pairs, keys;  // [dim / 2][stride][2]; [keys][key_stride]
   std::vector<double> q, k;                // the bf16 values, [rows][dim] and [keys][dim]
   float scale = 0.125f;
@@ -44,18 +39,16 @@ struct ScoresInputs {
 
 ScoresInputs make_inputs(const ScoresCase& c, std::uint32_t seed) {
   ScoresInputs in;
-  in.rows = 16 * c.vectors;
-  in.stride = in.rows + c.padding;
   in.key_stride = c.dim + kKeyGap;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  in.pairs.assign(static_cast<std::size_t>(c.dim * in.stride), 0);
-  in.q.resize(static_cast<std::size_t>(in.rows * c.dim));
-  for (Index r = 0; r < in.rows; ++r) {
+  in.pairs.assign(static_cast<std::size_t>(c.dim * c.stride()), 0);
+  in.q.resize(static_cast<std::size_t>(c.rows() * c.dim));
+  for (Index r = 0; r < c.rows(); ++r) {
     for (Index d = 0; d < c.dim; ++d) {
       const bfloat16 value = to_bfloat16(normal(rng));
       in.q[r * c.dim + d] = to_float(value);
-      in.pairs[((d / 2) * in.stride + r) * 2 + d % 2] = value.bits;
+      in.pairs[((d / 2) * c.stride() + r) * 2 + d % 2] = value.bits;
     }
   }
   in.keys.assign(static_cast<std::size_t>(c.keys * in.key_stride), kBf16Nan);
@@ -70,16 +63,11 @@ ScoresInputs make_inputs(const ScoresCase& c, std::uint32_t seed) {
   return in;
 }
 
-// [keys][stride] floats and 64 guards after them, all kGuard.
-std::vector<float> guarded_output(const ScoresCase& c, const ScoresInputs& in) {
-  return std::vector<float>(static_cast<std::size_t>(c.keys * in.stride + 64), kGuard);
-}
-
 template <class Run>
 std::vector<float> run_scores(const ScoresCase& c, const ScoresInputs& in, Run&& run) {
-  std::vector<float> out = guarded_output(c, in);
-  run(in.pairs.data(), in.stride, in.keys.data(), in.key_stride, c.keys, c.dim, in.scale, c.vectors,
-      out.data());
+  std::vector<float> out = testing::guarded_scores(c);
+  run(in.pairs.data(), c.stride(), in.keys.data(), in.key_stride, c.keys, c.dim, in.scale,
+      c.vectors, out.data());
   return out;
 }
 
@@ -87,51 +75,15 @@ std::vector<float> run_on_model(const ScoresCase& c, const ScoresInputs& in) {
   return run_scores(c, in, [](auto... args) { cpu::scores_by_amx<ModelTiles>(args...); });
 }
 
-// Finite, guards kept, and within dim ulps of the sum of |products| of float64's scores
-// (float32 sums of exact products), NMSE < 1e-12.
+// Float32 sums of exact products, one per d (testing::expect_scores_match_float64).
 void expect_matches_float64(const ScoresCase& c, const ScoresInputs& in,
                             const std::vector<float>& out) {
-  double error = 0, norm = 0;
-  for (Index j = 0; j < c.keys; ++j) {
-    for (Index r = 0; r < in.stride; ++r) {
-      const float got = out[static_cast<std::size_t>(j * in.stride + r)];
-      if (r >= in.rows) {
-        ASSERT_EQ(got, kGuard) << "padding row " << r << " written at key " << j;
-        continue;
-      }
-      ASSERT_TRUE(std::isfinite(got)) << "key " << j << " row " << r;
-      double want = 0, magnitude = 0;
-      for (Index d = 0; d < c.dim; ++d) {
-        const double product = in.k[j * c.dim + d] * in.q[r * c.dim + d];
-        want += product;
-        magnitude += std::abs(product);
-      }
-      want *= in.scale;
-      const double bound =
-          static_cast<double>(c.dim) * std::numeric_limits<float>::epsilon() * in.scale * magnitude;
-      ASSERT_LE(std::abs(got - want), bound) << "key " << j << " row " << r;
-      error += (got - want) * (got - want);
-      norm += want * want;
-    }
-  }
-  for (std::size_t i = static_cast<std::size_t>(c.keys * in.stride); i < out.size(); ++i) {
-    ASSERT_EQ(out[i], kGuard) << "guard " << i << " after the scores written";
-  }
-  EXPECT_LT(error / norm, 1e-12);
+  testing::expect_scores_match_float64(c, in.q, in.k, in.scale, 1, out);
 }
 
-// Every dim the kernel takes, key counts around its blocks of 16 and 32, 1 to 3 row vectors,
-// with and without padding rows.
+// Every dim the kernel takes.
 std::vector<ScoresCase> score_cases() {
-  std::vector<ScoresCase> cases;
-  for (const Index dim : {32, 64, 96, 128, 256}) {
-    for (const Index keys : {1, 15, 16, 17, 31, 32, 33, 47, 128}) {
-      for (const int vectors : {1, 2, 3}) {
-        cases.push_back({dim, keys, keys % 2 == 1 ? Index{5} : Index{0}, vectors});
-      }
-    }
-  }
-  return cases;
+  return testing::score_cases({32, 64, 96, 128, 256});
 }
 
 TEST(AmxScores, ModelMatchesFloat64OverTheCaseList) {
@@ -157,11 +109,11 @@ TEST(AmxScores, ModelRunsOneProductPerTileOfWork) {
 TEST(AmxScores, NanInAQueryRowStaysInItsColumn) {
   const ScoresCase c{64, 20, 0, 1};
   ScoresInputs in = make_inputs(c, 9);
-  in.pairs[((10 / 2) * in.stride + 3) * 2] = kBf16Nan;  // q[3][10]
+  in.pairs[((10 / 2) * c.stride() + 3) * 2] = kBf16Nan;  // q[3][10]
   const std::vector<float> out = run_on_model(c, in);
   for (Index j = 0; j < c.keys; ++j) {
-    for (Index r = 0; r < in.rows; ++r) {
-      EXPECT_EQ(std::isnan(out[static_cast<std::size_t>(j * in.stride + r)]), r == 3)
+    for (Index r = 0; r < c.rows(); ++r) {
+      EXPECT_EQ(std::isnan(out[static_cast<std::size_t>(j * c.stride() + r)]), r == 3)
           << "key " << j << " row " << r;
     }
   }
@@ -211,16 +163,32 @@ TEST(AmxContext, WeightPartsSumToTheWeightExactly) {
 struct ContextCase {
   Index value_blocks = 1, span = 32, first = 0, end = 32;
   int vectors = 1;
+  int value_parts = 1;  // 2: fp16 V as its two bf16 parts (cpu/fp16_parts.hpp)
   std::string name() const {
     return "value dims " + std::to_string(value_blocks * 16) + " span " + std::to_string(span) +
            " keys [" + std::to_string(first) + ", " + std::to_string(end) + ") vectors " +
-           std::to_string(vectors);
+           std::to_string(vectors) + " value parts " + std::to_string(value_parts);
   }
 };
 
+// A normal value for V, and its parts: bf16 itself, or fp16 and its two bf16 parts.
+struct ValueParts {
+  double value;
+  std::uint16_t part[2];
+};
+ValueParts value_parts(float x, int parts) {
+  if (parts == 1) {
+    const bfloat16 value = to_bfloat16(x);
+    return {to_float(value), {value.bits, 0}};
+  }
+  const float value = to_float(to_float16(x));
+  const cpu::Fp16Parts split = cpu::fp16_parts(value);
+  return {value, {split.high, split.low}};
+}
+
 // out_t[d][r] = start + sum over k in [first, end) of P[k][r] V[k][d] by context_by_amx on
 // Tiles, checked against float64: NaN first, guards (padding rows of out_t, its rows past the
-// value dims), then per element within (3 span + 2) ulps of the sum of magnitudes, NMSE.
+// value dims), then per element within (3 parts span + 2) ulps of the sum of magnitudes, NMSE.
 // V^T holds NaN past the span, P^T NaN outside [first, end): a read of either shows.
 template <class Tiles>
 void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
@@ -235,10 +203,18 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
   for (Index k = c.first; k < c.end; ++k) {
     for (Index r = 0; r < rows; ++r) weights_t[k * rows + r] = unit(rng);
   }
-  std::vector<std::uint16_t> values_t(static_cast<std::size_t>(dims * values_stride), kBf16Nan);
+  const Index value_plane = dims * values_stride;
+  std::vector<std::uint16_t> values_t(static_cast<std::size_t>(c.value_parts * value_plane),
+                                      kBf16Nan);
+  std::vector<double> values(static_cast<std::size_t>(dims * c.span));
   for (Index d = 0; d < dims; ++d) {
-    for (Index k = 0; k < c.span; ++k)
-      values_t[d * values_stride + k] = to_bfloat16(normal(rng)).bits;
+    for (Index k = 0; k < c.span; ++k) {
+      const ValueParts v = value_parts(normal(rng), c.value_parts);
+      values[d * c.span + k] = v.value;
+      for (int part = 0; part < c.value_parts; ++part) {
+        values_t[part * value_plane + d * values_stride + k] = v.part[part];
+      }
+    }
   }
   std::vector<float> out(static_cast<std::size_t>((dims + 1) * out_stride), kGuard);
   for (Index d = 0; d < dims; ++d) {
@@ -249,7 +225,7 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
   cpu::put_weight_parts(weights_t.data() + c.first * rows, rows, c.first, c.end, c.span, rows, rows,
                         parts.data());
   cpu::context_by_amx<Tiles>(values_t.data(), values_stride, c.value_blocks, parts.data(), rows,
-                             c.span, c.vectors, out.data(), out_stride);
+                             c.span, c.vectors, out.data(), out_stride, c.value_parts, value_plane);
   double error = 0, norm = 0;
   for (Index d = 0; d <= dims; ++d) {
     for (Index r = 0; r < out_stride; ++r) {
@@ -261,13 +237,12 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
       ASSERT_TRUE(std::isfinite(out[at])) << "value dim " << d << " row " << r;
       double want = start[at], magnitude = std::abs(start[at]);
       for (Index k = c.first; k < c.end; ++k) {
-        const double term = static_cast<double>(weights_t[k * rows + r]) *
-                            to_float(bfloat16{values_t[d * values_stride + k]});
+        const double term = static_cast<double>(weights_t[k * rows + r]) * values[d * c.span + k];
         want += term;
         magnitude += std::abs(term);
       }
-      const double bound =
-          static_cast<double>(3 * c.span + 2) * std::numeric_limits<float>::epsilon() * magnitude;
+      const double bound = static_cast<double>(3 * c.value_parts * c.span + 2) *
+                           std::numeric_limits<float>::epsilon() * magnitude;
       ASSERT_LE(std::abs(out[at] - want), bound) << "value dim " << d << " row " << r;
       error += (out[at] - want) * (out[at] - want);
       norm += want * want;
@@ -277,14 +252,17 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
 }
 
 // Value dims of 1 to 16 tiles (pairs and a lone one), spans of 1 to 4 key blocks with the
-// weights' keys starting and ending inside them, 1 to 3 row vectors.
+// weights' keys starting and ending inside them, 1 to 3 row vectors; bf16 and fp16 V.
 std::vector<ContextCase> context_cases() {
   std::vector<ContextCase> cases;
-  for (const Index value_blocks : {1, 2, 3, 8, 16}) {
-    for (const Index span : {32, 64, 128}) {
-      for (const int vectors : {1, 2, 3}) {
-        const Index first = (span / 32 + vectors) % 3 * 5;
-        cases.push_back({value_blocks, span, first, span - (vectors - 1) * 7, vectors});
+  for (const int value_parts : {1, 2}) {
+    for (const Index value_blocks : {1, 2, 3, 8, 16}) {
+      for (const Index span : {32, 64, 128}) {
+        for (const int vectors : {1, 2, 3}) {
+          const Index first = (span / 32 + vectors) % 3 * 5;
+          cases.push_back(
+              {value_blocks, span, first, span - (vectors - 1) * 7, vectors, value_parts});
+        }
       }
     }
   }
@@ -299,15 +277,17 @@ TEST(AmxContext, ModelMatchesFloat64OverTheCaseList) {
   }
 }
 
-// A product per 16 value dims, 16 rows, 32 keys and weight part.
+// A product per 16 value dims, 16 rows, 32 keys, weight part and value part.
 TEST(AmxContext, ModelRunsOneProductPerTileOfWork) {
   struct CountingTiles : ModelTiles {
     static void release() {}  // keeps the count of this call until read below
   };
-  expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3}, 11);
-  EXPECT_EQ(ModelTiles::products(),
-            3 /* value blocks */ * 3 /* row vectors */ * 2 /* key blocks */ * cpu::kWeightParts);
-  ModelTiles::release();
+  for (const int value_parts : {1, 2}) {
+    expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3, value_parts}, 11);
+    EXPECT_EQ(ModelTiles::products(), 3 /* value blocks */ * 3 /* row vectors */ *
+                                          2 /* key blocks */ * cpu::kWeightParts * value_parts);
+    ModelTiles::release();
+  }
 }
 
 TEST(AmxContext, HardwareMatchesFloat64) {

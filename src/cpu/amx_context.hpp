@@ -4,8 +4,9 @@
 // of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
 // context. P is never rounded: put_weight_parts cuts each weight into three bf16 parts whose
 // sum is the weight exactly, and each part is multiplied in turn, so the context is float32
-// sums of exact products, as on the float path. A template over the tile instructions
-// (cpu/amx_tiles.hpp), so that the tests run it on a model of them.
+// sums of exact products, as on the float path. fp16 V goes in as its two exact bf16 parts
+// (cpu/fp16_parts.hpp), each a V^T of its own, so six products per tile of work. A template
+// over the tile instructions (cpu/amx_tiles.hpp), so that the tests run it on a model of them.
 #pragma once
 
 #include <cstdint>
@@ -87,23 +88,25 @@ inline void put_weight_parts(const float* weights_t, Index weights_stride, Index
 
 namespace amx {
 
-// Value dims of kValueBlocks blocks of 16 (A: V^T, loaded once per key block for the three
-// parts) against every row vector (B: a part's weight pairs), two at a time.
+// Value dims of kValueBlocks blocks of 16 (A: a part of V^T, loaded once per key block for
+// the three weight parts) against every row vector (B: a part's weight pairs), two at a time.
 template <class Tiles, int kValueBlocks>
-void context_rows(const std::uint16_t* values_t, long values_bytes, const std::uint32_t* parts,
-                  Index part_plane, Index rows_stride, Index span, int vectors, float* out,
-                  long out_bytes) {
+void context_rows(const std::uint16_t* values_t, long values_bytes, int value_parts,
+                  Index value_plane, const std::uint32_t* parts, Index part_plane,
+                  Index rows_stride, Index span, int vectors, float* out, long out_bytes) {
   const long pair_bytes = static_cast<long>(rows_stride) * 4;
   const Index value_block = kAmxRows * values_bytes / 2;  // 16 value dims on, in elements
   in_twos(vectors, [&](auto row_vectors, Index v) {
     using Block = TileBlock<Tiles, kValueBlocks, decltype(row_vectors)::value>;
     Block::load(out + v * kAmxRows, out_bytes);
     for (Index k = 0; k < span; k += kAmxKeyBlock) {
-      Block::load_a(values_t + k, value_block, values_bytes);
-      for (int q = 0; q < kWeightParts; ++q) {
-        Block::load_b(parts + q * part_plane + k / 2 * rows_stride + v * kAmxRows, kAmxRows,
-                      pair_bytes);
-        Block::multiply();
+      for (int part = 0; part < value_parts; ++part) {
+        Block::load_a(values_t + part * value_plane + k, value_block, values_bytes);
+        for (int q = 0; q < kWeightParts; ++q) {
+          Block::load_b(parts + q * part_plane + k / 2 * rows_stride + v * kAmxRows, kAmxRows,
+                        pair_bytes);
+          Block::multiply();
+        }
       }
     }
     Block::store(out + v * kAmxRows, out_bytes);
@@ -116,10 +119,11 @@ void context_rows(const std::uint16_t* values_t, long values_bytes, const std::u
 // x 16 and `vectors` (1 to 3) vectors of 16 rows: values_t is V^T ([d][values_stride] bf16 at
 // the span's first key), parts the weights as put_weight_parts lays them (rows_stride rows),
 // out_t [d][out_stride] floats at the first row. span is a whole number of key blocks (32).
+// With value_parts 2, V is the sum of two such V^T, the second value_plane elements on.
 template <class Tiles>
 void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
                     const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
-                    float* out_t, Index out_stride) {
+                    float* out_t, Index out_stride, int value_parts = 1, Index value_plane = 0) {
   static constexpr TileConfig kConfig = full_tiles();
   Tiles::configure(kConfig);
   const long values_bytes = static_cast<long>(values_stride) * 2;
@@ -127,8 +131,8 @@ void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index va
   const Index part_plane = span / 2 * rows_stride;
   in_twos(value_blocks, [&](auto blocks, Index d) {
     amx::context_rows<Tiles, decltype(blocks)::value>(
-        values_t + d * kAmxRows * values_stride, values_bytes, parts, part_plane, rows_stride, span,
-        vectors, out_t + d * kAmxRows * out_stride, out_bytes);
+        values_t + d * kAmxRows * values_stride, values_bytes, value_parts, value_plane, parts,
+        part_plane, rows_stride, span, vectors, out_t + d * kAmxRows * out_stride, out_bytes);
   });
   Tiles::release();
 }

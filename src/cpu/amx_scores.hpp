@@ -26,20 +26,23 @@ namespace amx {
 
 constexpr Index kPairsPerTile = kTileBytesPerRow / 4;  // 16 pairs: 32 of d
 
-// Keys of kKeyBlocks blocks of 16 (A) against every row vector (B), two at a time.
+// Keys of kKeyBlocks blocks of 16 (A) against every row vector (B), two at a time; A's rows
+// are read once per pass, each pass against the next dim / 2 pairs of B.
 template <class Tiles, int kKeyBlocks>
 void score_keys(const std::uint16_t* keys, long key_bytes, const std::uint16_t* q_pairs,
-                Index rows_stride, Index dim, int vectors, float* out, long out_bytes) {
+                Index rows_stride, Index dim, int passes, int vectors, float* out, long out_bytes) {
   const long pair_bytes = static_cast<long>(rows_stride) * 4;
   const Index key_block = kTileRows * key_bytes / 2;  // 16 keys on, in bf16 elements
   in_twos(vectors, [&](auto row_vectors, Index v) {
     using Block = TileBlock<Tiles, kKeyBlocks, decltype(row_vectors)::value>;
     const std::uint16_t* q = q_pairs + v * kTileColumns * 2;
     Block::zero();
-    for (Index d = 0; d < dim; d += 2 * kPairsPerTile) {
-      Block::load_a(keys + d, key_block, key_bytes);
-      Block::load_b(q + (d / 2) * rows_stride * 2, kTileColumns * 2, pair_bytes);
-      Block::multiply();
+    for (Index pass = 0; pass < passes; ++pass) {
+      for (Index d = 0; d < dim; d += 2 * kPairsPerTile) {
+        Block::load_a(keys + d, key_block, key_bytes);
+        Block::load_b(q + ((pass * dim + d) / 2) * rows_stride * 2, kTileColumns * 2, pair_bytes);
+        Block::multiply();
+      }
     }
     Block::store(out + v * kTileColumns, out_bytes);
   });
@@ -50,11 +53,13 @@ void score_keys(const std::uint16_t* keys, long key_bytes, const std::uint16_t* 
 // out[k][row] = scale * sum_d keys[k][d] q[row][d] for key_count keys, bf16 rows of dim
 // (amx_scores_fit) at key_stride elements apart, and `vectors` (1 to 3) vectors of 16 rows of
 // q_pairs ([dim / 2][rows_stride][2], at the first row); out: [key_count][rows_stride] at the
-// first row. The last key_count % 16 keys go through zero-padded scratch.
+// first row. The last key_count % 16 keys go through zero-padded scratch. With passes > 1,
+// q_pairs holds that many such blocks one after the other, and each key row is multiplied
+// by all of them into one sum (cpu/fp16_parts.hpp's four products).
 template <class Tiles>
 void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                    Index key_stride, Index key_count, Index dim, float scale, int vectors,
-                   float* out) {
+                   float* out, int passes = 1) {
   static constexpr TileConfig kConfig = full_tiles();
   Tiles::configure(kConfig);
   const long key_bytes = static_cast<long>(key_stride) * 2;
@@ -62,7 +67,7 @@ void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::u
   in_twos(key_count / kTileRows, [&](auto blocks, Index block) {
     const Index k = block * kTileRows;
     amx::score_keys<Tiles, decltype(blocks)::value>(keys + k * key_stride, key_bytes, q_pairs,
-                                                    rows_stride, dim, vectors,
+                                                    rows_stride, dim, passes, vectors,
                                                     out + k * rows_stride, out_bytes);
   });
   if (const Index k = key_count / kTileRows * kTileRows; k < key_count) {
@@ -74,7 +79,7 @@ void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::u
       std::memcpy(tail_keys + (j - k) * dim, keys + j * key_stride, dim * sizeof(std::uint16_t));
     }
     amx::score_keys<Tiles, 1>(tail_keys, static_cast<long>(dim) * 2, q_pairs, rows_stride, dim,
-                              vectors, tail_out, kScratchColumns * 4);
+                              passes, vectors, tail_out, kScratchColumns * 4);
     for (Index j = k; j < key_count; ++j) {
       std::copy_n(tail_out + (j - k) * kScratchColumns, vectors * kTileColumns,
                   out + j * rows_stride);

@@ -10,6 +10,8 @@
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
 #include "core/problem.hpp"
+#include "cpu/amx_scores.hpp"
+#include "cpu/amx_tiles.hpp"
 
 namespace attn::cpu {
 
@@ -22,6 +24,14 @@ bool has_bf16_dot();
 inline bool scores_by_bf16_dot(const core::Problem& p, bool avx512) {
   return avx512 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 &&
          has_bf16_dot();
+}
+
+// Whether a kernel compiled for an AVX-512 target scores this problem's fp16 q and k on AMX
+// tiles as exact bf16 parts (cpu/fp16_parts.hpp): head dims up to 128 in steps of 16, a CPU
+// with AMX. Forward and the weights pass ask this once each, as they ask the one above.
+inline bool scores_by_fp16_parts(const core::Problem& p, bool avx512) {
+  return avx512 && p.q.dtype == DType::f16 && p.k.dtype == DType::f16 &&
+         amx_scores_fit(2 * p.dim_qk) && has_amx();
 }
 
 // Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]
@@ -45,10 +55,17 @@ void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out);
 
+// fp16 scores on AMX tiles: cpu/fp16_parts.hpp's fp16_scores_by_amx, its arguments and
+// layouts. Called only where scores_by_fp16_parts(problem, true).
+void scores_rows_fp16(const std::uint16_t* q_parts, const std::uint8_t* rows_finite,
+                      Index rows_stride, const std::uint16_t* key_parts,
+                      const std::uint8_t* keys_finite, Index key_count, Index dim, float scale,
+                      int vectors, float* out);
+
 // out_t[d][r] += sum_k P[k][r] V[k][d] on AMX tiles: cpu/amx_context.hpp's context_by_amx,
 // its arguments and layouts. Called only where has_amx() (cpu/amx_tiles.hpp).
 void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
                        const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
-                       float* out_t, Index out_stride);
+                       float* out_t, Index out_stride, int value_parts, Index value_plane);
 
 }  // namespace attn::cpu

@@ -8,14 +8,16 @@
 //                  and a tile of only such chunks reads 16-bit K and V in place;
 //                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
 //                  instruction, or AMX tiles where it has them (cpu/bf16_dot.hpp), K read
-//                  in place
+//                  in place; fp16 q and k on a CPU with AMX go on tiles as their exact
+//                  bf16 parts (cpu/fp16_parts.hpp), K split once per call (KeyParts)
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
 //                  apart to spread over the L1 sets (f32 rows that do not are copied
-//                  into scratch: cpu/to_floats-inl.h, RowDistance); with bf16 V on a CPU
-//                  with AMX, O^T = O^T corr + V^T P^T on tiles instead (cpu/amx_context.hpp),
-//                  V^T packed once per KV head (PackedValues), the context kept transposed
+//                  into scratch: cpu/to_floats-inl.h, RowDistance); with bf16 (or fp16)
+//                  V after scores on tiles, O^T = O^T corr + V^T P^T on tiles instead
+//                  (cpu/amx_context.hpp), V^T packed once per KV head (PackedValues, fp16
+//                  as its two parts), the context kept transposed
 //   weights        for a float32 weights output (keeps_weights): the shaped scores are
 //                  kept by row in scratch before the softmax, and when a row ends they
 //                  go into the output as its weights, by its lse
@@ -51,9 +53,11 @@
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
+#include "cpu/fp16_parts.hpp"
 #include "cpu/head_dim.hpp"
 #include "cpu/threads.hpp"
 
+#include "cpu/key_parts-inl.h"
 #include "cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -83,14 +87,16 @@ struct WorkItem {
 };
 
 // V^T in bf16 for the context on AMX tiles, packed before the items once per (segment, KV
-// head), a slot: [dim_v_padded][keys_padded] with keys_padded the segment's keys in whole
-// key blocks (32), zeros past its keys and value dims; and per key block whether its values
+// head), a slot: [parts][dim_v_padded][keys_padded] with keys_padded the segment's keys in
+// whole key blocks (32), zeros past its keys and value dims, parts 1 for bf16 V and 2 for
+// fp16 V (its exact bf16 parts, cpu/fp16_parts.hpp); and per key block whether its values
 // are all finite (a block that is not goes through context_skipping_hidden_transposed, so
 // that a weight of 0 never meets a NaN).
 struct PackedValues {
   struct Slot {
-    Index offset = 0, keys_padded = 0, first_block = 0;
+    Index offset = 0, keys_padded = 0, first_block = 0, plane = 0;  // plane: one part's size
   };
+  int parts = 1;
   std::vector<Slot> slots;
   hwy::AlignedFreeUniquePtr<bfloat16[]> values_t;
   std::vector<unsigned char> finite;
@@ -111,32 +117,39 @@ constexpr Index kAmxContextMinRows = 64;
 // The most memory V^T may take (a copy of V): past it, the float path, which needs none.
 constexpr Index kAmxPackedValuesMaxBytes = Index{1} << 30;
 
-// Whether forward multiplies P V on AMX tiles: bf16 scores on tiles (scores_by_bf16_dot on
-// an AVX-512 target, amx_scores_fit), bf16 V, a CPU with AMX, enough rows, V^T in bounds.
+// bf16 parts of a value in PackedValues: 1 for bf16 V, 2 for fp16 V.
+int value_parts(const Problem& p) {
+  return p.v.dtype == DType::f16 ? 2 : 1;
+}
+
+// Whether forward multiplies P V on AMX tiles: scores on tiles (bf16 q and k by
+// scores_by_bf16_dot on an AVX-512 target with amx_scores_fit, or fp16 q and k by
+// scores_by_fp16_parts) and V of the same dtype, a CPU with AMX, enough rows, V^T in bounds.
 bool uses_amx_context(const Problem& p) {
-  if (!scores_by_bf16_dot(p, tile::kAvx512Target) || p.v.dtype != DType::bf16 ||
-      !amx_scores_fit(p.dim_qk) || !has_amx()) {
-    return false;
-  }
+  const bool bf16 = scores_by_bf16_dot(p, tile::kAvx512Target) && p.v.dtype == DType::bf16 &&
+                    amx_scores_fit(p.dim_qk) && has_amx();
+  const bool fp16 = scores_by_fp16_parts(p, tile::kAvx512Target) && p.v.dtype == DType::f16;
+  if (!bf16 && !fp16) return false;
   bool enough_rows = false;
   Index packed_bytes = 0;
   for (const Segment& segment : p.segments) {
     enough_rows |= segment.len_q * p.group_size() >= kAmxContextMinRows;
-    packed_bytes +=
-        2 * p.heads_kv * round_up(p.dim_v, kAmxRows) * round_up(segment.len_k, kAmxKeyBlock);
+    packed_bytes += 2 * value_parts(p) * p.heads_kv * round_up(p.dim_v, kAmxRows) *
+                    round_up(segment.len_k, kAmxKeyBlock);
   }
   return enough_rows && packed_bytes <= kAmxPackedValuesMaxBytes;
 }
 
 PackedValues pack_values(const Problem& p, int threads) {
   PackedValues packed;
+  packed.parts = value_parts(p);
   const Index dim_v_padded = round_up(p.dim_v, kAmxRows);
   Index total = 0, blocks = 0;
   for (const Segment& segment : p.segments) {
     const Index keys_padded = round_up(segment.len_k, kAmxKeyBlock);
     for (Index h = 0; h < p.heads_kv; ++h) {
-      packed.slots.push_back({total, keys_padded, blocks});
-      total += dim_v_padded * keys_padded;
+      packed.slots.push_back({total, keys_padded, blocks, dim_v_padded * keys_padded});
+      total += packed.parts * dim_v_padded * keys_padded;
       blocks += keys_padded / kAmxKeyBlock;
     }
   }
@@ -146,14 +159,29 @@ PackedValues pack_values(const Problem& p, int threads) {
     const Segment& segment = p.segments[static_cast<std::size_t>(slot / p.heads_kv)];
     const PackedValues::Slot& at = packed.slots[static_cast<std::size_t>(slot)];
     bfloat16* values_t = packed.values_t.get() + at.offset;
-    std::fill(values_t, values_t + dim_v_padded * at.keys_padded, bfloat16{});
+    std::fill(values_t, values_t + packed.parts * at.plane, bfloat16{});
+    const Index kv_head = slot % p.heads_kv;
+    // fp16: a row's values, then its parts (high, low), before they are scattered into V^T.
+    std::vector<float> row(packed.parts == 2 ? static_cast<std::size_t>(p.dim_v) : 0);
+    std::vector<std::uint16_t> parts(2 * row.size());
     for (Index k = 0; k < segment.len_k; ++k) {
-      const bfloat16* v =
-          row_of<bfloat16>(p.v, segment.batch, slot % p.heads_kv, segment.k_begin + k);
       bool finite = true;
-      for (Index d = 0; d < p.dim_v; ++d) {
-        values_t[d * at.keys_padded + k] = v[d];
-        finite &= (v[d].bits & 0x7F80u) != 0x7F80u;
+      bfloat16* column = values_t + k;
+      if (packed.parts == 2) {
+        to_floats(row_of<float16>(p.v, segment.batch, kv_head, segment.k_begin + k), p.dim_v,
+                  row.data());
+        finite = put_parts<1>(row.data(), p.dim_v, parts.data(), parts.data() + p.dim_v);
+        for (Index d = 0; d < p.dim_v; ++d) {
+          column[d * at.keys_padded] = bfloat16{parts[static_cast<std::size_t>(d)]};
+          column[at.plane + d * at.keys_padded] =
+              bfloat16{parts[static_cast<std::size_t>(p.dim_v + d)]};
+        }
+      } else {
+        const bfloat16* v = row_of<bfloat16>(p.v, segment.batch, kv_head, segment.k_begin + k);
+        for (Index d = 0; d < p.dim_v; ++d) {
+          column[d * at.keys_padded] = v[d];
+          finite &= (v[d].bits & 0x7F80u) != 0x7F80u;
+        }
       }
       if (!finite) packed.finite[static_cast<std::size_t>(at.first_block + k / kAmxKeyBlock)] = 0;
     }
@@ -181,10 +209,12 @@ struct RowBlock {
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
   Scratch(Index rows, Index dim, Index dim_v_padded, Index key_tile, Index score_keys,
-          Index kept_rows, Index kept_keys, Index weight_part_words)
+          Index kept_rows, Index kept_keys, Index weight_part_words, bool fp16_parts)
       : kept_stride(kept_keys),
         queries_t(scratch_buffer<float>(dim * rows)),
-        query_pairs(scratch_buffer<std::uint16_t>(round_up(dim, 2) * rows)),
+        query_pairs(
+            scratch_buffer<std::uint16_t>((fp16_parts ? 4 * dim : round_up(dim, 2)) * rows)),
+        rows_finite(scratch_buffer<std::uint8_t>(fp16_parts ? rows : 0)),
         queries(scratch_buffer<float>(dim * rows)),
         scores(scratch_buffer<float>((key_tile + score_keys) * rows)),
         context(scratch_buffer<float>(rows * dim_v_padded)),
@@ -207,8 +237,10 @@ struct Scratch {
   Index kept_stride;  // the longest segment's keys with a weights output, else 0
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
-  // [dim / 2][rows][2]: bf16 q (unscaled) as the bf16 dot pairs it (cpu/bf16_dot.hpp)
+  // [dim / 2][rows][2]: bf16 q (unscaled) as the bf16 dot pairs it (cpu/bf16_dot.hpp); for
+  // fp16 parts [2][dim][rows][2] (put_query_parts, cpu/fp16_parts.hpp)
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
+  hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;  // [rows], fp16 parts only: q finite
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
   // [rows][dim_v_padded]: unnormalised O; [dim_v_padded][rows] (O^T) for an AMX context
@@ -234,8 +266,9 @@ class ItemKernel {
   using Traits = ForwardTraits<kDim>;
 
  public:
-  ItemKernel(const Problem& problem, Scratch& scratch, const PackedValues* packed)
-      : p_(problem), s_(scratch), packed_(packed) {}
+  ItemKernel(const Problem& problem, Scratch& scratch, const PackedValues* packed,
+             const KeyParts& key_parts)
+      : p_(problem), s_(scratch), packed_(packed), key_parts_(&key_parts) {}
 
   void run(const WorkItem& item) {
     seg_ = &p_.segments[static_cast<std::size_t>(item.segment)];
@@ -315,22 +348,32 @@ class ItemKernel {
           float* q = s_.queries.get() + r * dim_;
           tile::scaled_query(row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, scale,
                              q);
-          if (!bf16_dot_) {
+          if (!paired_scores_) {
             for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = q[d];
           }
         }
       }
     });
-    if (bf16_dot_) return pack_query_pairs();
+    if (paired_scores_) return pack_query_pairs();
     for (Index d = 0; d < dim_; ++d) {
       std::fill(qt + d * rows_padded_ + rows_, qt + (d + 1) * rows_padded_, 0.0f);
     }
   }
 
   // q in bf16 as the dot instruction pairs it (put_query_pairs, rows_padded rows per pair
-  // of d); padding rows are 0.
+  // of d), or as fp16 parts (put_query_parts); padding rows are 0.
   void pack_query_pairs() {
     std::uint16_t* pairs = s_.query_pairs.get();
+    if (fp16_parts_) {
+      std::fill(pairs, pairs + 4 * dim_ * rows_padded_, std::uint16_t{0});
+      std::fill(s_.rows_finite.get(), s_.rows_finite.get() + rows_padded_, std::uint8_t{1});
+      alignas(64) float q[kAmxMaxDim];
+      for (Index r = 0; r < rows_; ++r) {
+        to_floats(row_of<float16>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, q);
+        s_.rows_finite[r] = put_query_parts(q, dim_, r, rows_padded_, pairs);
+      }
+      return;
+    }
     std::fill(pairs, pairs + dim_ * rows_padded_, std::uint16_t{0});
     for (Index r = 0; r < rows_; ++r) {
       put_query_pairs(row_of<bfloat16>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]), dim_, r,
@@ -367,7 +410,7 @@ class ItemKernel {
         }
       });
     }
-    load_tile(tile_first, tile_end, !bf16_dot_ || any_narrow, !all_narrow);
+    load_tile(tile_first, tile_end, !paired_scores_ || any_narrow, !all_narrow);
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
       weigh_scores(chunks[c]);
@@ -376,8 +419,8 @@ class ItemKernel {
     accumulate_context(chunks, chunk_count, values_finite);
   }
 
-  // bf16 scores (K read in place) and O^T = O^T corr + V^T P^T, both on AMX tiles; no tile
-  // of K or V is widened.
+  // bf16 scores (K read in place, or fp16 K's parts) and O^T = O^T corr + V^T P^T, both on
+  // AMX tiles; no tile of K or V is widened.
   void attend_tile_on_tiles(const Chunk* chunks, Index chunk_count) {
     for (Index c = 0; c < chunk_count; ++c) {
       compute_scores(chunks[c]);
@@ -411,20 +454,24 @@ class ItemKernel {
     context_rows_bf16(&packed_->values_t[at.offset + span_first].bits, at.keys_padded,
                       dim_v_padded_ / kAmxRows, s_.weight_parts.get(), rows, span_end - span_first,
                       static_cast<int>(chunk.vectors), s_.context.get() + chunk.first_row,
-                      rows_padded_);
+                      rows_padded_, packed_->parts, at.plane);
 #endif
   }
 
   // The chunk's real rows key by key (tile-inl.h), so that a NaN or infinity in V reaches
-  // only the rows that see it.
+  // only the rows that see it; fp16 V a part at a time (a value not finite is all in its
+  // first part).
   void context_skipping_hidden_transposed(const Chunk& chunk) {
     const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
-    const bfloat16* values_t = packed_->values_t.get() + at.offset + chunk.first;
     const Index row_end = std::min(rows_, chunk.first_row + chunk.vectors * lanes_);
-    for (Index r = chunk.first_row; r < row_end; ++r) {
-      tile::context_skipping_zero_weights_transposed(
-          scores_at(chunk.first, r), rows_padded_, values_t, at.keys_padded,
-          chunk.end - chunk.first, s_.context.get() + r, rows_padded_, dim_v_);
+    for (int part = 0; part < packed_->parts; ++part) {
+      const bfloat16* values_t =
+          packed_->values_t.get() + at.offset + part * at.plane + chunk.first;
+      for (Index r = chunk.first_row; r < row_end; ++r) {
+        tile::context_skipping_zero_weights_transposed(
+            scores_at(chunk.first, r), rows_padded_, values_t, at.keys_padded,
+            chunk.end - chunk.first, s_.context.get() + r, rows_padded_, dim_v_);
+      }
     }
   }
 
@@ -490,10 +537,10 @@ class ItemKernel {
 
   // K (when scores are made from float keys) and V rows of the tile as f32: the inputs
   // themselves when they are f32 (V's rows whole vectors), else converted into scratch.
-  // The bf16 dot reads K's own rows. With wide chunks, whose context passes over a few
-  // columns of V at a time for many rows, V's rows must also lie far enough apart to spread
-  // over the L1 sets (RowDistance::spread); narrow chunks read each V row for a few rows
-  // only, and copying f32 V there made decoding steps 25-40% slower.
+  // The bf16 dot reads K's own rows, fp16 parts K's parts (KeyParts). With wide chunks, whose
+  // context passes over a few columns of V at a time for many rows, V's rows must also lie far
+  // enough apart to spread over the L1 sets (RowDistance::spread); narrow chunks read each V row
+  // for a few rows only, and copying f32 V there made decoding steps 25-40% slower.
   void load_tile(Index tile_first, Index tile_end, bool float_keys, bool wide_context) {
     const Index keys = tile_end - tile_first, first_key = seg_->k_begin + tile_first;
     if (float_keys) {
@@ -529,6 +576,7 @@ class ItemKernel {
 
   template <int C>
   void compute_scores(const Chunk& chunk) {
+    if (fp16_parts_) return compute_scores_fp16(chunk, C);
     if (bf16_dot_) return compute_scores_bf16(chunk, C);
     constexpr int kKeys = Traits::kScoreKeys;
     const float* qt = s_.queries_t.get() + chunk.first_row;
@@ -554,6 +602,19 @@ class ItemKernel {
         &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + chunk.first)->bits,
         p_.k.strides[2], chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
         scores_at(chunk.first, chunk.first_row));
+#endif
+  }
+
+  // S^T = scale K Q^T of fp16 q and k on AMX tiles, from their parts.
+  void compute_scores_fp16([[maybe_unused]] const Chunk& chunk, [[maybe_unused]] int vectors) {
+#if HWY_ARCH_X86
+    const Index key = seg_->k_begin + chunk.first;
+    scores_rows_fp16(s_.query_pairs.get() + chunk.first_row * 2,
+                     s_.rows_finite.get() + chunk.first_row, rows_padded_,
+                     key_parts_->parts_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
+                     key_parts_->finite_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
+                     chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
+                     scores_at(chunk.first, chunk.first_row));
 #endif
   }
 
@@ -850,6 +911,10 @@ class ItemKernel {
   // Scores of bf16 q and k by bf16 dot products (cpu/bf16_dot.hpp) where the CPU has them:
   // an even head dim, and 16 rows per vector (the AVX-512 targets).
   const bool bf16_dot_ = scores_by_bf16_dot(p_, tile::kAvx512Target);
+  // fp16 q and k on AMX tiles as exact bf16 parts (cpu/fp16_parts.hpp).
+  const bool fp16_parts_ = scores_by_fp16_parts(p_, tile::kAvx512Target);
+  // Either: q goes in as pairs, and wide chunks' scores take no float keys.
+  const bool paired_scores_ = bf16_dot_ || fp16_parts_;
   const bool keep_weights_ = keeps_weights(p_);
   // Narrow tiles read K and V in place (attend_narrow_tile): 16-bit K and V of one dtype,
   // no mask (a masked key's value row would be read with weight 0).
@@ -859,6 +924,7 @@ class ItemKernel {
   // item's context is on tiles (and kept transposed)
   const PackedValues* packed_;
   bool amx_context_ = false;
+  const KeyParts* key_parts_;  // fp16 K's parts where fp16_parts_, else empty
   const Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0, slot_ = 0;
   const float* keys_ = nullptr;
@@ -900,6 +966,7 @@ void run_kernel(const Problem& p, int threads) {
   }
   std::optional<PackedValues> packed;
   if (uses_amx_context(p)) packed = pack_values(p, threads);
+  const KeyParts key_parts(p, threads, scores_by_fp16_parts(p, tile::kAvx512Target));
   // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
   const Index weight_part_words = packed ? kWeightParts * (Traits::kKeyTile + 2 * kAmxKeyBlock) /
                                                2 * (Traits::kScoreRowVectors * lanes)
@@ -908,12 +975,15 @@ void run_kernel(const Problem& p, int threads) {
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys,
-                         kept_rows, kept_keys, weight_part_words);
+                         kept_rows, kept_keys, weight_part_words,
+                         scores_by_fp16_parts(p, tile::kAvx512Target));
   }
   const PackedValues* values_t = packed ? &*packed : nullptr;
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
-    return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)], values_t)](
-               Index i) mutable { kernel.run(items[static_cast<std::size_t>(i)]); };
+    return [&, kernel = ItemKernel<kDim>(p, scratch[static_cast<std::size_t>(thread)], values_t,
+                                         key_parts)](Index i) mutable {
+      kernel.run(items[static_cast<std::size_t>(i)]);
+    };
   });
 }
 

@@ -39,6 +39,8 @@
 #include "core/weight_request.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward_traits.hpp"
+#include "cpu/fp16_parts.hpp"
+#include "cpu/key_parts-inl.h"
 #include "cpu/keys_transposed-inl.h"
 #include "cpu/threads.hpp"
 #include "cpu/top_k.hpp"
@@ -79,18 +81,23 @@ struct WorkItem {
 
 // Per-thread scratch, allocated before the parallel loop (tile::scratch_buffer).
 struct Scratch {
-  Scratch(Index dim, Index heap_capacity, bool bf16_dot)
+  Scratch(Index dim, Index heap_capacity, bool bf16_dot, bool fp16_parts)
       : queries(tile::scratch_buffer<float>(kItemRows * dim)),
-        query_pairs(tile::scratch_buffer<std::uint16_t>(bf16_dot ? kItemRows * dim : 0)),
+        query_pairs(tile::scratch_buffer<std::uint16_t>(
+            bf16_dot ? kItemRows * dim : (fp16_parts ? 4 * kItemRows * dim : 0))),
+        rows_finite(tile::scratch_buffer<std::uint8_t>(fp16_parts ? kItemRows : 0)),
         scores(tile::scratch_buffer<float>(kItemRows * kKeyTile)),
-        scores_t(tile::scratch_buffer<float>(bf16_dot ? kKeyTile * kItemRows : 0)),
+        scores_t(tile::scratch_buffer<float>(bf16_dot || fp16_parts ? kKeyTile * kItemRows : 0)),
         out_row(tile::scratch_buffer<float>(std::max(kKeyTile, heap_capacity + kKeyTile))),
         heap(static_cast<std::size_t>(kItemRows * heap_capacity)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
   // bf16 dot products only: [dim / 2][kItemRows][2] bf16 q as forward pairs it, and
-  // [kKeyTile][kItemRows] the tile's S^T they give (cpu/bf16_dot.hpp)
+  // [kKeyTile][kItemRows] the tile's S^T they give (cpu/bf16_dot.hpp); fp16 parts only:
+  // [2][dim][kItemRows][2] (put_query_parts, cpu/fp16_parts.hpp), whether each row is
+  // finite, and S^T
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
+  hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;
   hwy::AlignedFreeUniquePtr<float[]> scores;  // [kItemRows][kKeyTile]: S of the tile
   hwy::AlignedFreeUniquePtr<float[]> scores_t;
   hwy::AlignedFreeUniquePtr<float[]> out_row;  // one tile of weights, or one top-k row
@@ -100,15 +107,18 @@ struct Scratch {
 class ItemKernel {
  public:
   ItemKernel(const Problem& problem, const WeightRequest& request,
-             const std::vector<WeightRow>& rows, const KeysTransposed& keys, Index heap_capacity,
-             bool bf16_dot, Scratch& scratch)
+             const std::vector<WeightRow>& rows, const KeysTransposed& keys,
+             const KeyParts& key_parts, Index heap_capacity, bool bf16_dot, bool fp16_parts,
+             Scratch& scratch)
       : p_(problem),
         r_(request),
         list_(rows),
         keys_(keys),
+        key_parts_(key_parts),
         heap_capacity_(heap_capacity),
         s_(scratch),
-        bf16_dot_(bf16_dot) {}
+        bf16_dot_(bf16_dot),
+        fp16_parts_(fp16_parts) {}
 
   void run(const WorkItem& item) {
     set_up_rows(item);
@@ -196,6 +206,20 @@ class ItemKernel {
       std::fill(s_.queries.get() + r * dim_, s_.queries.get() + (r + 1) * dim_, 0.0f);
     }
     if (bf16_dot_) pack_query_pairs();
+    if (fp16_parts_) pack_query_parts();
+  }
+
+  // The item's fp16 q rows as forward's parts (put_query_parts, kItemRows rows per pair of d);
+  // rows past the item's are 0.
+  void pack_query_parts() {
+    std::uint16_t* pairs = s_.query_pairs.get();
+    std::fill(pairs, pairs + 4 * kItemRows * dim_, std::uint16_t{0});
+    std::fill(s_.rows_finite.get(), s_.rows_finite.get() + kItemRows, std::uint8_t{1});
+    alignas(64) float q[kAmxMaxDim];
+    for (Index r = 0; r < rows_; ++r) {
+      to_floats(row_of<float16>(p_.q, seg_->batch, row_[r].head, row_[r].query_row), dim_, q);
+      s_.rows_finite[r] = put_query_parts(q, dim_, r, kItemRows, pairs);
+    }
   }
 
   // The item's bf16 q rows as the dot instruction pairs them (put_query_pairs, kItemRows
@@ -231,8 +255,8 @@ class ItemKernel {
   }
 
   void sweep_tile(Index tile, Index tile_end, Pass pass) {
-    if (bf16_dot_) {
-      compute_scores_bf16(tile, tile_end);
+    if (bf16_dot_ || fp16_parts_) {
+      compute_scores_paired(tile, tile_end);
     } else {
       compute_scores(tile, tile_end);
     }
@@ -248,10 +272,10 @@ class ItemKernel {
     }
   }
 
-  // The tile's scores of the rows the forward kernel scores by bf16 dot products: its
-  // kernel (scores_rows_bf16) on K's bf16 rows for the keys some row sees, S^T transposed
-  // into the rows.
-  void compute_scores_bf16([[maybe_unused]] Index tile, [[maybe_unused]] Index tile_end) {
+  // The tile's scores of the rows the forward kernel scores by bf16 dot products or fp16
+  // parts: its kernel (scores_rows_bf16 on K's bf16 rows, scores_rows_fp16 on the keys' parts)
+  // for the keys some row sees, S^T transposed into the rows.
+  void compute_scores_paired([[maybe_unused]] Index tile, [[maybe_unused]] Index tile_end) {
 #if HWY_ARCH_X86
     Index first = tile_end, end = tile;
     for (Index r = 0; r < rows_; ++r) {
@@ -262,16 +286,23 @@ class ItemKernel {
       end = std::max(end, b);
     }
     if (first >= end) return;
-    const std::uint16_t* keys =
-        &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + first)->bits;
-    constexpr Index kRowsPerCall = 3 * kBf16RowsPerVector;  // scores_rows_bf16: 1 to 3 vectors
+    constexpr Index kRowsPerCall = 3 * kBf16RowsPerVector;  // 1 to 3 vectors a call
     const auto scale = static_cast<float>(p_.scale);
     for (Index r = 0; r < rows_; r += kRowsPerCall) {
       const Index rows = std::min(kRowsPerCall, rows_ - r);
-      scores_rows_bf16(s_.query_pairs.get() + r * 2, kItemRows, keys, p_.k.strides[2], end - first,
-                       dim_, scale,
-                       static_cast<int>((rows + kBf16RowsPerVector - 1) / kBf16RowsPerVector),
-                       s_.scores_t.get() + r);
+      const int vectors = static_cast<int>((rows + kBf16RowsPerVector - 1) / kBf16RowsPerVector);
+      if (fp16_parts_) {
+        const Index key = seg_->k_begin + first;
+        scores_rows_fp16(s_.query_pairs.get() + r * 2, s_.rows_finite.get() + r, kItemRows,
+                         key_parts_.parts_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
+                         key_parts_.finite_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
+                         end - first, dim_, scale, vectors, s_.scores_t.get() + r);
+      } else {
+        scores_rows_bf16(
+            s_.query_pairs.get() + r * 2, kItemRows,
+            &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + first)->bits,
+            p_.k.strides[2], end - first, dim_, scale, vectors, s_.scores_t.get() + r);
+      }
     }
     for (Index r = 0; r < rows_; ++r) {
       if (row_[r].by_dot) continue;
@@ -495,13 +526,15 @@ class ItemKernel {
   const WeightRequest& r_;
   const std::vector<WeightRow>& list_;
   const KeysTransposed& keys_;
+  const KeyParts& key_parts_;
   const Index heap_capacity_;
   Scratch& s_;
   const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
   const bool top_k_ = r_.top_k.has_value();
   const Index lanes_ = tile::lanes();
   const bool forward_widens_ = forward_widens_tiles(p_.k.dtype, p_.v.dtype);
-  const bool bf16_dot_;  // scores as forward's bf16 dot products (compute_scores_bf16)
+  const bool bf16_dot_;    // scores as forward's bf16 dot products (compute_scores_paired)
+  const bool fp16_parts_;  // scores as forward's fp16 parts on AMX (compute_scores_paired)
   const Index dim_ = p_.dim_qk;
   const Segment* seg_ = nullptr;
   const float* tile_keys_ = nullptr;  // K^T at the current tile's first key
@@ -529,18 +562,22 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   if (items.empty()) return;
   // Rows never see more than total_k keys, so a larger k needs no larger heap.
   const Index heap_capacity = request.top_k ? std::min(*request.top_k, p.total_k) : 0;
-  // Scores by bf16 dot products read K's rows in place: no transposed copy.
+  // Scores by bf16 dot products read K's rows in place, fp16 parts K's parts (KeyParts): no
+  // transposed copy.
   const bool bf16_dot = scores_by_bf16_dot(p, tile::kAvx512Target);
-  const KeysTransposed keys(p, threads, !bf16_dot);
+  const bool fp16_parts = scores_by_fp16_parts(p, tile::kAvx512Target);
+  const KeysTransposed keys(p, threads, !bf16_dot && !fp16_parts);
+  const KeyParts key_parts(p, threads, fp16_parts);
   threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(p.dim_qk, heap_capacity, bf16_dot);
+  for (int t = 0; t < threads; ++t) {
+    scratch.emplace_back(p.dim_qk, heap_capacity, bf16_dot, fp16_parts);
+  }
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
-    return [&, kernel = ItemKernel(p, request, rows, keys, heap_capacity, bf16_dot,
-                                   scratch[static_cast<std::size_t>(thread)])](Index i) mutable {
-      kernel.run(items[static_cast<std::size_t>(i)]);
-    };
+    return [&, kernel = ItemKernel(p, request, rows, keys, key_parts, heap_capacity, bf16_dot,
+                                   fp16_parts, scratch[static_cast<std::size_t>(thread)])](
+               Index i) mutable { kernel.run(items[static_cast<std::size_t>(i)]); };
   });
 }
 

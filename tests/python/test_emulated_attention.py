@@ -3,8 +3,9 @@ weights.cpp and backward.cpp, built by tests/emulated with a one-thread runtime)
 emulated Sapphire Rapids (tests/python/emulator.py) over a case list, against float64 with
 the C++ suites' bounds: NaN and infinities, then guard floats around each output, then NMSE
 and max abs error. bf16 q and k take forward's AVX512-BF16 scores there (the CPU reports
-AVX512-BF16). The same kernels run natively through attn wherever the CPU has AVX-512; this
-runs them everywhere."""
+AVX512-BF16; BochsCPU has no AMX, so the AMX kernels, bf16's and fp16's, run on the model
+of tests/cpu_amx_test.cpp and cpu_fp16_parts_test.cpp instead). The same kernels run
+natively through attn wherever the CPU has AVX-512; this runs them everywhere."""
 
 import struct
 
@@ -17,12 +18,13 @@ import numpy_reference
 # tests/cpu_forward_test.cpp, weights_test.cpp and backward_test.cpp.
 CONTEXT_NMSE, LSE_MAX_ABS, WEIGHTS_MAX_ABS, GRADIENT_NMSE = 2e-12, 2e-5, 1e-5, 2e-11
 GUARD = np.float32(-1.5e38)
-DTYPES = {"float32": 2, "bfloat16": 1}  # attn::DType
+DTYPES = {"float32": 2, "bfloat16": 1, "float16": 0}  # attn::DType
+NUMPY_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
 def _stored(x, dtype):
     """The bytes attn reads for x in dtype, and their values in float64."""
-    x = np.ascontiguousarray(x, np.float32 if dtype == "float32" else ml_dtypes.bfloat16)
+    x = np.ascontiguousarray(x, NUMPY_DTYPES[dtype])
     return x.tobytes(), x.astype(np.float64)
 
 
@@ -94,6 +96,38 @@ def test_forward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_
         got = _read(emulator, weights_at, n_weights)
         assert np.all(np.isfinite(got))
         assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
+
+
+POISONED_KEY = 50  # causal hides it from the rows before it
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("poisoned", ["k", "v"])
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _",
+                         [case for case in CASES if case[6]])
+def test_forward_nan_reaches_only_the_rows_that_see_it(emulator, dtype, poisoned, batch, heads_q,
+                                                       heads_kv, len_q, len_k, dim, causal, _):
+    """NaN at d = 3 of one key row (every row that sees it NaN) or one value row (their
+    context's d = 3 NaN), in every KV head: the rows it is hidden from keep their context.
+    Where the CPU has AMX, fp16 scores rescore a key that is not finite from its parts, and a
+    value block that is not finite goes key by key."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    numpy_dtype = np.dtype(NUMPY_DTYPES[dtype])
+    at = case.k_at if poisoned == "k" else case.v_at
+    for head in range(batch * heads_kv):
+        emulator.write(at + ((head * len_k + POISONED_KEY) * dim + 3) * numpy_dtype.itemsize,
+                       np.array([np.nan], numpy_dtype).tobytes())
+    context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
+    case.call("emulated_forward", context=context_at, lse=lse_at)
+    context = _read(emulator, context_at, case.rows * dim).reshape(case.want.shape)
+    sees = case.want_weights[..., POISONED_KEY] > 0
+    assert sees.any() and not sees.all()
+    poisoned_dims = slice(None) if poisoned == "k" else slice(3, 4)
+    assert np.all(np.isnan(context[sees][:, poisoned_dims]))
+    if poisoned == "v":
+        assert np.all(np.isfinite(np.delete(context[sees], 3, axis=1)))
+    assert np.all(np.isfinite(context[~sees]))
+    assert _nmse(context[~sees], case.want[~sees]) < CONTEXT_NMSE
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -609,12 +609,11 @@ class ItemKernel {
   void compute_scores_fp16([[maybe_unused]] const Chunk& chunk, [[maybe_unused]] int vectors) {
 #if HWY_ARCH_X86
     const Index key = seg_->k_begin + chunk.first;
-    scores_rows_fp16(s_.query_pairs.get() + chunk.first_row * 2,
-                     s_.rows_finite.get() + chunk.first_row, rows_padded_,
-                     key_parts_->parts_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
-                     key_parts_->finite_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
-                     chunk.end - chunk.first, dim_, static_cast<float>(p_.scale), vectors,
-                     scores_at(chunk.first, chunk.first_row));
+    scores_rows_fp16(
+        s_.query_pairs.get() + chunk.first_row * 2, s_.rows_finite.get() + chunk.first_row,
+        rows_padded_, key_parts_->parts_of(seg_->batch, kv_head_, key),
+        key_parts_->finite_of(seg_->batch, kv_head_, key), chunk.end - chunk.first, dim_,
+        static_cast<float>(p_.scale), vectors, scores_at(chunk.first, chunk.first_row));
 #endif
   }
 

@@ -11,6 +11,7 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct KeyParts {
   KeyParts(const core::Problem& p, int threads, bool wanted)
       : keys(wanted ? p.batch * p.heads_kv * p.total_k : 0),
         dim(p.dim_qk),
+        heads_kv(p.heads_kv),
+        total_k(p.total_k),
         pairs(tile::scratch_buffer<std::uint16_t>(keys * 2 * dim)),
         finite(tile::scratch_buffer<std::uint8_t>(keys)) {
     if (!wanted) return;
@@ -49,14 +52,14 @@ struct KeyParts {
   }
 
   // Key j of batch b and KV head kv: its 2 dim parts, and its finite flag.
-  const std::uint16_t* parts_of(Index b, Index kv, Index heads_kv, Index total_k, Index j) const {
+  const std::uint16_t* parts_of(Index b, Index kv, Index j) const {
     return pairs.get() + ((b * heads_kv + kv) * total_k + j) * 2 * dim;
   }
-  const std::uint8_t* finite_of(Index b, Index kv, Index heads_kv, Index total_k, Index j) const {
+  const std::uint8_t* finite_of(Index b, Index kv, Index j) const {
     return finite.get() + (b * heads_kv + kv) * total_k + j;
   }
 
-  Index keys, dim;
+  Index keys, dim, heads_kv, total_k;
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> pairs;
   hwy::AlignedFreeUniquePtr<std::uint8_t[]> finite;
 };

@@ -294,9 +294,9 @@ class ItemKernel {
       if (fp16_parts_) {
         const Index key = seg_->k_begin + first;
         scores_rows_fp16(s_.query_pairs.get() + r * 2, s_.rows_finite.get() + r, kItemRows,
-                         key_parts_.parts_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
-                         key_parts_.finite_of(seg_->batch, kv_head_, p_.heads_kv, p_.total_k, key),
-                         end - first, dim_, scale, vectors, s_.scores_t.get() + r);
+                         key_parts_.parts_of(seg_->batch, kv_head_, key),
+                         key_parts_.finite_of(seg_->batch, kv_head_, key), end - first, dim_, scale,
+                         vectors, s_.scores_t.get() + r);
       } else {
         scores_rows_bf16(
             s_.query_pairs.get() + r * 2, kItemRows,

@@ -4,8 +4,9 @@
 // row holds the pairs (high, low) along d; a query row goes in twice, as pairs (high, high)
 // and then (low, low), so that scores_by_amx's two passes sum k_d q_high_d, then k_d q_low_d:
 // four exact products per d, added in float32 as the float path adds its one. fp16 V goes into
-// V^T as its two parts (forward.cpp's pack_values, cpu/amx_context.hpp). CPUs without
-// AMX-FP16 (Sapphire Rapids) have no faster exact way to fp16 products.
+// V^T as its two parts (forward.cpp's pack_values, cpu/amx_context.hpp). The parts serve on
+// CPUs with AMX-FP16 too: its TDPFP16PS reads fp16 denormals as zero, so it would drop
+// products that the float path keeps.
 //
 // A part of an infinity or NaN would be inf * 0 = NaN against a zero part of the other side,
 // where the float path gets an infinity, so such a value goes whole into its high part, and

@@ -965,7 +965,10 @@ void run_kernel(const Problem& p, int threads) {
   }
   std::optional<PackedValues> packed;
   if (uses_amx_context(p)) packed = pack_values(p, threads);
-  const KeyParts key_parts(p, threads, scores_by_fp16_parts(p, tile::kAvx512Target));
+  const KeyParts key_parts(
+      p, threads,
+      scores_by_fp16_parts(p, tile::kAvx512Target) &&
+          forward_has_wide_chunks(p, lanes, forward_widens_tiles(p.k.dtype, p.v.dtype)));
   // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
   const Index weight_part_words = packed ? kWeightParts * (Traits::kKeyTile + 2 * kAmxKeyBlock) /
                                                2 * (Traits::kScoreRowVectors * lanes)

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "attn/tensor.hpp"
+#include "core/problem.hpp"
 
 namespace attn::cpu {
 
@@ -89,6 +90,16 @@ inline bool forward_scores_by_dot(Index len_q, Index i, Index g, Index group, In
   const Index row = (i - first_position) * group + g;
   const Index chunk_first = row - row % chunk_rows;
   return chunk_scored_by_dot(std::min(rows, chunk_first + chunk_rows) - chunk_first, lanes);
+}
+
+// Whether forward scores any row of the problem in a wide chunk (not by dot products): only
+// then do its wide scores need inputs packed before the items (cpu/key_parts-inl.h). A
+// segment's first row lies in its largest chunk, so that chunk decides for the segment.
+inline bool forward_has_wide_chunks(const core::Problem& p, Index lanes, bool widened) {
+  return std::any_of(p.segments.begin(), p.segments.end(), [&](const core::Segment& segment) {
+    return segment.len_q > 0 &&
+           !forward_scores_by_dot(segment.len_q, 0, 0, p.group_size(), lanes, widened);
+  });
 }
 
 }  // namespace attn::cpu

@@ -32,6 +32,10 @@ constexpr int kTileBytesPerRow = 64;
 constexpr int kTileColumns = kTileBytesPerRow / 4;  // float32 columns of an accumulator
 constexpr int kTileCount = 8;
 
+// The most memory an input repacked for the tiles may take (forward's V^T, fp16 K's parts):
+// past it, the float path, which needs no copy.
+constexpr Index kAmxPackedMaxBytes = Index{1} << 30;
+
 // Every tile at its largest: the only shape the kernels use, so one configuration serves
 // them all (partial blocks go through zero-padded scratch instead).
 constexpr TileConfig full_tiles() {

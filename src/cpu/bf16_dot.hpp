@@ -26,9 +26,6 @@ inline bool scores_by_bf16_dot(const core::Problem& p, bool avx512) {
          has_bf16_dot();
 }
 
-// The most memory K's fp16 parts may take (twice fp16 K): past it, the float path.
-constexpr Index kFp16KeyPartsMaxBytes = Index{1} << 30;
-
 // Whether a kernel compiled for an AVX-512 target scores this problem's fp16 q and k on AMX
 // tiles as exact bf16 parts (cpu/fp16_parts.hpp): head dims up to 128 in steps of 16, K's
 // parts in bounds, a CPU with AMX. Forward and the weights pass ask this once each, as they
@@ -36,7 +33,7 @@ constexpr Index kFp16KeyPartsMaxBytes = Index{1} << 30;
 inline bool scores_by_fp16_parts(const core::Problem& p, bool avx512) {
   return avx512 && p.q.dtype == DType::f16 && p.k.dtype == DType::f16 &&
          amx_scores_fit(2 * p.dim_qk) &&
-         4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kFp16KeyPartsMaxBytes && has_amx();
+         4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kAmxPackedMaxBytes && has_amx();
 }
 
 // Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]

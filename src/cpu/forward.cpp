@@ -114,9 +114,6 @@ struct PackedValues {
 // products it serves.
 constexpr Index kAmxContextMinRows = 64;
 
-// The most memory V^T may take (a copy of V): past it, the float path, which needs none.
-constexpr Index kAmxPackedValuesMaxBytes = Index{1} << 30;
-
 // bf16 parts of a value in PackedValues: 1 for bf16 V, 2 for fp16 V.
 int value_parts(const Problem& p) {
   return p.v.dtype == DType::f16 ? 2 : 1;
@@ -137,7 +134,7 @@ bool uses_amx_context(const Problem& p) {
     packed_bytes += 2 * value_parts(p) * p.heads_kv * round_up(p.dim_v, kAmxRows) *
                     round_up(segment.len_k, kAmxKeyBlock);
   }
-  return enough_rows && packed_bytes <= kAmxPackedValuesMaxBytes;
+  return enough_rows && packed_bytes <= kAmxPackedMaxBytes;
 }
 
 PackedValues pack_values(const Problem& p, int threads) {
@@ -965,20 +962,17 @@ void run_kernel(const Problem& p, int threads) {
   }
   std::optional<PackedValues> packed;
   if (uses_amx_context(p)) packed = pack_values(p, threads);
-  const KeyParts key_parts(
-      p, threads,
-      scores_by_fp16_parts(p, tile::kAvx512Target) &&
-          forward_has_wide_chunks(p, lanes, forward_widens_tiles(p.k.dtype, p.v.dtype)));
+  const KeyParts key_parts(p, threads);
   // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
   const Index weight_part_words = packed ? kWeightParts * (Traits::kKeyTile + 2 * kAmxKeyBlock) /
                                                2 * (Traits::kScoreRowVectors * lanes)
                                          : 0;
+  const bool fp16_parts = scores_by_fp16_parts(p, tile::kAvx512Target);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     scratch.emplace_back(rows, p.dim_qk, dim_v_padded, Traits::kKeyTile, Traits::kScoreKeys,
-                         kept_rows, kept_keys, weight_part_words,
-                         scores_by_fp16_parts(p, tile::kAvx512Target));
+                         kept_rows, kept_keys, weight_part_words, fp16_parts);
   }
   const PackedValues* values_t = packed ? &*packed : nullptr;
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {

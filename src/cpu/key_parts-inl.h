@@ -17,6 +17,8 @@
 
 #include "attn/half.hpp"
 #include "core/problem.hpp"
+#include "cpu/bf16_dot.hpp"
+#include "cpu/forward_traits.hpp"
 #include "cpu/fp16_parts.hpp"
 
 #include "cpu/tile-inl.h"
@@ -26,18 +28,24 @@ namespace attn::cpu::HWY_NAMESPACE {
 
 // [B][Hkv][total_k][2 dim] bf16 parts (put_key_parts) and [B][Hkv][total_k] whether each key
 // is finite. Splitting a tile per work item instead would widen each key once per item, as
-// often as the scores on tiles read it. Empty unless `wanted`.
+// often as the scores on tiles read it. Empty unless forward (and so the weights pass) scores
+// fp16 parts in some wide chunk: narrow chunks score by dot products from K itself.
 struct KeyParts {
   static constexpr Index kKeysPerItem = 256;
 
-  KeyParts(const core::Problem& p, int threads, bool wanted)
-      : keys(wanted ? p.batch * p.heads_kv * p.total_k : 0),
+  static bool wanted(const core::Problem& p) {
+    return scores_by_fp16_parts(p, tile::kAvx512Target) &&
+           forward_has_wide_chunks(p, tile::lanes(), forward_widens_tiles(p.k.dtype, p.v.dtype));
+  }
+
+  KeyParts(const core::Problem& p, int threads)
+      : keys(wanted(p) ? p.batch * p.heads_kv * p.total_k : 0),
         dim(p.dim_qk),
         heads_kv(p.heads_kv),
         total_k(p.total_k),
         pairs(tile::scratch_buffer<std::uint16_t>(keys * 2 * dim)),
         finite(tile::scratch_buffer<std::uint8_t>(keys)) {
-    if (!wanted) return;
+    if (keys == 0) return;
     const Index blocks = (keys + kKeysPerItem - 1) / kKeysPerItem;
     tile::run_items(blocks, tile::threads_for(blocks, threads), [&](int) {
       return [&, row = std::vector<float>(static_cast<std::size_t>(dim))](Index block) mutable {

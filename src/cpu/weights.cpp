@@ -567,10 +567,7 @@ void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) 
   const bool bf16_dot = scores_by_bf16_dot(p, tile::kAvx512Target);
   const bool fp16_parts = scores_by_fp16_parts(p, tile::kAvx512Target);
   const KeysTransposed keys(p, threads, !bf16_dot && !fp16_parts);
-  const KeyParts key_parts(
-      p, threads,
-      fp16_parts &&
-          forward_has_wide_chunks(p, tile::lanes(), forward_widens_tiles(p.k.dtype, p.v.dtype)));
+  const KeyParts key_parts(p, threads);
   threads = tile::threads_for(static_cast<Index>(items.size()), threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "attn/tensor.hpp"
@@ -90,7 +91,7 @@ inline float score_from_parts(const std::uint16_t* key_pairs, const std::uint16_
     const float k = bf16_bits_value(key_pairs[2 * d]) + bf16_bits_value(key_pairs[2 * d + 1]);
     const std::uint16_t* high = q_pairs + d * rows_stride * 2;
     const float q = bf16_bits_value(high[0]) + bf16_bits_value(high[dim * rows_stride * 2]);
-    sum += k * q;
+    sum = std::fma(k, q, sum);
   }
   return sum * scale;
 }

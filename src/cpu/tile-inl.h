@@ -419,7 +419,7 @@ HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, f
     sum0 = hn::Add(sum0, p0);
   }
   const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
-  l = l * static_cast<Sum>(step.rescale) + static_cast<Sum>(tile_sum);
+  l = std::fma(l, static_cast<Sum>(step.rescale), static_cast<Sum>(tile_sum));
   m = step.max;
   return {step.rescale, tile_max};
 }
@@ -567,7 +567,8 @@ inline void context_skipping_zero_weights_transposed(const float* HWY_RESTRICT p
     const float weight = p[j * p_stride];
     if (weight == 0.0f) continue;
     for (Index d = 0; d < dims; ++d) {
-      o_t[d * o_stride] += weight * to_float(values_t[d * values_stride + j]);
+      o_t[d * o_stride] =
+          std::fma(weight, to_float(values_t[d * values_stride + j]), o_t[d * o_stride]);
     }
   }
 }
@@ -685,7 +686,8 @@ HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index
   if (whole == dim) return;
   for (int r = 0; r < NR; ++r)
     for (int k = 0; k < KK; ++k)
-      for (Index d = whole; d < dim; ++d) scores[r][k] += q[r][d] * load_float(keys[k], d);
+      for (Index d = whole; d < dim; ++d)
+        scores[r][k] = std::fma(q[r][d], load_float(keys[k], d), scores[r][k]);
 }
 
 // acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows (P row-major). The value
@@ -728,7 +730,8 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
   }
   for (Index d = whole; d < dim_v; ++d)
     for (Index t = first; t < end; ++t)
-      for (int r = 0; r < NR; ++r) acc[r][d] += p[r][t] * load_float(values[t], d);
+      for (int r = 0; r < NR; ++r)
+        acc[r][d] = std::fma(p[r][t], load_float(values[t], d), acc[r][d]);
 }
 
 }  // namespace tile

@@ -133,6 +133,26 @@ void add_rich_cases(const Shape& shape, std::vector<Case>& out) {
   });
 }
 
+// Rows scored by the dot micro-kernel (a chunk of at most half a vector of rows: 3 rows
+// on AVX2 and AVX-512, 2 on SSE4) at head dims 17 to 31, so that every tail length
+// dim % 16 from 1 to 15 (and so every dim % 8 and dim % 4) is reached on every target,
+// in every dtype: the scalar tail after the whole vectors of d is where two compiled copies
+// of one kernel may round differently.
+void add_narrow_row_cases(std::vector<Case>& out) {
+  for (Index tail = 1; tail < 16; ++tail) {
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      const Index dim = 16 + tail;
+      Case rows3 = with_shape({1, 2, 2, 3, 97, dim, dim});
+      rows3.dtype = dtype;
+      if (tail % 2 == 1) rows3.causal = true, rows3.align = CausalAlign::bottom_right;
+      out.push_back(rows3);
+      Case rows2 = with_shape({1, 2, 1, 1, 97, dim, dim});
+      rows2.dtype = dtype;
+      out.push_back(rows2);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Case> quick_cases() {
@@ -143,6 +163,7 @@ std::vector<Case> quick_cases() {
   std::vector<Case> out;
   for (const Shape& s : shapes) add_option_cases(s, out);
   for (const Index dim : kSpecialisedDims) add_rich_cases(specialised_shape(dim), out);
+  add_narrow_row_cases(out);
   return out;
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu/forward.hpp"
-#include "cpu/vector_exp.hpp"
+#include "cpu/tile/vector_exp.hpp"
 
 namespace attn {
 namespace {

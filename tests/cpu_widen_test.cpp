@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attn/half.hpp"
-#include "cpu/widen.hpp"
+#include "cpu/tile/widen.hpp"
 #include "support/targets.hpp"
 
 namespace attn {

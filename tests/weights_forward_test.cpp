@@ -1,5 +1,5 @@
 // attn::weights computes its scores with the code the forward kernel uses (the shared tile
-// core, src/cpu/tile-inl.h), so its weights times V give back forward's context: on every
+// core, src/cpu/tile/), so its weights times V give back forward's context: on every
 // case and every SIMD target compiled in that this CPU runs, sum_j alpha_ij v_j (in
 // float64) equals attn::forward's context to the rounding of the context's dtype. (bf16 q
 // and k on AVX512-BF16: forward's scores are dot products of the same exact products,

@@ -11,7 +11,7 @@
 #include "attn/attention.hpp"
 #include "attn/error.hpp"
 #include "core/argument_checks.hpp"
-#include "cpu/tile-inl.h"
+#include "cpu/tile/state.hpp"
 
 namespace attn {
 namespace {
@@ -36,7 +36,7 @@ void check_state(const char* name, const State& s) {
   }
 }
 
-// out = a, then b merged in, row by row (the one state merge of cpu/tile-inl.h).
+// out = a, then b merged in, row by row (the one state merge of cpu/tile/state.hpp).
 template <class T>
 void merge_rows(const State& a, const State& b, State& out) {
   const Index rows = a.m.numel(), dim_v = a.acc.shape()[3];
@@ -51,7 +51,7 @@ void merge_rows(const State& a, const State& b, State& out) {
 }
 
 // A sink is a part with one logit and no value (l = 1, acc = 0), merged in before the end
-// of the row; both by the rules of cpu/tile-inl.h.
+// of the row; both by the rules of cpu/tile/state.hpp.
 template <class T>
 void finalize_rows(const State& s, const std::vector<float>& sinks, Finalized& out) {
   const Dims& shape = s.acc.shape();

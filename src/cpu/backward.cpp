@@ -1,4 +1,4 @@
-// The fast backward kernel (FlashAttention-2's backward), on the pieces of cpu/tile-inl.h.
+// The fast backward kernel (FlashAttention-2's backward), on the pieces of cpu/tile/.
 // With P = exp(S - lse) recomputed from the forward's lse, D = rowsum(dO * O) and
 // dS = P (dP - D) times the softcap's derivative, one pass over blocks of keys, keys across
 // lanes: every query row of the KV head's group that sees a block streams past it (heads
@@ -38,7 +38,12 @@
 #include "cpu/head_dim.hpp"
 #include "cpu/threads.hpp"
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

@@ -1,7 +1,7 @@
 // S^T = K Q^T on bfloat16 q and k by AVX512-BF16's dot-product instruction (vdpbf16ps):
 // pairs of bf16 along d are multiplied exactly and added into float32 lanes, two
 // multiply-adds per lane and instruction where the float32 path does one. The bf16 twin of
-// tile::scores_rows_vectorised (src/cpu/tile-inl.h), lanes being 16 query rows; compiled
+// tile::scores_rows_vectorised (src/cpu/tile/), lanes being 16 query rows; compiled
 // once, for x86-64, and called only where has_bf16_dot() says the CPU runs it.
 #pragma once
 

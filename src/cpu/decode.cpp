@@ -5,7 +5,7 @@
 // every query head for each new query of each member sequence, so each K/V row is loaded
 // once per task. Within a task, keys go by tiles of one block (or a few small blocks),
 // every KV head of a tile in turn, which is the order of the cache's memory. Per tile and
-// KV head, with the pieces of cpu/tile-inl.h: scores for blocks of the head's rows by the
+// KV head, with the pieces of cpu/tile/: scores for blocks of the head's rows by the
 // dot micro-kernel (K converted to float32 in registers), the shared shaper and online
 // softmax per row, then P V into the row's accumulator. Each task leaves one state per
 // row; the states of a sequence's parts are merged in key order afterwards by the shared
@@ -38,7 +38,12 @@
 #include "cpu/decode_traits.hpp"
 #include "cpu/threads.hpp"
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

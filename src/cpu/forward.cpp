@@ -1,7 +1,7 @@
 // The fast forward kernel. Work items are (segment, KV head, block of query positions);
 // an item's rows are every query head sharing the KV head at each of its positions, so
 // each K/V tile is read once for the whole GQA group. For each key tile, per chunk of
-// rows, with the pieces of cpu/tile-inl.h:
+// rows, with the pieces of cpu/tile/:
 //   S^T = K Q^T    rows-vectorised: keys broadcast against query rows packed transposed
 //                  (Qt, once per item), so K needs no packing when it is f32;
 //                  a chunk of few rows (decoding one token) uses the dot kernel instead,
@@ -14,7 +14,7 @@
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
 //                  apart to spread over the L1 sets (f32 rows that do not are copied
-//                  into scratch: cpu/to_floats-inl.h, RowDistance); with bf16 (or fp16)
+//                  into scratch: cpu/tile/to_floats-inl.h, RowDistance); with bf16 (or fp16)
 //                  V after scores on tiles, O^T = O^T corr + V^T P^T on tiles instead
 //                  (cpu/amx_context.hpp), V^T packed once per KV head (PackedValues, fp16
 //                  as its two parts), the context kept transposed
@@ -58,7 +58,12 @@
 #include "cpu/threads.hpp"
 
 #include "cpu/key_parts-inl.h"
-#include "cpu/tile-inl.h"
+#include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
@@ -455,7 +460,7 @@ class ItemKernel {
 #endif
   }
 
-  // The chunk's real rows key by key (tile-inl.h), so that a NaN or infinity in V reaches
+  // The chunk's real rows key by key (the tile core, cpu/tile/), so that a NaN or infinity in V reaches
   // only the rows that see it; fp16 V a part at a time (a value not finite is all in its
   // first part).
   void context_skipping_hidden_transposed(const Chunk& chunk) {
@@ -656,7 +661,7 @@ class ItemKernel {
     }
   }
 
-  // The shaper of tile-inl.h, lanes being rows: softcap, ALiBi, keys outside a row's
+  // The shaper of the tile core, lanes being rows: softcap, ALiBi, keys outside a row's
   // causal/window range, then the mask.
   void shape_scores(const Chunk& chunk) {
     const tile::ScoreShaping& shaping = shaping_;
@@ -869,7 +874,7 @@ class ItemKernel {
     }
   }
 
-  // context = O / l and lse = m + log(l), by the end-of-row rule of tile-inl.h; kept
+  // context = O / l and lse = m + log(l), by the end-of-row rule of the tile core; kept
   // scores become weights.
   void finish() const {
     for (Index r = 0; r < rows_; ++r) {

@@ -21,7 +21,9 @@
 #include "cpu/forward_traits.hpp"
 #include "cpu/fp16_parts.hpp"
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/target-inl.h"
+#include "cpu/tile/to_floats-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

@@ -19,7 +19,7 @@
 #include "core/problem.hpp"
 #include "cpu/weights_traits.hpp"
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/run-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

@@ -1,6 +1,6 @@
 // The fast weights pass. A work item is up to kItemRows output rows that share a segment
 // and a KV head, so each K tile is read once for the rows of a GQA group. Per item, over
-// key tiles, with the pieces of cpu/tile-inl.h:
+// key tiles, with the pieces of cpu/tile/:
 //   S = Q K^T     keys-vectorised: query rows broadcast against K^T (one transposed f32
 //                 copy of K, made before the items), row-major so that every output row
 //                 is written contiguously. Each score is computed by the micro-kernel the
@@ -47,7 +47,11 @@
 #include "cpu/weights.hpp"
 #include "cpu/weights_traits.hpp"
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
@@ -385,7 +389,7 @@ class ItemKernel {
     });
   }
 
-  // The shaper of tile-inl.h, lanes being keys: softcap, ALiBi, keys outside [first, end)
+  // The shaper of the tile core, lanes being keys: softcap, ALiBi, keys outside [first, end)
   // (the row's range within the tile), then the mask. Returns the vectors [first, end) of
   // the tile that cover them.
   std::pair<Index, Index> shape_scores(Index r, Index tile, Index first, Index end) {

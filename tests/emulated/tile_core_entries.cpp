@@ -1,5 +1,5 @@
 // Entry points for the emulator (tests/python/emulator.py) into the shared tile core
-// (src/cpu/tile-inl.h) as Highway's AVX-512 target (AVX3) compiles it: this file is built
+// (src/cpu/tile/) as Highway's AVX-512 target (AVX3) compiles it: this file is built
 // with that target as its only one (tests/emulated/CMakeLists.txt), so that a machine
 // without AVX-512 still tests its 16-lane code: the exp, the widening, the dot micro-kernel
 // and its shuffle tree, the 32-register context kernel, the rows- and keys-vectorised
@@ -9,7 +9,11 @@
 
 #include <cstdint>
 
-#include "cpu/tile-inl.h"
+#include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
 
 namespace hn = hwy::HWY_NAMESPACE;
 namespace tile = attn::cpu::HWY_NAMESPACE::tile;

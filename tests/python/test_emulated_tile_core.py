@@ -1,4 +1,4 @@
-"""The shared tile core (src/cpu/tile-inl.h) as Highway's AVX-512 target compiles it, run on
+"""The shared tile core (src/cpu/tile/) as Highway's AVX-512 target compiles it, run on
 an emulated Sapphire Rapids (tests/python/emulator.py, entries in
 tests/emulated/tile_core_entries.cpp) and checked against float64: the exp, the widening of
 float16 and bfloat16, the dot micro-kernel and its 16-lane shuffle tree, the context kernel
@@ -32,7 +32,7 @@ def _ulps(got, want):
 
 
 def test_vector_exp_within_two_ulp(emulator):
-    """VectorExp (src/cpu/vector_exp-inl.h): within 2 ulp of exp over [-87.33654, 88]; 0
+    """VectorExp (src/cpu/tile/vector_exp-inl.h): within 2 ulp of exp over [-87.33654, 88]; 0
     below (and for -inf), NaN for NaN, exp(88) above."""
     rng = np.random.default_rng(1)
     valid = np.concatenate([np.linspace(-87.33654, 88.0, 40000), rng.uniform(-20, 0, 8000),

@@ -1,12 +1,12 @@
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/widen.cpp"
+#define HWY_TARGET_INCLUDE "cpu/tile/widen.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
 
-#include "cpu/widen.hpp"
+#include "cpu/tile/widen.hpp"
 
-#include "cpu/to_floats-inl.h"
+#include "cpu/tile/to_floats-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

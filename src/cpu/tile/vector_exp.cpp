@@ -1,14 +1,14 @@
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/vector_exp.cpp"
+#define HWY_TARGET_INCLUDE "cpu/tile/vector_exp.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
 
 #include <algorithm>
 
-#include "cpu/vector_exp.hpp"
+#include "cpu/tile/vector_exp.hpp"
 
-#include "cpu/vector_exp-inl.h"
+#include "cpu/tile/vector_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {

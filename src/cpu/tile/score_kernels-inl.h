@@ -1,0 +1,179 @@
+// The score micro-kernels, named by the layout they serve: rows-vectorised (query rows
+// across lanes, keys broadcast), keys-vectorised (keys across lanes, a query broadcast) and
+// dot (query and key rows dotted along d, for few rows). Which one scores a chunk is the
+// plan's choice (cpu/plan/plan.hpp).
+#if defined(ATTN_CPU_TILE_SCORE_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_TILE_SCORE_KERNELS_INL_H_
+#undef ATTN_CPU_TILE_SCORE_KERNELS_INL_H_
+#else
+#define ATTN_CPU_TILE_SCORE_KERNELS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "attn/tensor.hpp"
+
+#include "cpu/tile/stored_rows-inl.h"
+#include "cpu/tile/target-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace tile {
+
+// ---- Micro-kernels: rows-vectorised (lanes are query rows) ------------------------------
+
+// The FMA loops of the rows- and keys-vectorised kernels are unrolled by 4 (HWY_UNROLL):
+// GCC leaves them rolled, and rolled they ran far below the FMA peak on Zen 3 (figures in
+// bench/README.md); the order of the FMAs, and so every bit, is the same.
+
+// S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kKeys keys and C row vectors. Its bf16
+// twin on AVX512-BF16 is cpu/bf16_dot.cpp (intrinsics: this Highway has no op for it).
+// qt: [dim][rows_stride] (at the block's first row)  keys: kKeys row pointers
+// out: [kKeys][rows_stride]. Each score is one FMA chain over d in order.
+template <int kDim, int C, int kKeys>
+HWY_INLINE void scores_rows_vectorised(const float* HWY_RESTRICT qt, Index rows_stride,
+                                       const float* const* keys, Index runtime_dim,
+                                       float* HWY_RESTRICT out) {
+  const DF df;
+  const Index n = lanes();
+  const Index dim = kDim > 0 ? kDim : runtime_dim;
+  VF acc[kKeys][C];
+  for (int k = 0; k < kKeys; ++k)
+    for (int c = 0; c < C; ++c) acc[k][c] = hn::Zero(df);
+  HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
+    VF q[C];
+    for (int c = 0; c < C; ++c) q[c] = hn::Load(df, qt + d * rows_stride + c * n);
+    for (int k = 0; k < kKeys; ++k) {
+      const VF key = hn::Set(df, keys[k][d]);
+      for (int c = 0; c < C; ++c) acc[k][c] = hn::MulAdd(q[c], key, acc[k][c]);
+    }
+  }
+  for (int k = 0; k < kKeys; ++k)
+    for (int c = 0; c < C; ++c) hn::Store(acc[k][c], df, out + k * rows_stride + c * n);
+}
+
+// ---- Micro-kernels: keys-vectorised (lanes are keys) ------------------------------------
+
+// S[r][key] = sum_d Q[r][d] K^T[d][key] for kRows rows and C vectors of keys: the same FMA
+// chain over d per score as scores_rows_vectorised, so the two layouts give equal bits.
+// q: kRows rows of dim, stride q_stride  kt: K^T at the block's first key, stride kt_stride
+// (any alignment)  out: S at (first row, first key), stride out_stride
+template <int kRows, int C>
+HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, Index q_stride,
+                                       const float* HWY_RESTRICT kt, Index kt_stride, Index dim,
+                                       float* HWY_RESTRICT out, Index out_stride) {
+  const DF df;
+  const Index n = lanes();
+  VF acc[kRows][C];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
+  HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
+    VF key[C];
+    for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * n);
+    for (int r = 0; r < kRows; ++r) {
+      const VF query = hn::Set(df, q[r * q_stride + d]);
+      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, out + r * out_stride + c * n);
+}
+
+// ---- Micro-kernels: dot (query and key rows dotted along d) -----------------------------
+
+#if HWY_TARGET != HWY_SCALAR
+// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector.
+template <class D>
+HWY_INLINE void store_block_sums(D d, hn::Vec<D> v, float* out4) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    store_block_sums(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out4);
+  } else {
+    hn::StoreU(v, d, out4);
+  }
+}
+#endif
+
+// out4 = the lane sums of a, b, c and e through one shuffle tree (interleave pairs, then
+// 64-bit halves, then 128-bit blocks): about a quarter of the instructions of four
+// SumOfLanes. Every dot score is reduced by this tree, so a key's score does not depend on
+// which keys share its block.
+HWY_INLINE void sums_of_lanes4(DF df, VF a, VF b, VF c, VF e, float* out4) {
+#if HWY_TARGET == HWY_SCALAR
+  out4[0] = hn::GetLane(a), out4[1] = hn::GetLane(b), out4[2] = hn::GetLane(c);
+  out4[3] = hn::GetLane(e);
+  (void)df;
+#else
+  const VF ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const VF ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const hn::Repartition<std::uint64_t, DF> du;
+  const auto ab64 = hn::BitCast(du, ab), ce64 = hn::BitCast(du, ce);
+  const VF low = hn::BitCast(df, hn::InterleaveLower(du, ab64, ce64));
+  const VF high = hn::BitCast(df, hn::InterleaveUpper(du, ab64, ce64));
+  store_block_sums(df, hn::Add(low, high), out4);
+#endif
+}
+
+// Keys a dot block takes for NR rows: four (a shuffle tree per row) while NR rows of four
+// accumulators, the four keys and a query vector fit the registers; else two, each tree
+// then summing two rows. With 16 registers, four rows of four accumulators spilled, and the
+// chains through the stack made grouped-query decode 13-16% slower (Zen 3, Hq = 32).
+template <int NR>
+inline constexpr int kDotKeys = NR * 4 + 4 + 1 <= kVectorRegisters ? 4 : 2;
+
+// Holds v in a register: GCC folds a loaded vector into each multiply-add that uses it,
+// one load per use, and two keys a block then need more loads than the multiply-adds leave
+// room for (Zen 3: two 256-bit loads a cycle against 10 loads per 8 multiply-adds).
+HWY_INLINE void keep_in_register(VF& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v.raw));
+#else
+  (void)v;
+#endif
+}
+
+// scores[r][k] = q[r] . key[k] for NR rows and kDotKeys<NR> keys: lane-wise FMA chains over
+// the whole vectors of d, the shuffle tree, then the last d % lanes products in order.
+// q: NR rows of [dim] float  keys: kDotKeys<NR> rows of [dim] T (repeat the last key of a
+// short block)  scores: NR rows of kDotKeys<NR> floats
+template <class T, int NR>
+HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index dim,
+                              float* const* scores) {
+  const DF df;
+  const Index n = lanes();
+  constexpr int KK = kDotKeys<NR>;
+  VF acc[NR][KK];
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < KK; ++k) acc[r][k] = hn::Zero(df);
+  const Index whole = dim - dim % n;
+  for (Index d = 0; d < whole; d += n) {
+    VF key[KK];
+    for (int k = 0; k < KK; ++k) key[k] = load_floats(df, keys[k] + d);
+    for (int r = 0; r < NR; ++r) {
+      VF qv = hn::LoadU(df, q[r] + d);
+      keep_in_register(qv);
+      for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
+    }
+  }
+  // The NR * KK sums four a tree, in row-major order (zero vectors past the last).
+  const auto sum = [&](int i) { return i < NR * KK ? acc[i / KK][i % KK] : hn::Zero(df); };
+  for (int i = 0; i < NR * KK; i += 4) {
+    alignas(16) float sums[4];
+    sums_of_lanes4(df, sum(i), sum(i + 1), sum(i + 2), sum(i + 3), sums);
+    for (int j = i; j < std::min(i + 4, NR * KK); ++j) scores[j / KK][j % KK] = sums[j - i];
+  }
+  if (whole == dim) return;
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < KK; ++k)
+      for (Index d = whole; d < dim; ++d)
+        scores[r][k] = std::fma(q[r][d], load_float(keys[k], d), scores[r][k]);
+}
+
+}  // namespace tile
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

@@ -1,0 +1,198 @@
+// The online softmax, in both layouts (lanes are rows, or lanes are keys): a NaN-keeping
+// max, one step rule, exp; and weights from scores once a row's lse is known.
+#if defined(ATTN_CPU_TILE_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_TILE_SOFTMAX_INL_H_
+#undef ATTN_CPU_TILE_SOFTMAX_INL_H_
+#else
+#define ATTN_CPU_TILE_SOFTMAX_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "attn/tensor.hpp"
+#include "cpu/tile/state.hpp"
+
+#include "cpu/tile/target-inl.h"
+#include "cpu/tile/vector_exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace tile {
+
+// ---- The online softmax ----------------------------------------------------------------
+
+// The running maximum of score vectors, lane by lane, that keeps NaN: hn::Max may drop a
+// NaN operand (x86 returns its second operand), so NaN lanes are tracked beside it.
+class MaxOfScores {
+ public:
+  explicit MaxOfScores(VF start) : max_(start), nan_(hn::IsNaN(start)) {}
+
+  HWY_INLINE void add(VF scores) {
+    max_ = hn::Max(max_, scores);
+    nan_ = hn::Or(nan_, hn::IsNaN(scores));
+  }
+  // Per lane: the max, or NaN where a NaN was seen.
+  VF lanes() const {
+    const DF df;
+    return hn::IfThenElse(nan_, hn::Set(df, std::numeric_limits<float>::quiet_NaN()), max_);
+  }
+  // Over all lanes: the max, or NaN if any lane saw one.
+  float all() const {
+    const DF df;
+    if (!hn::AllFalse(df, nan_)) return std::numeric_limits<float>::quiet_NaN();
+    return hn::GetLane(hn::MaxOfLanes(df, max_));
+  }
+
+ private:
+  VF max_;
+  hn::Mask<DF> nan_;
+};
+
+// One online-softmax step per lane's row: from the old max and the new one (the old max
+// merged with the tile's scores by MaxOfScores), the shift subtracted before exp and the
+// factor e^(m_old - m_new) that rescales the row's l and acc. Nothing visible yet: the
+// shift is 0, so exp(-inf - 0) = 0, not NaN. A NaN max makes the shift, the factor and so
+// l and acc NaN: the row reports NaN, never "no key" (the state merge's rule, per tile).
+struct SoftmaxStep {
+  VF shift, rescale;
+};
+
+HWY_INLINE SoftmaxStep softmax_step(DF df, VF old_max, VF new_max) {
+  const VF shift = hn::IfThenZeroElse(hn::Eq(new_max, hn::Set(df, kMinusInfinity)), new_max);
+  return {shift, VectorExp(df, hn::Sub(old_max, shift))};
+}
+
+// The step for one row held as scalars: new max (old max merged with the tile's), shift
+// and rescale.
+struct RowStep {
+  float max, shift, rescale;
+};
+
+HWY_INLINE RowStep softmax_step(float old_max, float tile_max) {
+  const DF df;
+  const float new_max = merged_max(old_max, tile_max);
+  // The vector step gives exactly these (VectorExp(0) is 1): a short cut for small tiles.
+  if (new_max == old_max && new_max != kMinusInfinity) return {new_max, new_max, 1.0f};
+  const SoftmaxStep step = softmax_step(df, hn::Set(df, old_max), hn::Set(df, new_max));
+  return {new_max, hn::GetLane(step.shift), hn::GetLane(step.rescale)};
+}
+
+// The softmax weight of a shaped score: exp(s - shift).
+HWY_INLINE VF softmax_weight(DF df, VF score, VF shift) {
+  return VectorExp(df, hn::Sub(score, shift));
+}
+
+// The weight of a shaped score under its row's WeightScale: exp(s - shift) * factor, and
+// exactly 0 for a hidden key (-inf), whatever the shift.
+HWY_INLINE VF weight_of_score(DF df, VF score, VF shift, VF factor) {
+  return hn::IfThenZeroElse(hn::Eq(score, hn::Set(df, kMinusInfinity)),
+                            hn::Mul(softmax_weight(df, score, shift), factor));
+}
+
+// out[0 .. count) = the weights of one row's scores s[0 .. count) (weight_of_score);
+// neither needs alignment, and the last count % lanes go through a vector of scratch.
+inline void weights_of_scores(const float* HWY_RESTRICT s, Index count, WeightScale scale,
+                              float* HWY_RESTRICT out) {
+  const DF df;
+  const Index n = lanes(), whole = count - count % n;
+  const VF shift = hn::Set(df, scale.shift), factor = hn::Set(df, scale.factor);
+  for (Index i = 0; i < whole; i += n) {
+    hn::StoreU(weight_of_score(df, hn::LoadU(df, s + i), shift, factor), df, out + i);
+  }
+  if (whole == count) return;
+  HWY_ALIGN float last[hn::MaxLanes(DF())];
+  std::copy(s + whole, s + count, last);
+  std::fill(last + (count - whole), last + n, 0.0f);
+  hn::Store(weight_of_score(df, hn::Load(df, last), shift, factor), df, last);
+  std::copy(last, last + (count - whole), out + whole);
+}
+
+// The backward pass's shift for a row: its weights are exp(s - lse) from the forward's lse
+// (softmax_weight with this shift), not from a running max. A row that saw no key (lse =
+// -inf) gets +inf, so every weight is exp(-inf) = 0 rather than NaN.
+inline float lse_shift(float lse) {
+  return lse == kMinusInfinity ? std::numeric_limits<float>::infinity() : lse;
+}
+
+// The online softmax over one vector of rows (lanes are rows) and keys [0, keys) of the
+// tile, scores at p[j * stride]: the scores become the weights exp(s - shift) in place;
+// the rows' m and l (vectors at m, l) are updated, and the factor that rescales their acc
+// is left at rescale.
+HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride,
+                                    float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                                    float* HWY_RESTRICT rescale) {
+  const DF df;
+  const VF old_max = hn::Load(df, m);
+  MaxOfScores max(old_max);
+  for (Index j = 0; j < keys; ++j) max.add(hn::Load(df, p + j * stride));
+  const VF new_max = max.lanes();
+  const SoftmaxStep step = softmax_step(df, old_max, new_max);
+  VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  Index j = 0;
+  for (; j + 2 <= keys; j += 2) {
+    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), step.shift);
+    const VF p1 = softmax_weight(df, hn::Load(df, p + (j + 1) * stride), step.shift);
+    hn::Store(p0, df, p + j * stride);
+    hn::Store(p1, df, p + (j + 1) * stride);
+    sum0 = hn::Add(sum0, p0);
+    sum1 = hn::Add(sum1, p1);
+  }
+  if (j < keys) {
+    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), step.shift);
+    hn::Store(p0, df, p + j * stride);
+    sum0 = hn::Add(sum0, p0);
+  }
+  hn::Store(hn::MulAdd(hn::Load(df, l), step.rescale, hn::Add(sum0, sum1)), df, l);
+  hn::Store(new_max, df, m);
+  hn::Store(step.rescale, df, rescale);
+}
+
+// The online softmax over one row's scores (lanes are keys): `vectors` whole vectors at s,
+// hidden and padding lanes already -inf. Updates the row's m and l (float, or double for
+// a sum that must stay exact over many tiles); with kStore the scores become the weights
+// exp(s - shift) in place. Returns the factor that rescales the row's acc, and the tile's
+// largest score (-inf: the tile gives the row no weight).
+struct RowUpdate {
+  float rescale, tile_max;
+};
+
+template <bool kStore, class Sum>
+HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, float& m, Sum& l) {
+  const DF df;
+  const Index n = lanes();
+  MaxOfScores max(hn::Set(df, kMinusInfinity));
+  for (Index v = 0; v < vectors; ++v) max.add(hn::Load(df, s + v * n));
+  const float tile_max = max.all();
+  const RowStep step = softmax_step(m, tile_max);
+  const VF shift = hn::Set(df, step.shift);
+  VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  Index v = 0;
+  for (; v + 2 <= vectors; v += 2) {
+    const VF p0 = softmax_weight(df, hn::Load(df, s + v * n), shift);
+    const VF p1 = softmax_weight(df, hn::Load(df, s + (v + 1) * n), shift);
+    if constexpr (kStore) {
+      hn::Store(p0, df, s + v * n);
+      hn::Store(p1, df, s + (v + 1) * n);
+    }
+    sum0 = hn::Add(sum0, p0);
+    sum1 = hn::Add(sum1, p1);
+  }
+  if (v < vectors) {
+    const VF p0 = softmax_weight(df, hn::Load(df, s + v * n), shift);
+    if constexpr (kStore) hn::Store(p0, df, s + v * n);
+    sum0 = hn::Add(sum0, p0);
+  }
+  const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+  l = std::fma(l, static_cast<Sum>(step.rescale), static_cast<Sum>(tile_sum));
+  m = step.max;
+  return {step.rescale, tile_max};
+}
+
+}  // namespace tile
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

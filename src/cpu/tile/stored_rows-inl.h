@@ -1,0 +1,51 @@
+// A vector or one element of a stored row (float32, float16, bfloat16 or int8) read as
+// float32, exactly: how every micro-kernel reads K and V where they lie.
+#if defined(ATTN_CPU_TILE_STORED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_TILE_STORED_ROWS_INL_H_
+#undef ATTN_CPU_TILE_STORED_ROWS_INL_H_
+#else
+#define ATTN_CPU_TILE_STORED_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "attn/half.hpp"
+#include "attn/tensor.hpp"
+
+#include "cpu/tile/target-inl.h"
+#include "cpu/tile/to_floats-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace tile {
+
+// One vector of a stored row (float, float16, bfloat16 or int8) as float32; exact.
+template <class T>
+HWY_INLINE VF load_floats(DF df, const T* HWY_RESTRICT row) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, row);
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
+    const hn::Rebind<std::int32_t, DF> di;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), row)));
+  } else {
+    return load_widened(df, row);
+  }
+}
+
+template <class T>
+HWY_INLINE float load_float(const T* row, Index d) {
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+    return to_float(row[d]);
+  } else {
+    return static_cast<float>(row[d]);
+  }
+}
+
+}  // namespace tile
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

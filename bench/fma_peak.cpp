@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/tiles.hpp"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "fma_peak.cpp"

@@ -1,4 +1,4 @@
-// The AMX scores kernel (src/cpu/amx_scores.hpp) on the model of the tile instructions
+// The AMX scores kernel (src/cpu/amx/scores.hpp) on the model of the tile instructions
 // (support/amx_model.hpp), on any CPU, against float64 over a case list; and, where the CPU
 // has AMX, the instructions themselves against the model, bit for bit.
 #include <gtest/gtest.h>
@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "attn/half.hpp"
-#include "cpu/amx_context.hpp"
-#include "cpu/amx_scores.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/context.hpp"
+#include "cpu/amx/fp16_parts.hpp"
+#include "cpu/amx/kernels.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/amx/tiles.hpp"
 #include "cpu/bf16_dot.hpp"
-#include "cpu/fp16_parts.hpp"
 #include "support/amx_model.hpp"
 #include "support/amx_scores_check.hpp"
 
@@ -163,7 +164,7 @@ TEST(AmxContext, WeightPartsSumToTheWeightExactly) {
 struct ContextCase {
   Index value_blocks = 1, span = 32, first = 0, end = 32;
   int vectors = 1;
-  int value_parts = 1;  // 2: fp16 V as its two bf16 parts (cpu/fp16_parts.hpp)
+  int value_parts = 1;  // 2: fp16 V as its two bf16 parts (cpu/amx/fp16_parts.hpp)
   std::string name() const {
     return "value dims " + std::to_string(value_blocks * 16) + " span " + std::to_string(span) +
            " keys [" + std::to_string(first) + ", " + std::to_string(end) + ") vectors " +

@@ -1,4 +1,4 @@
-// fp16 q and k scored on AMX's bf16 tiles as exact parts (src/cpu/fp16_parts.hpp): the split
+// fp16 q and k scored on AMX's bf16 tiles as exact parts (src/cpu/amx/fp16_parts.hpp): the split
 // over every fp16 value, and the scores on the model of the tile instructions
 // (support/amx_model.hpp) against float64 over a case list, infinities and NaN included; where
 // the CPU has AMX, the same cases on the instructions themselves.
@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "attn/half.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/fp16_parts.hpp"
+#include "cpu/amx/kernels.hpp"
+#include "cpu/amx/tiles.hpp"
 #include "cpu/bf16_dot.hpp"
-#include "cpu/fp16_parts.hpp"
 #include "support/amx_model.hpp"
 #include "support/amx_scores_check.hpp"
 

@@ -2,10 +2,9 @@
 
 #include <cstring>
 
-#include "cpu/amx_context.hpp"
-#include "cpu/amx_scores.hpp"
-#include "cpu/amx_tiles.hpp"
-#include "cpu/fp16_parts.hpp"
+#include "cpu/amx/kernels.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/amx/tiles.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -65,22 +64,6 @@ void score_keys(const std::uint16_t* q_pairs, Index rows_stride, const std::uint
   }
 }
 
-// The AMX kernel, its scaling pass compiled for AVX-512 with it (flatten inlines it here).
-__attribute__((target("avx512f"), flatten)) void scores_on_tiles(
-    const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys, Index key_stride,
-    Index key_count, Index dim, float scale, int vectors, float* out) {
-  scores_by_amx<HardwareTiles>(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale,
-                               vectors, out);
-}
-
-__attribute__((target("avx512f"), flatten)) void fp16_scores_on_tiles(
-    const std::uint16_t* q_parts, const std::uint8_t* rows_finite, Index rows_stride,
-    const std::uint16_t* key_parts, const std::uint8_t* keys_finite, Index key_count, Index dim,
-    float scale, int vectors, float* out) {
-  fp16_scores_by_amx<HardwareTiles>(q_parts, rows_finite, rows_stride, key_parts, keys_finite,
-                                    key_count, dim, scale, vectors, out);
-}
-
 }  // namespace
 
 bool has_bf16_dot() {
@@ -88,27 +71,12 @@ bool has_bf16_dot() {
   return supported;
 }
 
-void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
-                       const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
-                       float* out_t, Index out_stride, int value_parts, Index value_plane) {
-  context_by_amx<HardwareTiles>(values_t, values_stride, value_blocks, parts, rows_stride, span,
-                                vectors, out_t, out_stride, value_parts, value_plane);
-}
-
-void scores_rows_fp16(const std::uint16_t* q_parts, const std::uint8_t* rows_finite,
-                      Index rows_stride, const std::uint16_t* key_parts,
-                      const std::uint8_t* keys_finite, Index key_count, Index dim, float scale,
-                      int vectors, float* out) {
-  fp16_scores_on_tiles(q_parts, rows_finite, rows_stride, key_parts, keys_finite, key_count, dim,
-                       scale, vectors, out);
-}
-
 void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out) {
   if (amx_scores_fit(dim) && has_amx()) {
-    return scores_on_tiles(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale, vectors,
-                           out);
+    return scores_rows_bf16_on_tiles(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale,
+                                     vectors, out);
   }
   const Index pairs = dim / 2;
   if (vectors == 1) {

@@ -10,8 +10,8 @@
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
 #include "core/problem.hpp"
-#include "cpu/amx_scores.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/amx/tiles.hpp"
 
 namespace attn::cpu {
 
@@ -27,7 +27,7 @@ inline bool scores_by_bf16_dot(const core::Problem& p, bool avx512) {
 }
 
 // Whether a kernel compiled for an AVX-512 target scores this problem's fp16 q and k on AMX
-// tiles as exact bf16 parts (cpu/fp16_parts.hpp): head dims up to 128 in steps of 16, K's
+// tiles as exact bf16 parts (cpu/amx/fp16_parts.hpp): head dims up to 128 in steps of 16, K's
 // parts in bounds, a CPU with AMX. Forward and the weights pass ask this once each, as they
 // ask the one above.
 inline bool scores_by_fp16_parts(const core::Problem& p, bool avx512) {
@@ -50,24 +50,11 @@ inline void put_query_pairs(const bfloat16* q, Index dim, Index row, Index rows_
 // out[k][row] = scale * sum_d keys[k][d] q[row][d] for key_count keys (bf16 rows of dim,
 // dim even, key_stride elements apart) and `vectors` (1 to 3) vectors of 16 rows from
 // q_pairs (laid out as above, at the first row); out: [key_count][rows_stride] floats at the
-// first row. On AMX tiles where the CPU has them and amx_scores_fit(dim) (cpu/amx_scores.hpp),
+// first row. On AMX tiles where the CPU has them and amx_scores_fit(dim) (cpu/amx/scores.hpp),
 // else by vdpbf16ps; either way each score sums its products in the same order whatever the
 // other arguments, so a row scored in any call gets the same bits.
 void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out);
-
-// fp16 scores on AMX tiles: cpu/fp16_parts.hpp's fp16_scores_by_amx, its arguments and
-// layouts. Called only where scores_by_fp16_parts(problem, true).
-void scores_rows_fp16(const std::uint16_t* q_parts, const std::uint8_t* rows_finite,
-                      Index rows_stride, const std::uint16_t* key_parts,
-                      const std::uint8_t* keys_finite, Index key_count, Index dim, float scale,
-                      int vectors, float* out);
-
-// out_t[d][r] += sum_k P[k][r] V[k][d] on AMX tiles: cpu/amx_context.hpp's context_by_amx,
-// its arguments and layouts. Called only where has_amx() (cpu/amx_tiles.hpp).
-void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
-                       const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
-                       float* out_t, Index out_stride, int value_parts, Index value_plane);
 
 }  // namespace attn::cpu

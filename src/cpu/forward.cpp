@@ -9,14 +9,14 @@
 //                  bf16 q and k on a CPU with AVX512-BF16 go through its dot-product
 //                  instruction, or AMX tiles where it has them (cpu/bf16_dot.hpp), K read
 //                  in place; fp16 q and k on a CPU with AMX go on tiles as their exact
-//                  bf16 parts (cpu/fp16_parts.hpp), K split once per call (KeyParts)
+//                  bf16 parts (cpu/amx/fp16_parts.hpp), K split once per call (KeyParts)
 //   shaping        the shared score shaper, lanes being rows
 //   softmax        the shared online softmax, vectorised over rows; P overwrites S
 //   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
 //                  apart to spread over the L1 sets (f32 rows that do not are copied
 //                  into scratch: cpu/tile/to_floats-inl.h, RowDistance); with bf16 (or fp16)
 //                  V after scores on tiles, O^T = O^T corr + V^T P^T on tiles instead
-//                  (cpu/amx_context.hpp), V^T packed once per KV head (PackedValues, fp16
+//                  (cpu/amx/context.hpp), V^T packed once per KV head (PackedValues, fp16
 //                  as its two parts), the context kept transposed
 //   weights        for a float32 weights output (keeps_weights): the shaped scores are
 //                  kept by row in scratch before the softmax, and when a row ends they
@@ -47,17 +47,18 @@
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
-#include "cpu/amx_context.hpp"
-#include "cpu/amx_scores.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/context.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/amx/tiles.hpp"
+#include "cpu/amx/kernels.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward.hpp"
 #include "cpu/forward_traits.hpp"
-#include "cpu/fp16_parts.hpp"
+#include "cpu/amx/fp16_parts.hpp"
 #include "cpu/head_dim.hpp"
 #include "cpu/threads.hpp"
 
-#include "cpu/key_parts-inl.h"
+#include "cpu/amx/key_parts-inl.h"
 #include "cpu/tile/context_kernels-inl.h"
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/score_kernels-inl.h"
@@ -94,7 +95,7 @@ struct WorkItem {
 // V^T in bf16 for the context on AMX tiles, packed before the items once per (segment, KV
 // head), a slot: [parts][dim_v_padded][keys_padded] with keys_padded the segment's keys in
 // whole key blocks (32), zeros past its keys and value dims, parts 1 for bf16 V and 2 for
-// fp16 V (its exact bf16 parts, cpu/fp16_parts.hpp); and per key block whether its values
+// fp16 V (its exact bf16 parts, cpu/amx/fp16_parts.hpp); and per key block whether its values
 // are all finite (a block that is not goes through context_skipping_hidden_transposed, so
 // that a weight of 0 never meets a NaN).
 struct PackedValues {
@@ -240,7 +241,7 @@ struct Scratch {
 
   hwy::AlignedFreeUniquePtr<float[]> queries_t;  // [dim][rows]: scale * q, transposed
   // [dim / 2][rows][2]: bf16 q (unscaled) as the bf16 dot pairs it (cpu/bf16_dot.hpp); for
-  // fp16 parts [2][dim][rows][2] (put_query_parts, cpu/fp16_parts.hpp)
+  // fp16 parts [2][dim][rows][2] (put_query_parts, cpu/amx/fp16_parts.hpp)
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
   hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;  // [rows], fp16 parts only: q finite
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
@@ -912,7 +913,7 @@ class ItemKernel {
   // Scores of bf16 q and k by bf16 dot products (cpu/bf16_dot.hpp) where the CPU has them:
   // an even head dim, and 16 rows per vector (the AVX-512 targets).
   const bool bf16_dot_ = scores_by_bf16_dot(p_, tile::kAvx512Target);
-  // fp16 q and k on AMX tiles as exact bf16 parts (cpu/fp16_parts.hpp).
+  // fp16 q and k on AMX tiles as exact bf16 parts (cpu/amx/fp16_parts.hpp).
   const bool fp16_parts_ = scores_by_fp16_parts(p_, tile::kAvx512Target);
   // Either: q goes in as pairs, and wide chunks' scores take no float keys.
   const bool paired_scores_ = bf16_dot_ || fp16_parts_;

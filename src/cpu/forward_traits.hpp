@@ -93,7 +93,7 @@ inline bool forward_scores_by_dot(Index len_q, Index i, Index g, Index group, In
 }
 
 // Whether forward scores any row of the problem in a wide chunk (not by dot products): only
-// then do its wide scores need inputs packed before the items (cpu/key_parts-inl.h). A
+// then do its wide scores need inputs packed before the items (cpu/amx/key_parts-inl.h). A
 // segment's first row lies in its largest chunk, so that chunk decides for the segment.
 inline bool forward_has_wide_chunks(const core::Problem& p, Index lanes, bool widened) {
   return std::any_of(p.segments.begin(), p.segments.end(), [&](const core::Segment& segment) {

@@ -37,10 +37,11 @@
 #include "core/problem.hpp"
 #include "core/visible_keys.hpp"
 #include "core/weight_request.hpp"
+#include "cpu/amx/kernels.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward_traits.hpp"
-#include "cpu/fp16_parts.hpp"
-#include "cpu/key_parts-inl.h"
+#include "cpu/amx/fp16_parts.hpp"
+#include "cpu/amx/key_parts-inl.h"
 #include "cpu/keys_transposed-inl.h"
 #include "cpu/threads.hpp"
 #include "cpu/top_k.hpp"
@@ -98,7 +99,7 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [kItemRows][dim]: scale * q
   // bf16 dot products only: [dim / 2][kItemRows][2] bf16 q as forward pairs it, and
   // [kKeyTile][kItemRows] the tile's S^T they give (cpu/bf16_dot.hpp); fp16 parts only:
-  // [2][dim][kItemRows][2] (put_query_parts, cpu/fp16_parts.hpp), whether each row is
+  // [2][dim][kItemRows][2] (put_query_parts, cpu/amx/fp16_parts.hpp), whether each row is
   // finite, and S^T
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;
   hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;

@@ -86,7 +86,7 @@ void FreeAlignedBytes(const void*, FreePtr, void*) {}
 }  // namespace hwy
 
 // Whether the emulated CPU multiplies AMX tiles: BochsCPU's model has no AMX, so the bf16
-// scores take AVX512-BF16 (cpu/amx.cpp asks CPUID and Linux, neither of which is here).
+// scores take AVX512-BF16 (cpu/amx/detect.cpp asks CPUID and Linux, neither of which is here).
 namespace attn::cpu {
 bool has_amx() {
   return false;

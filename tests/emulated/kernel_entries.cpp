@@ -3,6 +3,7 @@
 // single register (rdi) and needs no knowledge of the calling convention's float registers.
 #include <cstdint>
 
+#include "cpu/amx/kernels.hpp"
 #include "cpu/bf16_dot.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // A model of the AMX tile instructions the kernels use, with HardwareTiles' members
-// (src/cpu/amx_tiles.hpp), so that the tile kernels run and are checked on a CPU without
+// (src/cpu/amx/tiles.hpp), so that the tile kernels run and are checked on a CPU without
 // AMX. It follows the Intel SDM's operation of each instruction, and where the hardware
 // raises #UD or #GP (a tile used before ldtilecfg, shapes that do not agree, a reserved
 // field set, a tile reused as two operands) it throws std::logic_error saying which.
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/tiles.hpp"
 
 namespace attn::testing {
 

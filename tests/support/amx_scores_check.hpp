@@ -1,5 +1,5 @@
-// The case list of the scores kernels on AMX tiles (src/cpu/amx_scores.hpp for bf16,
-// src/cpu/fp16_parts.hpp for fp16) and their check against float64; each test lays out its
+// The case list of the scores kernels on AMX tiles (src/cpu/amx/scores.hpp for bf16,
+// src/cpu/amx/fp16_parts.hpp for fp16) and their check against float64; each test lays out its
 // own inputs.
 #pragma once
 

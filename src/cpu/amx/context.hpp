@@ -5,15 +5,15 @@
 // context. P is never rounded: put_weight_parts cuts each weight into three bf16 parts whose
 // sum is the weight exactly, and each part is multiplied in turn, so the context is float32
 // sums of exact products, as on the float path. fp16 V goes in as its two exact bf16 parts
-// (cpu/fp16_parts.hpp), each a V^T of its own, so six products per tile of work. A template
-// over the tile instructions (cpu/amx_tiles.hpp), so that the tests run it on a model of them.
+// (cpu/amx/fp16_parts.hpp), each a V^T of its own, so six products per tile of work. A template
+// over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "attn/tensor.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/tiles.hpp"
 
 namespace attn::cpu {
 

@@ -2,7 +2,7 @@
 // kernel of cpu/bf16_dot.hpp, with its arguments and layouts, which it serves where the CPU
 // has AMX (scores_rows_bf16 chooses). K's rows are tile A, read in place; the query pairs
 // [d / 2][rows][2] are tile B as they lie; each tile C is 16 keys x 16 rows of S^T.
-// A template over the tile instructions (cpu/amx_tiles.hpp), so that the tests run it on a
+// A template over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a
 // model of them where the CPU has no AMX.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "attn/tensor.hpp"
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/tiles.hpp"
 
 namespace attn::cpu {
 
@@ -55,7 +55,7 @@ void score_keys(const std::uint16_t* keys, long key_bytes, const std::uint16_t* 
 // q_pairs ([dim / 2][rows_stride][2], at the first row); out: [key_count][rows_stride] at the
 // first row. The last key_count % 16 keys go through zero-padded scratch. With passes > 1,
 // q_pairs holds that many such blocks one after the other, and each key row is multiplied
-// by all of them into one sum (cpu/fp16_parts.hpp's four products).
+// by all of them into one sum (cpu/amx/fp16_parts.hpp's four products).
 template <class Tiles>
 void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                    Index key_stride, Index key_count, Index dim, float scale, int vectors,

@@ -1,4 +1,4 @@
-// Intel AMX tiles, for the kernels that multiply bf16 matrices on them (cpu/amx_scores.hpp).
+// Intel AMX tiles, for the kernels that multiply bf16 matrices on them (cpu/amx/scores.hpp).
 // The kernels are templates over a Tiles type with the members of HardwareTiles below, so that
 // the same code runs on AMX hardware and, in the tests, on a model of the instructions
 // (tests/support/amx_model.hpp) on any CPU.

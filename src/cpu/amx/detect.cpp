@@ -1,4 +1,4 @@
-#include "cpu/amx_tiles.hpp"
+#include "cpu/amx/tiles.hpp"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>

@@ -1,4 +1,4 @@
-// fp16 K as its exact bf16 parts (cpu/fp16_parts.hpp), split once per forward or weights
+// fp16 K as its exact bf16 parts (cpu/amx/fp16_parts.hpp), split once per forward or weights
 // call for their AMX scores: written against Highway and compiled per target (include this
 // header after foreach_target.h).
 #if defined(ATTN_CPU_KEY_PARTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -19,7 +19,7 @@
 #include "core/problem.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "cpu/forward_traits.hpp"
-#include "cpu/fp16_parts.hpp"
+#include "cpu/amx/fp16_parts.hpp"
 
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/target-inl.h"

@@ -16,7 +16,7 @@
 #include "attn/attn.hpp"
 #include "core/problem.hpp"
 #include "cpu/bf16_dot.hpp"
-#include "cpu/forward.hpp"
+#include "cpu/forward/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
 #include "support/targets.hpp"
@@ -133,7 +133,7 @@ std::vector<Case> larger_cases() {
   masked.mask = testing::MaskCase::boolean, masked.sinks = true, masked.dtype = DType::f16;
   out.push_back(masked);
   // Decoding with 16-bit K and V, whose narrow tiles are read in place (attend_narrow_tile
-  // in src/cpu/forward.cpp): one to four rows an item, over three key tiles; the rows of an
+  // in src/cpu/forward/forward.cpp): one to four rows an item, over three key tiles; the rows of an
   // item see the same keys (one query) or not (two queries, causal).
   for (const Index group : {1, 2, 3, 4}) {
     Case decoding = shaped(2 * group, 2, 1, 300, group % 2 ? 64 : 128);
@@ -226,7 +226,7 @@ TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {
   additive.mask = testing::MaskCase::additive, additive.causal = true;
   variants.push_back(additive);
   // bf16 too: on a CPU with AMX its context goes through tiles, and a poisoned span of keys
-  // key by key (src/cpu/forward.cpp, context_on_tiles).
+  // key by key (src/cpu/forward/forward.cpp, context_on_tiles).
   for (const DType dtype : {DType::f32, DType::bf16}) {
     for (Case variant : variants) {
       variant.dtype = dtype;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/forward.hpp"
+#include "cpu/forward/forward.hpp"
 #include "cpu/tile/vector_exp.hpp"
 
 namespace attn {

@@ -11,7 +11,7 @@
 #include <hwy/targets.h>
 
 #include "attn/decode.hpp"
-#include "cpu/forward.hpp"
+#include "cpu/forward/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
 #include "support/error_message.hpp"

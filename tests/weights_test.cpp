@@ -14,7 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "core/rows.hpp"
-#include "cpu/forward.hpp"
+#include "cpu/forward/forward.hpp"
 #include "support/cases.hpp"
 #include "support/compare.hpp"
 #include "support/error_message.hpp"
@@ -155,28 +155,33 @@ void expect_same_float_bits(const TensorView& got, const TensorView& want) {
         }
 }
 
-// The forward kernel keeps a float32 output's scores and makes them weights itself
-// (cpu::keeps_weights); a float64 output goes through the weights pass with forward's lse.
-// Both must give the same float32 weights, on every target: the weights pass scores each
-// row by forward's micro-kernel for it, AVX512-BF16 dot products included (on a CPU without
-// them, tests/python/test_emulated_attention.py checks that on an emulated one).
-void expect_kept_weights_match_weights_pass(const testing::Inputs& in) {
+// attn::weights on its own (which sums each row's lse by the walk forward runs) and
+// attn::forward's weights output (the weights pass given forward's lse) give the same float32
+// bits, on every target, in a float32 output and as the float32 a float64 output widens:
+// both score every chunk by the scorer the plan names for it, AVX512-BF16 dot products
+// included (on a CPU without them, tests/python/test_emulated_attention.py checks that on an
+// emulated one).
+void expect_weights_are_forward_weights(const testing::Inputs& in) {
   for_each_target([&] {
     const Dims context_shape{in.q.shape[0], in.q.shape[1], in.q.shape[2], in.v.shape[3]};
     Tensor context(in.q.dtype, context_shape);
-    GuardedTensor kept(DType::f32, weights_shape(in)), passed(DType::f64, weights_shape(in));
-    forward_into(in.q, in.k, in.v, in.options, {context.mutable_view(), std::nullopt, kept.view()});
+    GuardedTensor alone(DType::f32, weights_shape(in)), forward32(DType::f32, weights_shape(in));
+    GuardedTensor forward64(DType::f64, weights_shape(in));
+    weights_into(in.q, in.k, in.options, {}, alone.view());
     forward_into(in.q, in.k, in.v, in.options,
-                 {context.mutable_view(), std::nullopt, passed.view()});
-    EXPECT_TRUE(kept.guards_intact() && passed.guards_intact());
-    expect_same_float_bits(kept.const_view(), passed.const_view());
+                 {context.mutable_view(), std::nullopt, forward32.view()});
+    forward_into(in.q, in.k, in.v, in.options,
+                 {context.mutable_view(), std::nullopt, forward64.view()});
+    EXPECT_TRUE(alone.guards_intact() && forward32.guards_intact() && forward64.guards_intact());
+    expect_same_float_bits(alone.const_view(), forward32.const_view());
+    expect_same_float_bits(alone.const_view(), forward64.const_view());
   });
 }
 
-TEST_P(WeightsCases, ForwardKeptWeightsAreTheWeightsPassBitsOnEveryTarget) {
+TEST_P(WeightsCases, WeightsAreForwardWeightsBitsOnEveryTarget) {
   const testing::Inputs in = testing::make_inputs(GetParam());
-  // float64 inputs go to the reference, which keeps no scores.
-  if (in.q.dtype != DType::f64) expect_kept_weights_match_weights_pass(in);
+  // float64 inputs go to the reference (whose weights are float64 sums of its own).
+  if (in.q.dtype != DType::f64) expect_weights_are_forward_weights(in);
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -185,8 +190,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, WeightsCases, ::testing::ValuesIn(testing::case_list()), case_name);
 
-// A mask that hides a whole key tile from whole row chunks: the forward kernel skips those
-// chunks, and the weights it keeps must still be 0 there (and equal the weights pass's).
+// A mask that hides a whole key tile from whole row chunks: the walk skips those chunks, and
+// their weights must still be 0 (and attn::weights' equal forward's).
 TEST(WeightsForwardKept, ChunksAMaskHidesForAWholeTile) {
   Case c;
   c.heads_q = 4, c.heads_kv = 2, c.len_q = 120, c.len_k = 300, c.dim = 32, c.dim_v = 32;
@@ -194,7 +199,7 @@ TEST(WeightsForwardKept, ChunksAMaskHidesForAWholeTile) {
   testing::Inputs in = testing::make_inputs(c);
   bool* shown = in.mask_storage.data_as<bool>();
   for (Index i = 0; i < 100; ++i) std::fill(shown + i * c.len_k, shown + i * c.len_k + 200, false);
-  expect_kept_weights_match_weights_pass(in);
+  expect_weights_are_forward_weights(in);
   const ReferenceResult want = run_reference(in);
   GuardedTensor context(DType::f32, {1, 4, 120, 32}), alpha(DType::f32, weights_shape(in));
   forward_into(in.q, in.k, in.v, in.options, {context.view(), std::nullopt, alpha.view()});

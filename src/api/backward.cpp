@@ -3,7 +3,7 @@
 
 #include "api/backend.hpp"
 #include "core/backward_problem.hpp"
-#include "cpu/backward.hpp"
+#include "cpu/backward/backward.hpp"
 #include "reference/backward.hpp"
 
 namespace attn {

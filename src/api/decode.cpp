@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/argument_checks.hpp"
-#include "cpu/decode.hpp"
+#include "cpu/decode/decode.hpp"
 
 namespace attn {
 namespace {

@@ -1,5 +1,5 @@
 // attn::forward: validate once, then hand the Problem to the fast kernel (and the weights
-// pass, when weights are asked for in a dtype the kernel does not keep) or the reference.
+// pass, when weights are asked for) or the reference.
 #include <string>
 
 #include "api/backend.hpp"
@@ -7,20 +7,22 @@
 #include "core/problem.hpp"
 #include "core/rows.hpp"
 #include "core/weight_request.hpp"
-#include "cpu/forward.hpp"
-#include "cpu/weights.hpp"
+#include "cpu/forward/forward.hpp"
+#include "cpu/plan/support.hpp"
+#include "cpu/weights/weights.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
 namespace {
 
-// Weights in a dtype the forward kernel does not keep (cpu::keeps_weights): the kernel
-// writes context and an f64 lse, and the weights pass then normalises with that lse, so
-// the weights are the ones the context was made with.
-void fast_forward_then_weights(const core::Problem& problem, const core::Problem& kernel_problem) {
+// Weights go through the weights pass with the kernel's lse (kept in float64): it walks the
+// chunks forward walked by the same scorer, so the weights are the ones the context was made
+// with, and equal attn::weights' bits.
+void fast_forward_then_weights(const core::Problem& problem) {
   Tensor lse(DType::f64, {problem.batch, problem.heads_q, problem.total_q, 1});
-  core::Problem with_lse = kernel_problem;
+  core::Problem with_lse = problem;
   with_lse.outputs.lse = lse.mutable_view();
+  with_lse.outputs.weights.reset();
   cpu::forward(with_lse);
   if (problem.outputs.lse) {
     double value = 0.0;
@@ -33,18 +35,16 @@ void fast_forward_then_weights(const core::Problem& problem, const core::Problem
   }
   core::WeightRequest request = core::whole_request(problem, *problem.outputs.weights);
   request.lse = lse.view();
-  cpu::weights(kernel_problem, request);
+  cpu::weights(problem, request);
 }
 
 void run(const core::Problem& problem, Backend requested) {
-  core::Problem kernel_problem = problem;
-  if (!cpu::keeps_weights(problem)) kernel_problem.outputs.weights.reset();
-  if (!api::use_fast_kernel(requested, cpu::unsupported(kernel_problem))) {
+  if (!api::use_fast_kernel(requested, cpu::unsupported(problem))) {
     reference::forward(problem);
-  } else if (problem.outputs.weights && !kernel_problem.outputs.weights) {
-    fast_forward_then_weights(problem, kernel_problem);
+  } else if (problem.outputs.weights) {
+    fast_forward_then_weights(problem);
   } else {
-    cpu::forward(kernel_problem);
+    cpu::forward(problem);
   }
 }
 

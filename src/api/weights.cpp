@@ -12,8 +12,8 @@
 #include "core/memory.hpp"
 #include "core/problem.hpp"
 #include "core/weight_request.hpp"
-#include "cpu/forward.hpp"
-#include "cpu/weights.hpp"
+#include "cpu/plan/support.hpp"
+#include "cpu/weights/weights.hpp"
 #include "reference/weights.hpp"
 
 namespace attn {

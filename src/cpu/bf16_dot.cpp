@@ -2,9 +2,6 @@
 
 #include <cstring>
 
-#include "cpu/amx/kernels.hpp"
-#include "cpu/amx/scores.hpp"
-#include "cpu/amx/tiles.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -74,10 +71,6 @@ bool has_bf16_dot() {
 void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out) {
-  if (amx_scores_fit(dim) && has_amx()) {
-    return scores_rows_bf16_on_tiles(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale,
-                                     vectors, out);
-  }
   const Index pairs = dim / 2;
   if (vectors == 1) {
     return score_keys<1>(q_pairs, rows_stride, keys, key_stride, key_count, pairs, scale, out);

@@ -107,6 +107,20 @@ _QUICK_SHAPES = [
 ]
 
 
+def narrow_row_cases():
+    """Rows the dot micro-kernel scores (3 or 2 rows per KV head: at most half a vector on
+    SSE4, AVX2 and AVX-512) at head dims 17 to 31, so that every tail length dim % 16 from 1
+    to 15 is reached, in every dtype (tests/support/cases.cpp's twin)."""
+    out = []
+    for tail in range(1, 16):
+        for dtype in ("float32", "float16", "bfloat16"):
+            dim = 16 + tail
+            out.append(Case(1, 2, 2, 3, 97, dim, dim, causal=tail % 2 == 1,
+                            bottom_right=tail % 2 == 1, dtype=dtype))
+            out.append(Case(1, 2, 1, 1, 97, dim, dim, dtype=dtype))
+    return out
+
+
 def case_list():
     """The quick list, or a wider sweep when ATTN_FULL_SWEEP=1."""
     shapes = list(_QUICK_SHAPES)

@@ -1,4 +1,4 @@
-"""The attention kernels as Highway's AVX-512 target compiles them (src/cpu/forward.cpp,
+"""The attention kernels as Highway's AVX-512 target compiles them (src/cpu/forward/forward.cpp,
 weights.cpp and backward.cpp, built by tests/emulated with a one-thread runtime), run on an
 emulated Sapphire Rapids (tests/python/emulator.py) over a case list, against float64 with
 the C++ suites' bounds: NaN and infinities, then guard floats around each output, then NMSE
@@ -134,7 +134,7 @@ def test_forward_nan_reaches_only_the_rows_that_see_it(emulator, dtype, poisoned
 @pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
 def test_weights_match_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
                                causal, _):
-    """The weights kernel (src/cpu/weights.cpp), its own two passes over the keys."""
+    """The weights kernel (src/cpu/weights/weights.cpp), its own two passes over the keys."""
     case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
     weights_at = _guarded(emulator, case.rows * len_k)
     case.call("emulated_weights", weights=weights_at)
@@ -143,24 +143,33 @@ def test_weights_match_float64(emulator, dtype, batch, heads_q, heads_kv, len_q,
     assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
 
 
+# Rows the dot micro-kernel scores (3 or 2 rows per KV head: at most half a vector) at head
+# dims 17 to 31, so that every tail length dim % 16 from 1 to 15 is reached.
+NARROW_CASES = [(1, 2, 2, 3, 97, 16 + tail, tail % 2 == 1, True) for tail in range(1, 16)] + [
+    (1, 2, 1, 1, 97, 16 + tail, False, True) for tail in range(1, 16)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
-def test_forward_kept_weights_are_the_weights_pass_bits(emulator, dtype, batch, heads_q,
-                                                         heads_kv, len_q, len_k, dim, causal, _):
-    """Forward keeps its scores for a float32 weights output; for others it hands its
-    float64 lse to the weights pass, which scores again by the same micro-kernel per row
-    (bf16: the same AVX512-BF16 dot products). Both give the same float32 bits."""
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _",
+                         CASES + NARROW_CASES)
+def test_weights_are_forward_weights_bits(emulator, dtype, batch, heads_q, heads_kv, len_q,
+                                          len_k, dim, causal, _):
+    """The weights pass on its own sums each row's lse by the walk forward runs, and forward's
+    weights are the weights pass given forward's lse: both score each chunk by the kernel the
+    plan names (bf16: the same AVX512-BF16 dot products), so both give the same float32 bits,
+    and forward's context and weights match float64."""
     case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
     n_weights = case.rows * len_k
     context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
-    kept_at, passed_at = _guarded(emulator, n_weights), _guarded(emulator, n_weights)
-    lse64_at = emulator.put(bytes(8 * case.rows))
-    case.call("emulated_forward", context=context_at, lse=lse_at, weights=kept_at)
-    case.call("emulated_forward", context=context_at, lse64=lse64_at)
-    case.call("emulated_weights", lse64=lse64_at, weights=passed_at)
-    kept, passed = _read(emulator, kept_at, n_weights), _read(emulator, passed_at, n_weights)
-    assert np.array_equal(kept.astype(np.float32).view(np.uint32),
-                          passed.astype(np.float32).view(np.uint32))
+    forward_at, alone_at = _guarded(emulator, n_weights), _guarded(emulator, n_weights)
+    case.call("emulated_forward", context=context_at, lse=lse_at, weights=forward_at)
+    case.call("emulated_weights", weights=alone_at)
+    forward, alone = _read(emulator, forward_at, n_weights), _read(emulator, alone_at, n_weights)
+    assert np.array_equal(forward.astype(np.float32).view(np.uint32),
+                          alone.astype(np.float32).view(np.uint32))
+    assert np.abs(alone - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
+    context = _read(emulator, context_at, case.rows * dim)
+    assert _nmse(context, case.want.ravel()) < CONTEXT_NMSE
 
 
 def _gradients(case, out, dout):
@@ -182,7 +191,7 @@ def _gradients(case, out, dout):
 @pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
 def test_backward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
                                   causal, _):
-    """The backward kernel (src/cpu/backward.cpp) from the oracle's out and lse (float32) and
+    """The backward kernel (src/cpu/backward/backward.cpp) from the oracle's out and lse (float32) and
     a dout, stored in the inputs' dtype."""
     case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
     rng = np.random.default_rng(dim)

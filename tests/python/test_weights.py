@@ -5,9 +5,21 @@ import numpy as np
 import pytest
 
 import attn
-from cases import Case, assert_close, case_list, make_inputs, reference_output
+from cases import Case, assert_close, case_list, make_inputs, narrow_row_cases, reference_output
 
 CASES = case_list()
+BITWISE_CASES = CASES + narrow_row_cases()
+
+
+@pytest.mark.parametrize("case", BITWISE_CASES, ids=[c.name for c in BITWISE_CASES])
+def test_weights_are_the_weights_attention_returns_bit_for_bit(case):
+    """attn.weights sums each row's lse by the walk attn.attention's kernel runs, and scores
+    each chunk by the same kernel: the same bits, not merely close ones."""
+    q, k, v, kwargs, _ = make_inputs(case)
+    alone = attn.weights(q, k, **kwargs)
+    _, returned = attn.attention(q, k, v, return_weights=True, **kwargs)
+    assert alone.dtype == returned.dtype and alone.shape == returned.shape
+    assert np.array_equal(alone.view(np.uint8), returned.view(np.uint8))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/forward.hpp"
+#include "cpu/forward/forward.hpp"
 
 namespace attn::testing {
 

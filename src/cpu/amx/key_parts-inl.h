@@ -17,9 +17,8 @@
 
 #include "attn/half.hpp"
 #include "core/problem.hpp"
-#include "cpu/bf16_dot.hpp"
-#include "cpu/forward_traits.hpp"
 #include "cpu/amx/fp16_parts.hpp"
+#include "cpu/plan/plan.hpp"
 
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/target-inl.h"
@@ -30,18 +29,13 @@ namespace attn::cpu::HWY_NAMESPACE {
 
 // [B][Hkv][total_k][2 dim] bf16 parts (put_key_parts) and [B][Hkv][total_k] whether each key
 // is finite. Splitting a tile per work item instead would widen each key once per item, as
-// often as the scores on tiles read it. Empty unless forward (and so the weights pass) scores
-// fp16 parts in some wide chunk: narrow chunks score by dot products from K itself.
+// often as the scores on tiles read it. Empty unless the plan scores some wide chunk on fp16
+// parts (Plan::splits_keys): narrow chunks score by dot products from K itself.
 struct KeyParts {
   static constexpr Index kKeysPerItem = 256;
 
-  static bool wanted(const core::Problem& p) {
-    return scores_by_fp16_parts(p, tile::kAvx512Target) &&
-           forward_has_wide_chunks(p, tile::lanes(), forward_widens_tiles(p.k.dtype, p.v.dtype));
-  }
-
-  KeyParts(const core::Problem& p, int threads)
-      : keys(wanted(p) ? p.batch * p.heads_kv * p.total_k : 0),
+  KeyParts(const core::Problem& p, const Plan& plan, int threads)
+      : keys(plan.splits_keys() ? p.batch * p.heads_kv * p.total_k : 0),
         dim(p.dim_qk),
         heads_kv(p.heads_kv),
         total_k(p.total_k),

@@ -13,7 +13,7 @@
 // dS is not 0. Extra memory: D and lse (O(L) per head), the partial dQs (parts x L x d per
 // head, float32) and per-thread tiles; never L x L.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/backward.cpp"
+#define HWY_TARGET_INCLUDE "cpu/backward/backward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
@@ -33,8 +33,8 @@
 #include "core/mask.hpp"
 #include "core/rows.hpp"
 #include "core/visible_keys.hpp"
-#include "cpu/backward.hpp"
-#include "cpu/backward_traits.hpp"
+#include "cpu/backward/backward.hpp"
+#include "cpu/backward/traits.hpp"
 #include "cpu/head_dim.hpp"
 #include "cpu/threads.hpp"
 

@@ -1,18 +1,18 @@
-#include "cpu/decode_plan.hpp"
+#include "cpu/decode/parts.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
 
-#include "cpu/decode_traits.hpp"
+#include "cpu/decode/traits.hpp"
 
 namespace attn::cpu {
 namespace {
 
 using Traits = DecodeTraits;
 
-void add_parts(Plan& plan, const std::vector<Index>& members, Index begin, Index end) {
+void add_parts(DecodeParts& plan, const std::vector<Index>& members, Index begin, Index end) {
   while (begin < end) {
     const Index split_end = std::min(end, (begin / Traits::kSplitKeys + 1) * Traits::kSplitKeys);
     plan.parts.push_back({members, begin, split_end});
@@ -22,13 +22,13 @@ void add_parts(Plan& plan, const std::vector<Index>& members, Index begin, Index
 
 }  // namespace
 
-Plan make_plan(const DecodeProblem& p) {
+DecodeParts make_parts(const DecodeProblem& p) {
   const Index page = p.cache->config().page_size;
   std::map<std::int32_t, std::vector<Index>> by_first_block;
   for (Index s = 0; s < p.sequences(); ++s) {
     if (p.lengths[s] >= page) by_first_block[(*p.tables[s])[0]].push_back(s);
   }
-  Plan plan;
+  DecodeParts plan;
   std::vector<Index> prefix(static_cast<std::size_t>(p.sequences()), 0);
   for (const auto& [first, members] : by_first_block) {
     if (members.size() < 2) continue;

@@ -14,7 +14,7 @@
 // Keys outside a row's causal/window range are not read for that row (scores set to
 // -inf, value rows skipped), so NaN in them never reaches the output.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/decode.cpp"
+#define HWY_TARGET_INCLUDE "cpu/decode/decode.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/aligned_allocator.h>
@@ -33,9 +33,9 @@
 #include "cache/kv_cache_blocks.hpp"
 #include "core/element_type.hpp"
 #include "core/visible_keys.hpp"
-#include "cpu/decode.hpp"
-#include "cpu/decode_plan.hpp"
-#include "cpu/decode_traits.hpp"
+#include "cpu/decode/decode.hpp"
+#include "cpu/decode/parts.hpp"
+#include "cpu/decode/traits.hpp"
 #include "cpu/threads.hpp"
 
 #include "cpu/tile/context_kernels-inl.h"
@@ -110,7 +110,7 @@ struct TileRows {
 template <class T>
 class TaskKernel {
  public:
-  TaskKernel(const DecodeProblem& p, const Plan& plan, Scratch& s, State& partial)
+  TaskKernel(const DecodeProblem& p, const DecodeParts& plan, Scratch& s, State& partial)
       : p_(p), plan_(plan), s_(s), partial_(partial) {}
 
   void run(Index part_index) {
@@ -389,14 +389,15 @@ class TaskKernel {
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
 
   const DecodeProblem& p_;
-  const Plan& plan_;
+  const DecodeParts& plan_;
   Scratch& s_;
   State& partial_;
   const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
 };
 
 // state[s, head, i] = the partial states of sequence s's parts, merged in key order.
-void merge_parts(const DecodeProblem& p, const Plan& plan, const State& partial, State& state) {
+void merge_parts(const DecodeProblem& p, const DecodeParts& plan, const State& partial,
+                 State& state) {
   const Index group = p.group_size(), n_q = p.queries, dim_v = p.dim_v;
   const float *pm = partial.m.data_as<float>(), *pl = partial.l.data_as<float>();
   const float* pacc = partial.acc.data_as<float>();
@@ -422,7 +423,7 @@ void merge_parts(const DecodeProblem& p, const Plan& plan, const State& partial,
 
 template <class T>
 void run(const DecodeProblem& p, State& state, int threads) {
-  const Plan plan = make_plan(p);
+  const DecodeParts plan = make_parts(p);
   State partial{Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, p.dim_v})};

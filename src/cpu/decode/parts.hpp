@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "cpu/decode.hpp"
+#include "cpu/decode/decode.hpp"
 
 namespace attn::cpu {
 
@@ -17,7 +17,7 @@ struct Part {
   Index key_begin = 0, key_end = 0;
 };
 
-struct Plan {
+struct DecodeParts {
   std::vector<Part> parts;
   std::vector<Index> state_offset;           // [parts]: first partial-state row of (part, head 0)
   std::vector<std::vector<Index>> parts_of;  // [S]: the parts holding a sequence's keys, in order
@@ -28,7 +28,7 @@ struct Plan {
 
 // Groups sequences by their first block; a group of two or more shares the leading full
 // blocks that all of its tables hold.
-Plan make_plan(const DecodeProblem& p);
+DecodeParts make_parts(const DecodeProblem& p);
 
 // Keys per tile for a page size: one block, or cut to kKeyTile, or whole blocks up to
 // kMinTileKeys (see DecodeTraits).

@@ -1,15 +1,10 @@
-// What the fast forward kernel serves; everything else goes to the reference.
-#include <string>
+#include "cpu/plan/support.hpp"
 
-#include "cpu/forward.hpp"
+#include <string>
 
 namespace attn::cpu {
 
 std::string unsupported(const core::Problem& problem) {
-  if (problem.outputs.weights && !keeps_weights(problem)) {
-    return "weights output in " + std::string(dtype_name(problem.outputs.weights->dtype)) +
-           " (it writes float32 weights only)";
-  }
   for (const TensorView* input : {&problem.q, &problem.k, &problem.v}) {
     if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
   }

@@ -1,0 +1,476 @@
+// The fast forward kernel: the plan's work items (cpu/plan/plan.hpp), each walked by the
+// shared scorer (cpu/walk/scorer-inl.h) and its context added here. Per key tile of an item:
+//   scores         S^T of each chunk by the kernel the plan names for it, shaped, and folded
+//                  into the rows' online softmax (P overwrites S): the walk's
+//   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
+//                  apart to spread over the L1 sets (f32 rows that do not are copied into
+//                  scratch: cpu/tile/to_floats-inl.h, RowDistance); a tile of only narrow
+//                  chunks (decoding one token) reads 16-bit K and V in place, each row only
+//                  the value rows it sees; an item the plan puts on AMX tiles computes
+//                  O^T = O^T corr + V^T P^T there (cpu/amx/context.hpp), V^T packed once per
+//                  KV head (PackedValues, fp16 as its two parts), the context kept transposed
+// Keys that causal / window hide for every row of a chunk are never computed; keys that a
+// mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten with
+// -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or infinity
+// is skipped row by row instead of multiplied by 0. Extra memory: per thread, O(rows x (d +
+// dv + key tile)) floats. Weights are not written here: attn::forward asks the weights pass
+// for them with this kernel's lse, and it walks the same chunks by the same scorer.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/forward/forward.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "attn/half.hpp"
+#include "core/element_type.hpp"
+#include "core/problem.hpp"
+#include "cpu/amx/context.hpp"
+#include "cpu/amx/kernels.hpp"
+#include "cpu/forward/forward.hpp"
+#include "cpu/forward/traits.hpp"
+#include "cpu/head_dim.hpp"
+#include "cpu/plan/plan.hpp"
+#include "cpu/threads.hpp"
+
+#include "cpu/amx/key_parts-inl.h"
+#include "cpu/amx/packed_values-inl.h"
+#include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/target-inl.h"
+#include "cpu/tile/to_floats-inl.h"
+#include "cpu/walk/scorer-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace {
+
+using core::from_float;
+using core::Problem;
+using core::round_up;
+using core::row_of;
+using core::with_float_type;
+using tile::scratch_buffer;
+using walk::Chunk;
+using walk::TileChunks;
+using walk::WideScores;
+using Traits = ContextTraits;
+
+// A block of kContextRows rows and the keys any of them may see.
+struct RowBlock {
+  Index first_row = 0, rows = 0, first = 0, end = 0;
+  bool skip_hidden_by_row = false;  // V holds a NaN/inf and some keys are hidden
+};
+
+// Per-thread scratch of the context, allocated before the parallel loop.
+struct ContextScratch {
+  ContextScratch(const Plan& plan, Index dim_v_padded, Index weight_part_words)
+      : context(scratch_buffer<float>(plan.rows_per_item() * dim_v_padded)),
+        values(scratch_buffer<float>(plan.key_tile() * spread_row_stride(dim_v_padded))),
+        blocks(scratch_buffer<RowBlock>(plan.rows_per_item())),
+        weight_parts(scratch_buffer<std::uint32_t>(weight_part_words)) {}
+
+  // [rows][dim_v_padded]: unnormalised O; [dim_v_padded][rows] (O^T) for an AMX context
+  hwy::AlignedFreeUniquePtr<float[]> context;
+  // [key_tile][spread_row_stride(dim_v_padded)]: V tile in f32, its rows spread over the L1
+  // sets for the context's column passes
+  hwy::AlignedFreeUniquePtr<float[]> values;
+  hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
+  // A chunk's weights as the AMX context takes them (put_weight_parts), with an AMX context
+  hwy::AlignedFreeUniquePtr<std::uint32_t[]> weight_parts;
+};
+
+template <int kDim, WideScores kWide>
+class ItemKernel {
+ public:
+  ItemKernel(const Problem& problem, const Plan& plan, walk::ScorerScratch& scorer_scratch,
+             ContextScratch& scratch, const KeyParts& key_parts, const PackedValues* packed)
+      : p_(problem),
+        plan_(plan),
+        scorer_(problem, plan, scorer_scratch, key_parts),
+        s_(scratch),
+        packed_(packed) {}
+
+  void run(const WorkItem& item) {
+    scorer_.start(item);
+    slot_ = item.segment * p_.heads_kv + item.kv_head;
+    if constexpr (kWide != WideScores::float_chain) {
+      if (plan_.context_of(item) == ContextKernel::amx_tiles) {
+        return walk_item<ContextKernel::amx_tiles>();
+      }
+    }
+    walk_item<ContextKernel::float_rows>();
+  }
+
+ private:
+  template <ContextKernel kContext>
+  void walk_item() {
+    std::fill(s_.context.get(), s_.context.get() + scorer_.rows_padded() * dim_v_padded_, 0.0f);
+    const auto [first, end] = scorer_.item_keys();
+    for (Index tile = first; tile < end; tile += plan_.key_tile()) {
+      const Index tile_end = std::min<Index>(tile + plan_.key_tile(), end);
+      const TileChunks chunks = scorer_.plan_tile(tile, tile_end);
+      if (chunks.count == 0) continue;
+      if constexpr (kContext == ContextKernel::amx_tiles) {
+        attend_on_tiles(chunks);
+      } else if (plan_.narrow_tiles_in_place() && chunks.all_narrow) {
+        with_float_type(p_.k.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+            attend_in_place<T>(chunks, tile_end);
+          }
+        });
+      } else {
+        attend(chunks, tile, tile_end);
+      }
+    }
+    finish(kContext == ContextKernel::amx_tiles);
+  }
+
+  void weigh(const Chunk& chunk) {
+    scorer_.score(chunk);
+    scorer_.shape(chunk);
+    scorer_.softmax(chunk);
+  }
+
+  // K and V widened where they must be, every chunk weighed, then P V for all of them.
+  void attend(const TileChunks& chunks, Index tile_first, Index tile_end) {
+    if (decltype(scorer_)::reads_float_keys(chunks)) scorer_.load_keys(tile_first, tile_end);
+    load_values(tile_first, tile_end, !chunks.all_narrow);
+    for (Index c = 0; c < chunks.count; ++c) weigh(chunks.chunks[c]);
+    const bool values_finite = !chunks.any_partial || tile_values_finite(tile_end - tile_first);
+    accumulate_context(chunks, values_finite);
+  }
+
+  // Scores (K read in place, or fp16 K's parts) and O^T = O^T corr + V^T P^T, both on AMX
+  // tiles; no tile of K or V is widened.
+  void attend_on_tiles(const TileChunks& chunks) {
+    for (Index c = 0; c < chunks.count; ++c) {
+      weigh(chunks.chunks[c]);
+      rescale_transposed(chunks.chunks[c]);
+      context_on_tiles(chunks.chunks[c]);
+    }
+  }
+
+  // A tile whose chunks are all narrow (decoding one token), 16-bit K and V read in place:
+  // scores by the dot micro-kernel, then O = O corr + P V by tile::context_by_rows, each
+  // row reading only the value rows it sees. Widening the tile into scratch first took
+  // about as long as the rest of the step.
+  template <class T>
+  void attend_in_place(const TileChunks& chunks, Index tile_end) {
+    const T* keys[WalkTraits::kKeyTile];
+    const T* values[WalkTraits::kKeyTile];
+    scorer_.stored_key_rows(tile_end, keys);
+    const core::Segment& seg = scorer_.segment();
+    for (Index j = scorer_.tile_first(); j < tile_end; ++j) {
+      values[j - scorer_.tile_first()] =
+          row_of<T>(p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + j);
+    }
+    for (Index c = 0; c < chunks.count; ++c) {
+      const Chunk& chunk = chunks.chunks[c];
+      scorer_.score_in_place(chunk, keys);
+      scorer_.shape(chunk);
+      scorer_.softmax(chunk);
+      context_by_rows(chunk, values);
+    }
+  }
+
+  // V rows of the tile as f32: the input itself when it is f32 (its rows whole vectors),
+  // else converted into scratch. With wide chunks, whose context passes over a few columns of
+  // V at a time for many rows, V's rows must also lie far enough apart to spread over the L1
+  // sets (RowDistance::spread); narrow chunks read each V row for a few rows only, and
+  // copying f32 V there made decoding steps 25-40% slower.
+  void load_values(Index tile_first, Index tile_end, bool wide_context) {
+    const core::Segment& seg = scorer_.segment();
+    const FloatRows v = rows_as_floats(
+        p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + tile_first, tile_end - tile_first, dim_v_,
+        dim_v_padded_, wide_context ? RowDistance::spread : RowDistance::any, s_.values.get());
+    values_ = v.rows;
+    value_stride_ = v.stride;
+  }
+
+  bool tile_values_finite(Index keys) const {
+    return tile::rows_finite(values_, keys, value_stride_, dim_v_);
+  }
+
+  float* scores_at(Index j, Index row) const { return scorer_.scores_at(j, row); }
+
+  void accumulate_context(const TileChunks& chunks, bool values_finite) {
+    RowBlock* blocks = s_.blocks.get();
+    Index block_count = 0;
+    for (Index c = 0; c < chunks.count; ++c) {
+      const Chunk& chunk = chunks.chunks[c];
+      for (Index r0 = chunk.first_row; r0 < chunk.row_end(); r0 += block_rows_) {
+        RowBlock block{r0, std::min(block_rows_, chunk.row_end() - r0), chunk.end, chunk.first,
+                       false};
+        for (Index r = r0; r < r0 + block.rows; ++r) {
+          const Index first = std::max<Index>(scorer_.first_key(r), chunk.first);
+          const Index end = std::min<Index>(scorer_.end_key(r), chunk.end);
+          if (first >= end) continue;
+          block.first = std::min(block.first, first);
+          block.end = std::max(block.end, end);
+        }
+        if (block.first >= block.end) continue;
+        block.skip_hidden_by_row = !chunk.every_row_sees_all && !values_finite;
+        blocks[block_count++] = block;
+      }
+    }
+    const Index vectors = dim_v_padded_ / lanes_;
+    for (Index v = 0; v < vectors;) {
+      const Index width = tile::context_block_width(vectors - v, Traits::kContextVectors);
+      for (Index b = 0; b < block_count; ++b) {
+        if (!blocks[b].skip_hidden_by_row) context_columns(blocks[b], v * lanes_, width);
+      }
+      v += width;
+    }
+    for (Index b = 0; b < block_count; ++b) {
+      if (blocks[b].skip_hidden_by_row) context_skipping_hidden(blocks[b]);
+    }
+  }
+
+  // O = O corr + P V for a narrow chunk's real rows, V's rows read in place. Rows go four
+  // at a time when they see the same keys of the tile, else one by one, so that no row
+  // reads a value row it does not see (a NaN there never reaches it).
+  template <class T>
+  void context_by_rows(const Chunk& chunk, const T* const* values) {
+    const auto range = [&](Index r) {
+      return std::pair<Index, Index>{std::max<Index>(scorer_.first_key(r), chunk.first),
+                                     std::min<Index>(scorer_.end_key(r), chunk.end)};
+    };
+    for (Index r0 = chunk.first_row; r0 < chunk.row_end(); r0 += 4) {
+      const Index rows = std::min<Index>(4, chunk.row_end() - r0);
+      bool same = true;
+      for (Index r = r0 + 1; r < r0 + rows; ++r) same = same && range(r) == range(r0);
+      if (same && rows == 4) {
+        context_by_rows<T, 4>(r0, range(r0), values);
+      } else if (same && rows == 2) {
+        context_by_rows<T, 2>(r0, range(r0), values);
+      } else {
+        for (Index r = r0; r < r0 + rows; ++r) context_by_rows<T, 1>(r, range(r), values);
+      }
+    }
+  }
+
+  template <class T, int NR>
+  void context_by_rows(Index r0, std::pair<Index, Index> keys, const T* const* values) {
+    if (keys.first >= keys.second) return;
+    const Index tile_first = scorer_.tile_first();
+    alignas(64) float weights[NR][WalkTraits::kKeyTile];  // P of the tile's keys, by row
+    float* acc[NR];
+    const float* p[NR];
+    for (int r = 0; r < NR; ++r) {
+      acc[r] = s_.context.get() + (r0 + r) * dim_v_padded_;
+      p[r] = weights[r];
+      const float rescale = scorer_.rescale()[r0 + r];
+      if (rescale != 1.0f) tile::rescale_row(acc[r], dim_v_, rescale);
+      for (Index j = keys.first; j < keys.second; ++j) {
+        weights[r][j - tile_first] = *scores_at(j, r0 + r);
+      }
+    }
+    tile::context_by_rows<T, NR>(acc, p, values, keys.first - tile_first, keys.second - tile_first,
+                                 dim_v_);
+  }
+
+  // A block with one real row (decoding) runs 1-row blocks, not 4 rows of which 3 pad.
+  void context_columns(const RowBlock& block, Index column, Index width) {
+    if (block_rows_ == Traits::kContextRows && block.rows > 1) {
+      context_columns<Traits::kContextRows>(block, column, width);
+    } else {
+      context_columns<1>(block, column, width);
+    }
+  }
+
+  template <int kRows>
+  void context_columns(const RowBlock& block, Index column, Index width) {
+    const float* p = scores_at(block.first, block.first_row);
+    const float* v = values_ + (block.first - scorer_.tile_first()) * value_stride_ + column;
+    const float* rescale = scorer_.rescale() + block.first_row;
+    float* o = s_.context.get() + block.first_row * dim_v_padded_ + column;
+    const Index keys = block.end - block.first;
+    const Index r = scorer_.rows_padded(), vs = value_stride_, os = dim_v_padded_;
+    if (width == 1)
+      return tile::context_rows_vectorised<1, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
+    if (width == 2)
+      return tile::context_rows_vectorised<2, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
+    tile::context_rows_vectorised<3, kRows>(p, r, 1, v, vs, keys, rescale, o, os);
+  }
+
+  void context_skipping_hidden(const RowBlock& block) {
+    for (Index r = block.first_row; r < block.first_row + block.rows; ++r) {
+      tile::context_skipping_zero_weights(
+          scores_at(block.first, r), scorer_.rows_padded(),
+          values_ + (block.first - scorer_.tile_first()) * value_stride_, value_stride_,
+          block.end - block.first, scorer_.rescale()[r], s_.context.get() + r * dim_v_padded_,
+          dim_v_padded_);
+    }
+  }
+
+  void rescale_transposed(const Chunk& chunk) {
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      tile::rescale_columns(s_.context.get() + row, scorer_.rows_padded(), dim_v_,
+                            scorer_.rescale() + row);
+    }
+  }
+
+  // O^T += V^T P^T over the whole key blocks around the chunk's keys, P 0 outside them; a
+  // span holding a value that is not finite goes key by key instead.
+  void context_on_tiles([[maybe_unused]] const Chunk& chunk) {
+#if HWY_ARCH_X86
+    const Index span_first = chunk.first / kAmxKeyBlock * kAmxKeyBlock;
+    const Index span_end = round_up(chunk.end, kAmxKeyBlock);
+    if (!packed_->finite_over(slot_, span_first, span_end)) {
+      return context_skipping_hidden_transposed(chunk);
+    }
+    const Index rows = chunk.vectors * lanes_;
+    const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
+    put_weight_parts(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
+                     chunk.first - span_first, chunk.end - span_first, span_end - span_first, rows,
+                     rows, s_.weight_parts.get());
+    context_rows_bf16(&packed_->values_t[at.offset + span_first].bits, at.keys_padded,
+                      dim_v_padded_ / kAmxRows, s_.weight_parts.get(), rows, span_end - span_first,
+                      static_cast<int>(chunk.vectors), s_.context.get() + chunk.first_row,
+                      scorer_.rows_padded(), packed_->parts, at.plane);
+#endif
+  }
+
+  // The chunk's real rows key by key (tile::context_skipping_zero_weights_transposed), so
+  // that a NaN or infinity in V reaches only the rows that see it; fp16 V a part at a time
+  // (a value not finite is all in its first part).
+  void context_skipping_hidden_transposed(const Chunk& chunk) {
+    const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
+    for (int part = 0; part < packed_->parts; ++part) {
+      const bfloat16* values_t =
+          packed_->values_t.get() + at.offset + part * at.plane + chunk.first;
+      for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
+        tile::context_skipping_zero_weights_transposed(
+            scores_at(chunk.first, r), scorer_.rows_padded(), values_t, at.keys_padded,
+            chunk.end - chunk.first, s_.context.get() + r, scorer_.rows_padded(), dim_v_);
+      }
+    }
+  }
+
+  // context = O / l and lse = m + log(l), by the end-of-row rule (cpu/tile/state.hpp); O is
+  // kept transposed after an AMX context.
+  void finish(bool transposed) const {
+    const core::Segment& seg = scorer_.segment();
+    for (Index r = 0; r < scorer_.rows(); ++r) {
+      const RowEnd<float> end = scorer_.row_end(r);
+      const float* o = s_.context.get() + (transposed ? r : r * dim_v_padded_);
+      const Index step = transposed ? scorer_.rows_padded() : 1;
+      const Index b = seg.batch, h = scorer_.head(r), i = scorer_.query_row(r);
+      with_float_type(p_.outputs.context.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        T* row = row_of<T>(p_.outputs.context, b, h, i);
+        for (Index d = 0; d < dim_v_; ++d) row[d] = from_float<T>(o[d * step] * end.inverse_l);
+      });
+      if (!p_.outputs.lse) continue;
+      const MutableTensorView& lse = *p_.outputs.lse;
+      if (lse.dtype == DType::f64) {
+        *row_of<double>(lse, b, h, i) = end.lse;
+      } else {
+        *row_of<float>(lse, b, h, i) = static_cast<float>(end.lse);
+      }
+    }
+  }
+
+  const Problem& p_;
+  const Plan& plan_;
+  walk::Scorer<kDim, kWide> scorer_;
+  ContextScratch& s_;
+  const PackedValues* packed_;  // V^T where the plan packs it, else null
+  const Index lanes_ = tile::lanes();
+  // Context blocks never straddle two row chunks: 4 rows, or 1 on the 1-lane target.
+  const Index block_rows_ = lanes_ >= Traits::kContextRows ? Traits::kContextRows : 1;
+  const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
+  const Index dim_v_padded_ = round_up(dim_v_, lanes_);
+  Index slot_ = 0;  // the item's (segment, KV head) in PackedValues
+  const float* values_ = nullptr;
+  Index value_stride_ = 0;
+};
+
+template <int kDim, WideScores kWide>
+void run_kernel(const Problem& p, const Plan& plan, int threads) {
+  const std::vector<WorkItem>& items = plan.items();
+  if (items.empty()) return;
+  threads = tile::threads_for(static_cast<Index>(items.size()), threads);
+  std::optional<PackedValues> packed;
+  if (plan.packs_values()) packed.emplace(p, threads);
+  const KeyParts key_parts(p, plan, threads);
+  // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
+  const Index weight_part_words =
+      packed ? kWeightParts * (plan.key_tile() + 2 * kAmxKeyBlock) / 2 * plan.chunk_rows() : 0;
+  const Index dim_v_padded = round_up(p.dim_v, plan.lanes());
+  std::vector<walk::ScorerScratch> scorer_scratch;
+  std::vector<ContextScratch> scratch;
+  scorer_scratch.reserve(static_cast<std::size_t>(threads));
+  scratch.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    scorer_scratch.emplace_back(plan, p.dim_qk);
+    scratch.emplace_back(plan, dim_v_padded, weight_part_words);
+  }
+  const PackedValues* values_t = packed ? &*packed : nullptr;
+  tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
+    const auto t = static_cast<std::size_t>(thread);
+    return [&, kernel = ItemKernel<kDim, kWide>(p, plan, scorer_scratch[t], scratch[t], key_parts,
+                                                values_t)](Index i) mutable {
+      kernel.run(items[static_cast<std::size_t>(i)]);
+    };
+  });
+}
+
+}  // namespace
+
+// The one switch from the plan to a compiled variant: the wide chunks' scorer, and for the
+// float chain a copy per common head dim (cpu/head_dim.hpp).
+void ForwardTarget(const Problem& problem, int threads) {
+  const Plan plan(problem, {tile::lanes(), tile::kAvx512Target});
+  walk::with_wide_scores(plan, [&](auto wide) {
+    constexpr WideScores kWide = decltype(wide)::value;
+    if constexpr (kWide == WideScores::float_chain) {
+      with_head_dim(problem.dim_qk, problem.dim_v, [&](auto dim) {
+        run_kernel<decltype(dim)::value, kWide>(problem, plan, threads);
+      });
+    } else {
+      run_kernel<0, kWide>(problem, plan, threads);
+    }
+  });
+}
+
+std::string ForwardPlanTarget(const Problem& problem) {
+  return Plan(problem, {tile::lanes(), tile::kAvx512Target}).describe();
+}
+
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::cpu {
+
+HWY_EXPORT(ForwardTarget);
+HWY_EXPORT(ForwardPlanTarget);
+
+void forward(const core::Problem& problem) {
+  HWY_DYNAMIC_DISPATCH(ForwardTarget)(problem, resolve_threads(problem.threads));
+}
+
+std::string describe_plan(const core::Problem& problem) {
+  return HWY_DYNAMIC_DISPATCH(ForwardPlanTarget)(problem);
+}
+
+std::vector<std::int64_t> compiled_targets() {
+  std::vector<std::int64_t> targets;
+  for (std::int64_t left = HWY_TARGETS & hwy::SupportedTargets(); left != 0; left &= left - 1) {
+    targets.push_back(left & -left);
+  }
+  return targets;
+}
+
+}  // namespace attn::cpu
+#endif

@@ -1,0 +1,27 @@
+// The fast CPU forward kernel: flash-style tiles merged by the online softmax
+// (docs/architecture.md), SIMD through Highway with run-time target choice, threads through
+// OpenMP, on the plan's items and chunks (cpu/plan/plan.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+
+namespace attn::cpu {
+
+// Fills problem.outputs.context and, when present, problem.outputs.lse; a weights output is
+// left to cpu::weights, which walks the same chunks with this lse. Requires
+// unsupported(problem) empty (cpu/plan/support.hpp). Bitwise identical results for any
+// thread count.
+void forward(const core::Problem& problem);
+
+// The plan forward runs the problem by on this CPU's best target (Plan::describe).
+std::string describe_plan(const core::Problem& problem);
+
+// Highway targets (HWY_AVX2, ...) compiled into the kernel that this CPU can run, for
+// tests that force each one with hwy::SetSupportedTargetsForTest.
+std::vector<std::int64_t> compiled_targets();
+
+}  // namespace attn::cpu

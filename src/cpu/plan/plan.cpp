@@ -1,0 +1,157 @@
+#include "cpu/plan/plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "core/element_type.hpp"
+#include "cpu/amx/context.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/amx/tiles.hpp"
+#include "cpu/bf16_dot.hpp"
+#include "cpu/plan/traits.hpp"
+
+namespace attn::cpu {
+namespace {
+
+using core::round_up;
+using Traits = WalkTraits;
+
+// Rows per KV head, at least, for the AMX context: below, packing V^T costs as much as the
+// products it serves.
+constexpr Index kAmxContextMinRows = 64;
+
+// The kernel of wide chunks: the float chain, or for bf16 q and k with an even head dim on an
+// AVX-512 target of a CPU with AVX512-BF16 the bf16 products (on AMX tiles where the CPU has
+// them and the head dim fits), or for fp16 q and k on a CPU with AMX (head dims up to 128 in
+// steps of 16, K's parts within the packing cap) AMX tiles on their exact bf16 parts.
+ScoreKernel wide_kernel(const core::Problem& p, bool avx512) {
+  if (!avx512) return ScoreKernel::float_chain;
+  if (p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 && has_bf16_dot()) {
+    return amx_scores_fit(p.dim_qk) && has_amx() ? ScoreKernel::bf16_tiles
+                                                 : ScoreKernel::bf16_pairs;
+  }
+  if (p.q.dtype == DType::f16 && p.k.dtype == DType::f16 && amx_scores_fit(2 * p.dim_qk) &&
+      4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kAmxPackedMaxBytes && has_amx()) {
+    return ScoreKernel::fp16_parts;
+  }
+  return ScoreKernel::float_chain;
+}
+
+// bf16 parts of a value in the packed V^T: 1 for bf16 V, 2 for fp16 V.
+Index value_parts(const core::Problem& p) {
+  return p.v.dtype == DType::f16 ? 2 : 1;
+}
+
+}  // namespace
+
+const char* kernel_name(ScoreKernel kernel) {
+  switch (kernel) {
+    case ScoreKernel::float_chain:
+      return "float32 FMA chains over d, keys broadcast against q^T";
+    case ScoreKernel::dot:
+      return "dot products along d";
+    case ScoreKernel::bf16_pairs:
+      return "AVX512-BF16 dot products (vdpbf16ps)";
+    case ScoreKernel::bf16_tiles:
+      return "AMX bf16 tiles";
+    case ScoreKernel::fp16_parts:
+      return "AMX bf16 tiles on the exact bf16 parts of fp16";
+  }
+  return "?";
+}
+
+const char* kernel_name(ContextKernel kernel) {
+  return kernel == ContextKernel::amx_tiles ? "AMX bf16 tiles, V^T packed per KV head"
+                                            : "float32 FMAs, P broadcast against V rows";
+}
+
+Plan::Plan(const core::Problem& p, PlanTarget target)
+    : lanes_(target.lanes),
+      group_(p.group_size()),
+      heads_kv_(p.heads_kv),
+      key_tile_(p.dim_qk >= Traits::kWideDim ? Traits::kWideKeyTile : Traits::kKeyTile),
+      chunk_rows_(Traits::kScoreRowVectors * target.lanes) {
+  // Rows per item: more where K tiles are widened, so that more rows share each conversion.
+  // K's dtype alone decides, so that a weights call (v = k) plans forward's items.
+  const Index rows = Traits::kRowVectorsPerItem * lanes_;
+  const Index wanted =
+      p.k.dtype == DType::f32 ? rows : std::max<Index>(rows, Traits::kWidenedRowsPerItem);
+  positions_per_item_ = std::max<Index>(1, wanted / group_);
+  wide_scores_ = wide_kernel(p, target.avx512);
+  narrow_in_place_ = p.mask_kind == core::MaskKind::none && p.k.dtype == p.v.dtype &&
+                     (p.k.dtype == DType::f16 || p.k.dtype == DType::bf16);
+
+  bool any_wide = false, enough_rows = false;
+  Index packed_bytes = 0;
+  for (std::size_t s = 0; s < p.segments.size(); ++s) {
+    const core::Segment& segment = p.segments[s];
+    const Index first_rows = std::min(positions_per_item_, segment.len_q) * group_;
+    // A segment's first item is its largest, and its first chunk the largest of that.
+    any_wide |= segment.len_q > 0 && !narrow(std::min(first_rows, chunk_rows_));
+    enough_rows |= segment.len_q * group_ >= kAmxContextMinRows;
+    packed_bytes += 2 * value_parts(p) * p.heads_kv * round_up(p.dim_v, kAmxRows) *
+                    round_up(segment.len_k, kAmxKeyBlock);
+    rows_per_item_ = std::max(rows_per_item_, round_up(first_rows, lanes_));
+    for (Index kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
+      first_item_.push_back(static_cast<Index>(items_.size()));
+      for (Index i = 0; i < segment.len_q; i += positions_per_item_) {
+        items_.push_back(
+            {static_cast<Index>(s), kv_head, i, std::min(positions_per_item_, segment.len_q - i)});
+      }
+    }
+  }
+  splits_keys_ = wide_scores_ == ScoreKernel::fp16_parts && any_wide;
+  const bool tiles_take_v = (wide_scores_ == ScoreKernel::bf16_tiles && p.v.dtype == DType::bf16) ||
+                            (wide_scores_ == ScoreKernel::fp16_parts && p.v.dtype == DType::f16);
+  packs_values_ = tiles_take_v && enough_rows && packed_bytes <= kAmxPackedMaxBytes;
+}
+
+std::vector<ChunkRows> Plan::chunks(Index rows) const {
+  std::vector<ChunkRows> out;
+  const Index vectors = round_up(rows, lanes_) / lanes_;
+  for (Index v = 0; v < vectors; v += Traits::kScoreRowVectors) {
+    ChunkRows chunk;
+    chunk.first_row = v * lanes_;
+    chunk.vectors = std::min<Index>(Traits::kScoreRowVectors, vectors - v);
+    chunk.rows = std::min(rows, chunk.first_row + chunk.vectors * lanes_) - chunk.first_row;
+    chunk.scores = chunk_scores(chunk.rows);
+    out.push_back(chunk);
+  }
+  return out;
+}
+
+bool Plan::has_narrow_chunk(Index rows) const {
+  for (Index first = 0; first < rows; first += chunk_rows_) {
+    if (narrow(std::min(rows, first + chunk_rows_) - first)) return true;
+  }
+  return false;
+}
+
+ContextKernel Plan::context_of(const WorkItem& item) const {
+  return packs_values_ && !has_narrow_chunk(item.positions * group_) ? ContextKernel::amx_tiles
+                                                                     : ContextKernel::float_rows;
+}
+
+Index Plan::item_of(Index segment, Index kv_head, Index i) const {
+  return first_item_[static_cast<std::size_t>(segment * heads_kv_ + kv_head)] +
+         i / positions_per_item_;
+}
+
+std::string Plan::describe() const {
+  std::string out = "scores: ";
+  out += kernel_name(wide_scores_);
+  out += " for chunks of more than " + std::to_string(lanes_ / 2) + " rows, ";
+  out += kernel_name(ScoreKernel::dot);
+  out += " for fewer";
+  if (narrow_in_place_) out += " (K and V read where they lie)";
+  out += "; context: ";
+  out += kernel_name(packs_values_ ? ContextKernel::amx_tiles : ContextKernel::float_rows);
+  if (packs_values_) {
+    out += " for items without narrow chunks, ";
+    out += kernel_name(ContextKernel::float_rows);
+    out += " for the others";
+  }
+  return out;
+}
+
+}  // namespace attn::cpu

@@ -1,0 +1,542 @@
+// The scoring half of a work item, which forward and the weights pass both walk: the item's
+// rows and their key ranges, q packed as the plan's kernels take it, and per key tile the
+// chunks that see a key, scored by the kernel the plan names for each, shaped and masked
+// (the tile core's shaper, lanes being rows) and folded into each row's online softmax (P
+// overwrites S). Forward adds P V; the weights pass turns the same scores into weights
+// (include this header after foreach_target.h).
+//
+// A compile-time variant, chosen once per call at with_wide_scores: how wide chunks are
+// scored (float chains from Qt; bf16 pairs from K in place; fp16 parts from K's split), so
+// no path flag is tested inside the tile walk.
+#if defined(ATTN_CPU_WALK_SCORER_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_WALK_SCORER_INL_H_
+#undef ATTN_CPU_WALK_SCORER_INL_H_
+#else
+#define ATTN_CPU_WALK_SCORER_INL_H_
+#endif
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "attn/half.hpp"
+#include "core/element_type.hpp"
+#include "core/mask.hpp"
+#include "core/problem.hpp"
+#include "core/visible_keys.hpp"
+#include "cpu/amx/fp16_parts.hpp"
+#include "cpu/amx/kernels.hpp"
+#include "cpu/amx/scores.hpp"
+#include "cpu/bf16_dot.hpp"
+#include "cpu/plan/plan.hpp"
+#include "cpu/plan/traits.hpp"
+#include "cpu/tile/state.hpp"
+
+#include "cpu/amx/key_parts-inl.h"
+#include "cpu/tile/run-inl.h"
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/shaping-inl.h"
+#include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/target-inl.h"
+#include "cpu/tile/to_floats-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace walk {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using core::row_of;
+using tile::DF;
+using tile::DI;
+using tile::kMinusInfinity;
+using tile::scratch_buffer;
+using tile::VF;
+
+// The compile-time variant of the walk: what wide chunks are scored from.
+enum class WideScores : std::uint8_t {
+  float_chain,  // Qt (scale * q transposed) against float32 K rows
+  bf16_pairs,   // bf16 q as the dot instruction pairs it, against bf16 K in place (vdpbf16ps
+                // or AMX tiles, as the plan names)
+  fp16_parts,   // fp16 q as its bf16 parts, against K's parts (KeyParts), on AMX tiles
+};
+
+// Calls fn(std::integral_constant<WideScores, ...>) for the plan's wide kernel: the one
+// switch from the plan to a compiled variant. The paired variants exist on AVX-512 targets
+// only, where the plan may name them.
+template <class Fn>
+void with_wide_scores(const Plan& plan, Fn&& fn) {
+  if constexpr (tile::kAvx512Target) {
+    switch (plan.wide_scores()) {
+      case ScoreKernel::bf16_pairs:
+      case ScoreKernel::bf16_tiles:
+        return fn(std::integral_constant<WideScores, WideScores::bf16_pairs>{});
+      case ScoreKernel::fp16_parts:
+        return fn(std::integral_constant<WideScores, WideScores::fp16_parts>{});
+      default:
+        break;
+    }
+  }
+  fn(std::integral_constant<WideScores, WideScores::float_chain>{});
+}
+
+// A chunk of an item's rows (the plan's ChunkRows) and the keys [first, end) of the current
+// tile that any of its rows may see.
+struct Chunk {
+  Index first_row = 0, vectors = 0, rows = 0;
+  ScoreKernel scores = ScoreKernel::float_chain;
+  Index first = 0, end = 0;
+  bool every_row_sees_all = false;  // no per-key hiding needed in [first, end)
+
+  bool narrow() const { return scores == ScoreKernel::dot; }
+  Index row_end() const { return first_row + rows; }
+};
+
+// The chunks of one tile that see some key (at most one per chunk of the item).
+struct TileChunks {
+  const Chunk* chunks = nullptr;
+  Index count = 0;
+  bool any_partial = false, any_narrow = false, all_narrow = true;
+};
+
+// Per-thread scratch of the scorer, for an item of up to `rows` rows (tile::scratch_buffer).
+struct ScorerScratch {
+  ScorerScratch(const Plan& plan, Index dim)
+      : queries_t(scratch_buffer<float>(
+            plan.wide_scores() == ScoreKernel::float_chain ? dim * plan.rows_per_item() : 0)),
+        query_pairs(scratch_buffer<std::uint16_t>(pair_elements(plan, dim))),
+        rows_finite(scratch_buffer<std::uint8_t>(plan.rows_per_item())),
+        queries(scratch_buffer<float>(dim * plan.rows_per_item())),
+        scores(scratch_buffer<float>((plan.key_tile() + WalkTraits::kScoreKeys) *
+                                     plan.rows_per_item())),
+        keys(scratch_buffer<float>(plan.key_tile() * dim)),
+        row_max(scratch_buffer<float>(plan.rows_per_item())),
+        row_sum(scratch_buffer<float>(plan.rows_per_item())),
+        rescale(scratch_buffer<float>(plan.rows_per_item())),
+        slope(scratch_buffer<float>(plan.rows_per_item())),
+        first_key(scratch_buffer<std::int32_t>(plan.rows_per_item())),
+        end_key(scratch_buffer<std::int32_t>(plan.rows_per_item())),
+        position(scratch_buffer<std::int32_t>(plan.rows_per_item())),
+        head(scratch_buffer<Index>(plan.rows_per_item())),
+        query_row(scratch_buffer<Index>(plan.rows_per_item())),
+        chunks(scratch_buffer<Chunk>(plan.rows_per_item())) {}
+
+  // bf16 pairs [dim / 2][rows][2]; fp16 parts [2][dim][rows][2]; none for float chains.
+  static Index pair_elements(const Plan& plan, Index dim) {
+    switch (plan.wide_scores()) {
+      case ScoreKernel::bf16_pairs:
+      case ScoreKernel::bf16_tiles:
+        return core::round_up(dim, 2) * plan.rows_per_item();
+      case ScoreKernel::fp16_parts:
+        return 4 * dim * plan.rows_per_item();
+      default:
+        return 0;
+    }
+  }
+
+  hwy::AlignedFreeUniquePtr<float[]> queries_t;            // [dim][rows]: scale * q, transposed
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;  // q for the paired kernels
+  hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;   // [rows], fp16 parts: q finite
+  hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
+  hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
+  hwy::AlignedFreeUniquePtr<float[]> keys;     // [key_tile][dim]: K tile in f32 (f16/bf16 k)
+  hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
+  hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
+  hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
+  hwy::AlignedFreeUniquePtr<Chunk[]> chunks;                               // of the current tile
+};
+
+template <int kDim, WideScores kWide>
+class Scorer {
+ public:
+  Scorer(const core::Problem& problem, const Plan& plan, ScorerScratch& scratch,
+         const KeyParts& key_parts)
+      : p_(problem), plan_(plan), s_(scratch), key_parts_(key_parts) {}
+
+  // Takes up an item: its rows, their key ranges and starting states (the sink, or empty),
+  // and q packed for the plan's kernels.
+  void start(const WorkItem& item) {
+    seg_ = &p_.segments[static_cast<std::size_t>(item.segment)];
+    kv_head_ = item.kv_head;
+    rows_ = item.positions * p_.group_size();
+    rows_padded_ = core::round_up(rows_, lanes_);
+    chunk_rows_ = plan_.chunks(rows_);
+    set_up_rows(item);
+    pack_queries();
+  }
+
+  // Keys [first, end) some row of the item sees (first >= end: none); the item's tiles
+  // start at `first`, plan.key_tile() apart.
+  std::pair<Index, Index> item_keys() const {
+    Index first = std::numeric_limits<Index>::max(), end = 0;
+    for (Index r = 0; r < rows_; ++r) {
+      if (s_.first_key[r] >= s_.end_key[r]) continue;
+      first = std::min<Index>(first, s_.first_key[r]);
+      end = std::max<Index>(end, s_.end_key[r]);
+    }
+    return {first, end};
+  }
+
+  // The chunks that see a key of the tile [tile_first, tile_end): each narrowed to the keys
+  // any of its rows may see; a chunk that sees none (or that a mask hides from them all) is
+  // left out.
+  TileChunks plan_tile(Index tile_first, Index tile_end) {
+    tile_first_ = tile_first;
+    TileChunks out;
+    out.chunks = s_.chunks.get();
+    for (const ChunkRows& rows : chunk_rows_) {
+      Chunk chunk{rows.first_row, rows.vectors, rows.rows, rows.scores};
+      if (!plan_chunk(tile_first, tile_end, chunk)) continue;
+      out.any_partial |= !chunk.every_row_sees_all;
+      out.any_narrow |= chunk.narrow();
+      out.all_narrow &= chunk.narrow();
+      s_.chunks[out.count++] = chunk;
+    }
+    return out;
+  }
+
+  // K rows of the tile as float32 (the input itself for f32 K, else widened into scratch),
+  // for the chunks that score from them: float chains and dot products.
+  void load_keys(Index tile_first, Index tile_end) {
+    const FloatRows k =
+        rows_as_floats(p_.k, seg_->batch, kv_head_, seg_->k_begin + tile_first,
+                       tile_end - tile_first, dim_, dim_, RowDistance::any, s_.keys.get());
+    keys_ = k.rows;
+    key_stride_ = k.stride;
+  }
+  // Whether a tile's chunks read float32 K rows (load_keys): dot chunks do, and wide chunks
+  // of the float chain.
+  static bool reads_float_keys(const TileChunks& tile) {
+    return kWide == WideScores::float_chain || tile.any_narrow;
+  }
+
+  // Pointers to the tile's K rows as stored, for tiles of narrow chunks read in place.
+  template <class T>
+  void stored_key_rows(Index tile_end, const T** keys) const {
+    for (Index j = tile_first_; j < tile_end; ++j) {
+      keys[j - tile_first_] = row_of<T>(p_.k, seg_->batch, kv_head_, seg_->k_begin + j);
+    }
+  }
+
+  // S^T of the chunk by its kernel: dot chunks from the float32 K rows of load_keys, wide
+  // chunks by the variant's kernel.
+  void score(const Chunk& chunk) {
+    if (chunk.narrow()) return score_by_dot(chunk, [&](Index j) { return key_row(j); });
+    if constexpr (kWide == WideScores::float_chain) {
+      if (chunk.vectors == 1) return score_float_chains<1>(chunk);
+      if (chunk.vectors == 2) return score_float_chains<2>(chunk);
+      score_float_chains<WalkTraits::kScoreRowVectors>(chunk);
+    } else if constexpr (kWide == WideScores::bf16_pairs) {
+      score_bf16_pairs(chunk);
+    } else {
+      score_fp16_parts(chunk);
+    }
+  }
+
+  // S^T of a narrow chunk from K's rows as stored (stored_key_rows).
+  template <class T>
+  void score_in_place(const Chunk& chunk, const T* const* keys) {
+    score_by_dot(chunk, [&](Index j) { return keys[j - tile_first_]; });
+  }
+
+  // The shared shaper, lanes being rows: softcap, ALiBi, keys outside a row's causal/window
+  // range, then the mask.
+  void shape(const Chunk& chunk) {
+    const tile::ScoreShaping& shaping = shaping_;
+    if (shaping.softcap || shaping.alibi || !chunk.every_row_sees_all) {
+      if (chunk.every_row_sees_all) {
+        shape_chunk<false>(chunk);
+      } else {
+        shape_chunk<true>(chunk);
+      }
+    }
+    if (p_.mask_kind != core::MaskKind::none) apply_mask(chunk);
+  }
+
+  // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =
+  // exp(m_old - m_new) is left for the context.
+  void softmax(const Chunk& chunk) {
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      tile::online_softmax_rows(scores_at(chunk.first, row), chunk.end - chunk.first, rows_padded_,
+                                s_.row_max.get() + row, s_.row_sum.get() + row,
+                                s_.rescale.get() + row);
+    }
+  }
+
+  // Row r's end: its context factor 1 / l and its lse (end_of_row).
+  RowEnd<float> row_end(Index r) const { return end_of_row(s_.row_max[r], s_.row_sum[r]); }
+
+  float* scores_at(Index j, Index row) const {
+    return s_.scores.get() + (j - tile_first_) * rows_padded_ + row;
+  }
+  Index rows() const { return rows_; }
+  Index rows_padded() const { return rows_padded_; }
+  Index tile_first() const { return tile_first_; }
+  const core::Segment& segment() const { return *seg_; }
+  Index kv_head() const { return kv_head_; }
+  Index first_key(Index r) const { return s_.first_key[r]; }
+  Index end_key(Index r) const { return s_.end_key[r]; }
+  Index head(Index r) const { return s_.head[r]; }
+  Index query_row(Index r) const { return s_.query_row[r]; }
+  const float* rescale() const { return s_.rescale.get(); }
+
+ private:
+  // Per row: its head, its query, and the keys [first_key, end_key) that causal and the
+  // window leave visible; the online-softmax state starts at the sink (or empty).
+  void set_up_rows(const WorkItem& item) {
+    const Index group = p_.group_size();
+    for (Index t = 0; t < item.positions; ++t) {
+      const Index i = item.first_position + t;
+      const Index position = p_.query_position(*seg_, i);
+      const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
+      for (Index g = 0; g < group; ++g) {
+        const Index r = t * group + g, head = kv_head_ * group + g;
+        s_.head[r] = head;
+        s_.query_row[r] = seg_->q_begin + i;
+        s_.first_key[r] = static_cast<std::int32_t>(keys.first);
+        s_.end_key[r] = static_cast<std::int32_t>(keys.end);
+        s_.position[r] = static_cast<std::int32_t>(position);
+        s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head];
+        const float sink = p_.sinks.empty() ? kMinusInfinity : p_.sinks[head];
+        s_.row_max[r] = sink;
+        s_.row_sum[r] = sink == kMinusInfinity ? 0.0f : 1.0f;
+      }
+    }
+    for (Index r = rows_; r < rows_padded_; ++r) {
+      s_.head[r] = kv_head_ * group;
+      s_.query_row[r] = seg_->q_begin;
+      s_.first_key[r] = s_.end_key[r] = s_.position[r] = 0;
+      s_.slope[r] = 0.0f;
+      s_.row_max[r] = kMinusInfinity;
+      s_.row_sum[r] = 0.0f;
+    }
+  }
+
+  // Q[r] = scale * q[head r][query r] (tile::scaled_query) for narrow chunks, and for wide
+  // ones its transpose Qt[d][r], or q's own bf16 pairs, or its fp16 parts; padding rows 0.
+  void pack_queries() {
+    const auto scale = static_cast<float>(p_.scale);
+    core::with_float_type(p_.q.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, double>) {
+        for (Index r = 0; r < rows_; ++r) {
+          tile::scaled_query(query_of<T>(r), dim_, scale, s_.queries.get() + r * dim_);
+        }
+      }
+    });
+    if constexpr (kWide == WideScores::float_chain) {
+      float* qt = s_.queries_t.get();
+      for (Index r = 0; r < rows_; ++r) {
+        const float* q = s_.queries.get() + r * dim_;
+        for (Index d = 0; d < dim_; ++d) qt[d * rows_padded_ + r] = q[d];
+      }
+      for (Index d = 0; d < dim_; ++d) {
+        std::fill(qt + d * rows_padded_ + rows_, qt + (d + 1) * rows_padded_, 0.0f);
+      }
+    } else if constexpr (kWide == WideScores::bf16_pairs) {
+      std::uint16_t* pairs = s_.query_pairs.get();
+      std::fill(pairs, pairs + core::round_up(dim_, 2) * rows_padded_, std::uint16_t{0});
+      for (Index r = 0; r < rows_; ++r) {
+        put_query_pairs(query_of<bfloat16>(r), dim_, r, rows_padded_, pairs);
+      }
+    } else {
+      std::uint16_t* pairs = s_.query_pairs.get();
+      std::fill(pairs, pairs + 4 * dim_ * rows_padded_, std::uint16_t{0});
+      std::fill(s_.rows_finite.get(), s_.rows_finite.get() + rows_padded_, std::uint8_t{1});
+      alignas(64) float q[kAmxMaxDim];
+      for (Index r = 0; r < rows_; ++r) {
+        to_floats(query_of<float16>(r), dim_, q);
+        s_.rows_finite[r] = put_query_parts(q, dim_, r, rows_padded_, pairs);
+      }
+    }
+  }
+
+  template <class T>
+  const T* query_of(Index r) const {
+    return row_of<T>(p_.q, seg_->batch, s_.head[r], s_.query_row[r]);
+  }
+
+  bool plan_chunk(Index tile_first, Index tile_end, Chunk& chunk) const {
+    chunk.first = tile_end;
+    chunk.end = tile_first;
+    for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
+      const Index first = std::max<Index>(s_.first_key[r], tile_first);
+      const Index end = std::min<Index>(s_.end_key[r], tile_end);
+      if (first >= end) continue;
+      chunk.first = std::min(chunk.first, first);
+      chunk.end = std::max(chunk.end, end);
+    }
+    if (chunk.first >= chunk.end) return false;
+    bool sees_all = p_.mask_kind == core::MaskKind::none;
+    for (Index r = chunk.first_row; r < chunk.row_end() && sees_all; ++r) {
+      sees_all = s_.first_key[r] <= chunk.first && s_.end_key[r] >= chunk.end;
+    }
+    // Narrow scores leave padding rows unwritten; hiding them needs the per-key pass.
+    chunk.every_row_sees_all = sees_all && !chunk.narrow();
+    return p_.mask_kind == core::MaskKind::none || mask_shows_any(chunk);
+  }
+
+  bool mask_shows_any(const Chunk& chunk) const {
+    bool shown = false;
+    core::with_element_type(p_.mask.dtype, [&](auto tag) {
+      using M = decltype(tag);
+      for (Index r = chunk.first_row; r < chunk.row_end() && !shown; ++r) {
+        shown = core::mask_shows_any(mask_row<M>(r), std::max<Index>(s_.first_key[r], chunk.first),
+                                     std::min<Index>(s_.end_key[r], chunk.end));
+      }
+    });
+    return shown;
+  }
+
+  template <class M>
+  const M* mask_row(Index r) const {
+    return row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
+  }
+
+  const float* key_row(Index j) const { return keys_ + (j - tile_first_) * key_stride_; }
+
+  template <int C>
+  void score_float_chains(const Chunk& chunk) {
+    constexpr int kKeys = WalkTraits::kScoreKeys;
+    const float* qt = s_.queries_t.get() + chunk.first_row;
+    Index j = chunk.first;
+    for (; j + kKeys <= chunk.end; j += kKeys) {
+      const float* keys[kKeys];
+      for (int k = 0; k < kKeys; ++k) keys[k] = key_row(j + k);
+      tile::scores_rows_vectorised<kDim, C, kKeys>(qt, rows_padded_, keys, dim_,
+                                                   scores_at(j, chunk.first_row));
+    }
+    for (; j < chunk.end; ++j) {
+      const float* keys[1] = {key_row(j)};
+      tile::scores_rows_vectorised<kDim, C, 1>(qt, rows_padded_, keys, dim_,
+                                               scores_at(j, chunk.first_row));
+    }
+  }
+
+  // S^T = scale K Q^T by bf16 products, K's bf16 rows read in place: on AMX tiles or by
+  // vdpbf16ps, as the plan names.
+  void score_bf16_pairs([[maybe_unused]] const Chunk& chunk) {
+#if HWY_ARCH_X86
+    const std::uint16_t* q = s_.query_pairs.get() + chunk.first_row * 2;
+    const std::uint16_t* k =
+        &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + chunk.first)->bits;
+    const auto vectors = static_cast<int>(chunk.vectors);
+    const auto scale = static_cast<float>(p_.scale);
+    float* out = scores_at(chunk.first, chunk.first_row);
+    if (plan_.wide_scores() == ScoreKernel::bf16_tiles) {
+      return scores_rows_bf16_on_tiles(q, rows_padded_, k, p_.k.strides[2], chunk.end - chunk.first,
+                                       dim_, scale, vectors, out);
+    }
+    scores_rows_bf16(q, rows_padded_, k, p_.k.strides[2], chunk.end - chunk.first, dim_, scale,
+                     vectors, out);
+#endif
+  }
+
+  // S^T = scale K Q^T of fp16 q and k on AMX tiles, from their parts.
+  void score_fp16_parts([[maybe_unused]] const Chunk& chunk) {
+#if HWY_ARCH_X86
+    const Index key = seg_->k_begin + chunk.first;
+    scores_rows_fp16(s_.query_pairs.get() + chunk.first_row * 2,
+                     s_.rows_finite.get() + chunk.first_row, rows_padded_,
+                     key_parts_.parts_of(seg_->batch, kv_head_, key),
+                     key_parts_.finite_of(seg_->batch, kv_head_, key), chunk.end - chunk.first,
+                     dim_, static_cast<float>(p_.scale), static_cast<int>(chunk.vectors),
+                     scores_at(chunk.first, chunk.first_row));
+#endif
+  }
+
+  // S^T[j][r] = q_r . k_j for the chunk's real rows by the dot micro-kernel, up to four rows
+  // a block so that each key row is read once for all of them; key_row(j) is key j's row
+  // (float, or a 16-bit row read in place).
+  template <class KeyRow>
+  void score_by_dot(const Chunk& chunk, const KeyRow& key_row) {
+    for (Index r = chunk.first_row; r < chunk.row_end(); r += 4) {
+      switch (std::min<Index>(4, chunk.row_end() - r)) {
+        case 4:
+          score_by_dot<4>(chunk, r, key_row);
+          break;
+        case 3:
+          score_by_dot<3>(chunk, r, key_row);
+          break;
+        case 2:
+          score_by_dot<2>(chunk, r, key_row);
+          break;
+        default:
+          score_by_dot<1>(chunk, r, key_row);
+      }
+    }
+  }
+
+  template <int NR, class KeyRow>
+  void score_by_dot(const Chunk& chunk, Index r0, const KeyRow& key_row) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(key_row(Index{0}))>>;
+    constexpr Index kKeys = tile::kDotKeys<NR>;
+    const float* q[NR];
+    for (int r = 0; r < NR; ++r) q[r] = s_.queries.get() + (r0 + r) * dim_;
+    for (Index j = chunk.first; j < chunk.end; j += kKeys) {
+      const Index keys = std::min(kKeys, chunk.end - j);
+      const T* k[kKeys];
+      for (Index i = 0; i < kKeys; ++i) k[i] = key_row(j + std::min(i, keys - 1));
+      float dots[NR][kKeys];
+      float* out[NR];
+      for (int r = 0; r < NR; ++r) out[r] = dots[r];
+      tile::scores_by_dot<T, NR>(q, k, dim_, out);
+      for (int r = 0; r < NR; ++r)
+        for (Index i = 0; i < keys; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
+    }
+  }
+
+  template <bool kHide>
+  void shape_chunk(const Chunk& chunk) {
+    const DF df;
+    const DI di;
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      const auto first = hn::Load(di, s_.first_key.get() + row);
+      const auto end = hn::Load(di, s_.end_key.get() + row);
+      const auto position = hn::Load(di, s_.position.get() + row);
+      const VF slope = hn::Load(df, s_.slope.get() + row);
+      for (Index j = chunk.first; j < chunk.end; ++j) {
+        float* at = scores_at(j, row);
+        const auto key = hn::Set(di, static_cast<std::int32_t>(j));
+        hn::Store(
+            tile::shape_scores<kHide>(shaping_, hn::Load(df, at), key, position, slope, first, end),
+            df, at);
+      }
+    }
+  }
+
+  void apply_mask(const Chunk& chunk) {
+    core::with_element_type(p_.mask.dtype, [&](auto tag) {
+      using M = decltype(tag);
+      for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
+        tile::mask_scores(mask_row<M>(r), chunk.first, chunk.end, scores_at(chunk.first, r),
+                          rows_padded_);
+      }
+    });
+  }
+
+  const core::Problem& p_;
+  const Plan& plan_;
+  ScorerScratch& s_;
+  const KeyParts& key_parts_;  // fp16 K's parts where the plan splits keys, else empty
+  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const Index lanes_ = tile::lanes();
+  const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
+  const core::Segment* seg_ = nullptr;
+  Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
+  std::vector<ChunkRows> chunk_rows_;
+  const float* keys_ = nullptr;
+  Index key_stride_ = 0;
+};
+
+}  // namespace walk
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

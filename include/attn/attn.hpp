@@ -5,6 +5,7 @@
 #include "attn/backward.hpp"
 #include "attn/decode.hpp"
 #include "attn/error.hpp"
+#include "attn/explain.hpp"
 #include "attn/half.hpp"
 #include "attn/kv_cache.hpp"
 #include "attn/lesson.hpp"

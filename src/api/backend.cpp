@@ -1,12 +1,38 @@
 #include "api/backend.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "attn/error.hpp"
 
 namespace attn::api {
+namespace {
+
+void to_stderr(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+std::mutex notice_mutex;
+FallbackNotice notice = to_stderr;
+std::set<std::string> said;  // the reasons noticed so far
+
+// Backend::automatic runs the reference because the fast kernel lacks `missing`: said once.
+void notice_fallback(const std::string& missing) {
+  const std::lock_guard<std::mutex> lock(notice_mutex);
+  if (notice == nullptr || !said.insert(missing).second) return;
+  notice(
+      "attn: running the float64 reference, which is far slower: the fast CPU kernel does "
+      "not serve " +
+      missing +
+      " (ask for Backend::reference to run it without this line; attn::explain "
+      "says why before a call)");
+}
+
+}  // namespace
 
 Backend resolve_backend(Backend requested) {
   const char* forced = std::getenv("ATTN_BACKEND");
@@ -20,15 +46,45 @@ Backend resolve_backend(Backend requested) {
   throw Error("ATTN_BACKEND: expected 'reference' or unset (or empty), given '" + shown + "'");
 }
 
-bool use_fast_kernel(Backend requested, const std::string& missing) {
+Explanation choose(Backend requested, const std::string& missing) {
   const Backend backend = resolve_backend(requested);
-  if (backend == Backend::reference) return false;
-  if (missing.empty()) return true;
+  if (backend == Backend::reference) {
+    return {Backend::reference,
+            requested == Backend::reference ? "Backend::reference was asked for"
+                                            : "ATTN_BACKEND=reference is set",
+            ""};
+  }
+  if (missing.empty()) return {Backend::fast, "", ""};
   if (backend == Backend::fast) {
+    return {Backend::fast,
+            "Backend::fast was asked for, and the fast CPU kernel does not serve " + missing +
+                ": the call throws",
+            ""};
+  }
+  return {Backend::reference, "the fast CPU kernel does not serve " + missing, ""};
+}
+
+bool use_fast_kernel(Backend requested, const std::string& missing) {
+  if (choose(requested, missing).backend == Backend::reference) {
+    if (!missing.empty() && resolve_backend(requested) == Backend::automatic) {
+      notice_fallback(missing);
+    }
+    return false;
+  }
+  if (!missing.empty()) {
     throw Error("backend: expected a request the fast CPU kernel supports, given " + missing +
                 "; use backend automatic or reference");
   }
-  return false;
+  return true;
 }
 
 }  // namespace attn::api
+
+namespace attn {
+
+void set_fallback_notice(FallbackNotice line) {
+  const std::lock_guard<std::mutex> lock(api::notice_mutex);
+  api::notice = line;
+}
+
+}  // namespace attn

@@ -4,13 +4,14 @@
 #include "api/backend.hpp"
 #include "core/backward_problem.hpp"
 #include "cpu/backward/backward.hpp"
+#include "cpu/plan/support.hpp"
 #include "reference/backward.hpp"
 
 namespace attn {
 namespace {
 
 void run(const core::BackwardProblem& problem, Backend requested) {
-  if (api::use_fast_kernel(requested, cpu::backward_unsupported(problem))) {
+  if (api::use_fast_kernel(requested, cpu::unsupported(problem))) {
     cpu::backward(problem);
   } else {
     reference::backward(problem);

@@ -512,15 +512,6 @@ namespace attn::cpu {
 
 HWY_EXPORT(BackwardTarget);
 
-std::string backward_unsupported(const core::BackwardProblem& problem) {
-  const core::Problem& p = problem.forward;
-  for (const TensorView* input : {&p.q, &p.k, &p.v, &problem.out, &problem.dout}) {
-    if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
-  }
-  constexpr Index kMaxRows = Index{1} << 30;  // key positions and distances fit in int32
-  if (p.total_q >= kMaxRows || p.total_k >= kMaxRows) return "sequences of 2^30 rows or more";
-  return {};
-}
 
 void backward(const core::BackwardProblem& problem) {
   HWY_DYNAMIC_DISPATCH(BackwardTarget)(problem, resolve_threads(problem.forward.threads));

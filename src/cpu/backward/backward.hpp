@@ -2,17 +2,11 @@
 // pass over key blocks, dQ summed into per-part partials, no atomics (docs/architecture.md).
 #pragma once
 
-#include <string>
-
 #include "core/backward_problem.hpp"
 
 namespace attn::cpu {
 
-// Empty when the fast kernel serves the request; else what it does not support (float64
-// inputs go to the reference).
-std::string backward_unsupported(const core::BackwardProblem& problem);
-
-// Fills dq, dk, dv (and dsinks). Requires backward_unsupported(problem) to be empty.
+// Fills dq, dk, dv (and dsinks). Requires unsupported(problem) empty (cpu/plan/support.hpp).
 // Bitwise identical results for any thread count.
 void backward(const core::BackwardProblem& problem);
 

@@ -15,4 +15,11 @@ std::string unsupported(const core::Problem& problem) {
   return {};
 }
 
+std::string unsupported(const core::BackwardProblem& problem) {
+  for (const TensorView* input : {&problem.out, &problem.dout}) {
+    if (input->dtype == DType::f64) return "float64 inputs (it computes in float32)";
+  }
+  return unsupported(problem.forward);
+}
+
 }  // namespace attn::cpu

@@ -187,16 +187,16 @@ TEST(Cli, TheReferenceIsNeverASilentFallback) {
   c.dtype = DType::f64;
   const TempDir dir;
   const testing::Inputs in = testing::make_inputs(c);
-  const std::string args = "run --query " + write_storage(dir, "q.npy", in.q_storage) +
-                           " --key " + write_storage(dir, "k.npy", in.k_storage) + " --value " +
+  const std::string args = "run --query " + write_storage(dir, "q.npy", in.q_storage) + " --key " +
+                           write_storage(dir, "k.npy", in.k_storage) + " --value " +
                            write_storage(dir, "v.npy", in.v_storage) + " --out " +
                            dir.file("c.npy") + " --weights " + dir.file("w.npy");
   const Outcome automatic = run_attn(args, dir);
   ASSERT_EQ(automatic.status, 0) << automatic.err;
   EXPECT_EQ(automatic.err,
             "attn: running the float64 reference, which is far slower: the fast CPU kernel does "
-            "not serve float64 inputs (it computes in float32) (ask for Backend::reference to "
-            "run it without this line; attn::explain says why before a call)\n");
+            "not serve float64 inputs (it computes in float32); ask for backend reference to "
+            "run it without this notice (explain says why before a call)\n");
   const Outcome asked = run_attn(args + " --backend reference", dir);
   ASSERT_EQ(asked.status, 0) << asked.err;
   EXPECT_EQ(asked.err, "");

@@ -49,7 +49,7 @@ TEST(Explain, AskedForBackendsSayTheyWereAskedFor) {
   in.options.backend = Backend::reference;
   const Explanation reference = explain(in.q, in.k, in.v, in.options);
   EXPECT_EQ(reference.backend, Backend::reference);
-  EXPECT_EQ(reference.reason, "Backend::reference was asked for");
+  EXPECT_EQ(reference.reason, "the reference backend was asked for");
   testing::Inputs wide = inputs_of(DType::f64);
   wide.options.backend = Backend::fast;
   const Explanation fast = explain(wide.q, wide.k, wide.v, wide.options);

@@ -8,6 +8,7 @@
     attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)      # C as a blend of the values
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
+    attn.explain(q, k, v)                      # which kernel runs, and why (before running)
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
     import attn.dist; out = attn.dist.attention(q_r, k_r, v_r, comm=MPI.COMM_WORLD)  # over MPI
@@ -19,10 +20,10 @@ are RuntimeErrors too, as PyTorch raises for the same mistakes. attn.dist (ring 
 over an mpi4py communicator) is imported on its own: `import attn` loads no MPI.
 """
 
-from ._attention import attention, describe_input, scaled_dot_product_attention
+from ._attention import attention, describe_input, explain, scaled_dot_product_attention
 from ._backward import attention_backward
 from ._attn import version as __version__
-from ._errors import ArgumentTypeError, Error
+from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 from ._weights import weights
@@ -31,6 +32,7 @@ from . import viz
 __all__ = [
     "ArgumentTypeError",
     "Error",
+    "FallbackWarning",
     "KVCache",
     "State",
     "__version__",
@@ -41,6 +43,7 @@ __all__ = [
     "decode",
     "decode_state",
     "describe_input",
+    "explain",
     "finalize",
     "merge",
     "scaled_dot_product_attention",

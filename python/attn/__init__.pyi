@@ -2,9 +2,14 @@
 # producers; outputs are NumPy arrays, or torch tensors when a torch tensor went in.
 from typing import Any, Dict, Literal, Optional, Sequence, Tuple, Union, overload
 
+from typing_extensions import Unpack
+
+# The options every entry point shares (attention, weights, attention_backward,
+# attention_state, decode, attn.dist.attention): defined once, with the code that reads them.
+from ._request import OptionKeywords as OptionKeywords
+
 Array = Any  # numpy.ndarray | torch.Tensor | a DLPack producer
 Numbers = Union[Sequence[float], Array]
-Offsets = Union[Sequence[int], Array]
 
 from . import viz as viz
 # attn.dist (dist.pyi) is not imported with attn: `import attn.dist` (it imports mpi4py).
@@ -18,91 +23,69 @@ class Error(ValueError, RuntimeError):
 class ArgumentTypeError(TypeError, RuntimeError):
     """An argument of the wrong type: a TypeError and a RuntimeError."""
 
+class FallbackWarning(UserWarning):
+    """A call ran attn's float64 reference: the fast kernels do not serve it."""
+
 @overload
 def attention(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
     layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[False] = False,
-    return_weights: Literal[False] = False, threads: Optional[int] = None,
+    return_weights: Literal[False] = False,
+    **options: Unpack[OptionKeywords],
 ) -> Array:
     """out [B, Hq, Lq, Dv] (or the input's rank/layout) = softmax(scale q k^T + bias) v."""
 @overload
 def attention(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
     layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[True],
-    return_weights: Literal[False] = False, threads: Optional[int] = None,
+    return_weights: Literal[False] = False,
+    **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, Array]:
     """(out, lse [B, Hq, Lq])."""
 @overload
 def attention(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
     layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[False] = False,
-    return_weights: Literal[True], threads: Optional[int] = None,
+    return_weights: Literal[True],
+    **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, Array]:
     """(out, weights [B, Hq, Lq, Lk])."""
 @overload
 def attention(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
     layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: Literal[True],
-    return_weights: Literal[True], threads: Optional[int] = None,
+    return_weights: Literal[True],
+    **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, Array, Array]:
     """(out, lse [B, Hq, Lq], weights [B, Hq, Lq, Lk])."""
 @overload
 def attention(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
     layout: Literal["bhsd", "bshd"] = "bhsd", return_lse: bool = False,
-    return_weights: bool = False, threads: Optional[int] = None,
+    return_weights: bool = False,
+    **options: Unpack[OptionKeywords],
 ) -> Union[Array, Tuple[Array, Array], Tuple[Array, Array, Array]]: ...
 
 def attention_backward(
     q: Array, k: Array, v: Array, out: Array, lse: Array, dout: Array, *,
-    mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
-    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+    mask: Optional[Array] = None, layout: Literal["bhsd", "bshd"] = "bhsd",
+    **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, ...]:
     """(dq, dk, dv) in the shapes of q, k, v, or (dq, dk, dv, dsinks [Hq]) with sinks."""
 @overload
 def weights(
     q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,
     rows: Optional[Sequence[int]] = None, top_k: None = None, mask: Optional[Array] = None,
-    causal: bool = False, causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
-    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd",
+    **options: Unpack[OptionKeywords],
 ) -> Array:
     """weights [B, heads, rows, Lk] (without the leading dims q lacks), as attention uses them."""
 @overload
 def weights(
     q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,
     rows: Optional[Sequence[int]] = None, top_k: int, mask: Optional[Array] = None,
-    causal: bool = False, causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    cu_seqlens_q: Optional[Offsets] = None, cu_seqlens_k: Optional[Offsets] = None,
-    layout: Literal["bhsd", "bshd"] = "bhsd", threads: Optional[int] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd",
+    **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, Array]:
     """(weights, indices int64), both [B, heads, rows, top_k]: the k largest per row."""
 
@@ -149,12 +132,16 @@ def finalize(state: State, sinks: Optional[Numbers] = None) -> Tuple[Array, Arra
     """(out [B, H, Lq, Dv], lse [B, H, Lq]) of a state, sinks counted once."""
 
 def attention_state(
-    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None, causal: bool = False,
-    causal_align: Literal["top-left", "bottom-right"] = "top-left",
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, threads: Optional[int] = None,
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
+    **options: Unpack[OptionKeywords],
 ) -> State:
-    """attention of 4-D [B, H, L, D] q, k, v as a State (no sinks)."""
+    """attention of 4-D [B, H, L, D] q, k, v as a State (no sinks, no cu_seqlens)."""
+
+def explain(
+    q: Array, k: Array, v: Array, *, mask: Optional[Array] = None,
+    layout: Literal["bhsd", "bshd"] = "bhsd", **options: Unpack[OptionKeywords],
+) -> Dict[str, str]:
+    """{backend: "fast" | "reference", reason, plan}: what attention(q, k, v, ...) runs, and why."""
 
 class KVCache:
     """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
@@ -187,16 +174,12 @@ class KVCache:
     max_blocks: int
 
 def decode(
-    q: Array, cache: KVCache, seq_ids: Sequence[int], *, causal: bool = False,
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, sinks: Optional[Numbers] = None,
-    return_lse: bool = False, threads: Optional[int] = None,
+    q: Array, cache: KVCache, seq_ids: Sequence[int], *, return_lse: bool = False,
+    **options: Unpack[OptionKeywords],
 ) -> Union[Array, Tuple[Array, Array]]:
     """q [S, Hq, D] or [S, Hq, n_q, D] against the cache -> out [S, Hq, (n_q,) Dv] float32."""
 
 def decode_state(
-    q: Array, cache: KVCache, seq_ids: Sequence[int], *, causal: bool = False,
-    scale: Optional[float] = None, window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-    alibi_slopes: Optional[Numbers] = None, threads: Optional[int] = None,
+    q: Array, cache: KVCache, seq_ids: Sequence[int], **options: Unpack[OptionKeywords],
 ) -> State:
     """decode as a float32 State over [S, Hq, n_q] rows (no sinks)."""

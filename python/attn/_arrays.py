@@ -265,9 +265,9 @@ def offsets(values, name):
     return [int(x) for x in array]
 
 
-def number(value, name, *, allow_none=False):
+def number(value, name, *, allow_none=False, finite=True):
     """A real number argument (or a 0-d array of one) as a float, with a TypeError naming
-    it otherwise."""
+    it otherwise; finite=False leaves the value's check to attn's core (an option's)."""
     if value is None and allow_none:
         return None
     if (is_torch(value) or isinstance(value, np.ndarray)) and value.ndim == 0:
@@ -276,7 +276,7 @@ def number(value, name, *, allow_none=False):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ArgumentTypeError(f"{name}: expected a number, given {type(value).__name__}")
     result = float(value)
-    if not math.isfinite(result):
+    if finite and not math.isfinite(result):
         raise Error(f"{name}: expected a finite number, given {result}")
     return result
 

@@ -1,44 +1,18 @@
 """attn.attention (FlashAttention-style keywords) and attn.scaled_dot_product_attention
-(PyTorch's signature): both shape the caller's arrays into 4-D [B, H, S, D] views,
-allocate the outputs, and let the extension write into them."""
+(PyTorch's signature): both shape the caller's arrays into 4-D [B, H, S, D] views, allocate
+the outputs, and let the extension write into them (attn/_forward.py, attn/_request.py)."""
 
 import math
 import sys
 
 import numpy as np
 
-from . import _arrays
-from ._errors import ArgumentTypeError, Error
+from . import _arrays, _forward, _request
 from ._attn import describe_view as _describe_view
-from ._attn import forward as _forward
-
-_LAYOUTS = ("bhsd", "bshd")
-_ALIGNMENTS = ("top-left", "bottom-right")
-
-
-def _rank_error(name, x, layout):
-    if layout == "bhsd":
-        forms = "[L, D], [H, L, D] or [B, H, L, D]"
-    else:
-        forms = "[L, D], [L, H, D] or [B, L, H, D]"
-    return Error(
-        f"{name}: expected 2, 3 or 4 dims ({forms} for layout '{layout}'), "
-        f"given {x.ndim} dims with shape {_arrays.shape(x)}"
-    )
-
-
-def _to_bhsd(x, layout):
-    """x: [L, D] | [H, L, D] | [B, H, L, D] (bhsd) or [L, D] | [L, H, D] | [B, L, H, D]
-    (bshd) -> a [B, H, L, D] view of the same memory."""
-    dims = _arrays.shape(x)
-    if x.ndim == 2 or layout == "bhsd":
-        return _arrays.reshape(x, (1,) * (4 - x.ndim) + dims)
-    return _arrays.permute(_arrays.reshape(x, (1,) * (4 - x.ndim) + dims), (0, 2, 1, 3))
-
-
-def _input(x, layout):
-    """The [B, H, L, D] view attention() hands to the extension for an input x."""
-    return _arrays.readable(_to_bhsd(x, layout))
+from ._attn import explain as _explain
+from ._attn import forward as _extension_forward
+from ._backward import attention_with_gradients
+from ._errors import ArgumentTypeError, Error
 
 
 def describe_input(x, layout="bhsd"):
@@ -46,81 +20,11 @@ def describe_input(x, layout="bhsd"):
     dtype, [B, H, L, D] shape and element strides. For checking that inputs are read in
     place (the address is the caller's) or were copied."""
     array = _arrays.as_array(x, "x", detach=True)
-    return _describe_view(_arrays.for_extension(_input(array, layout)), "x")
+    return _describe_view(_arrays.for_extension(_request.input_view(array, layout)), "x")
 
 
-def _user_shape(bhsd, rank, layout):
-    """[B, H, L, D] -> the shape of that array in the caller's rank and layout."""
-    batch, heads, length, dim = bhsd
-    if rank == 2:
-        return (length, dim)
-    if layout == "bhsd":
-        return (batch, heads, length, dim)[4 - rank :]
-    return (batch, length, heads, dim)[4 - rank :]
-
-
-def _mask_view(mask, heads_shape, len_q, len_k, name):
-    """mask: 4-D [B or 1, H or 1, Lq or 1, Lk or 1] -> [B or 1, H or 1, Lq, Lk], with Lq and
-    Lk broadcast (stride 0, or a copy where the last dim must become contiguous)."""
-    dims = _arrays.shape(mask)
-    batch, heads = heads_shape
-    fits = (
-        dims[0] in (1, batch)
-        and dims[1] in (1, heads)
-        and dims[2] in (1, len_q)
-        and dims[3] in (1, len_k)
-    )
-    if not fits:
-        raise Error(
-            f"{name}: expected a shape broadcastable to [{batch}, {heads}, {len_q}, {len_k}] "
-            f"(batch, query heads, query length, key length), given {dims}"
-        )
-    return _arrays.readable(_arrays.broadcast(mask, dims[:2] + (len_q, len_k)))
-
-
-def _window(window):
-    if not isinstance(window, (tuple, list)) or len(window) != 2:
-        raise ArgumentTypeError(f"window: expected a pair (left, right) of ints, given {window!r}")
-    expected = "an int (-1 for unbounded)"
-    return (_arrays.integer(window[0], "window.left", expected),
-            _arrays.integer(window[1], "window.right", expected))
-
-
-def _threads(threads, like=None):
-    """The extension's thread count: threads, or for None, torch.get_num_threads() when
-    like is a torch tensor (so attn follows torch.set_num_threads), else 0 (the kernel's
-    default: ATTN_NUM_THREADS or every core)."""
-    if threads is None:
-        return _arrays._torch().get_num_threads() if _arrays.is_torch(like) else 0
-    threads = _arrays.integer(threads, "threads", "None or a positive int", high=_arrays.INT_MAX)
-    if threads < 1:
-        raise Error(f"threads: expected None or a positive int, given {threads}")
-    return threads
-
-
-def ext(x):
-    """An array as the extension takes it, or None."""
-    return None if x is None else _arrays.for_extension(x)
-
-
-def _run(q, k, v, out, *, lse=None, weights=None, mask=None, scale=None, causal=False,
-         bottom_right=False, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=(),
-         sinks=(), cu_seqlens_q=(), cu_seqlens_k=(), threads=0):
-    """Every array here is a 4-D [B, H, S, D] view the extension reads or writes in place."""
-    _forward(
-        ext(q), ext(k), ext(v),
-        out=ext(out), lse=ext(lse), weights=ext(weights), mask=ext(mask),
-        scale=scale, causal=causal, bottom_right=bottom_right,
-        window_left=window_left, window_right=window_right, softcap=softcap,
-        alibi_slopes=list(alibi_slopes), sinks=list(sinks),
-        cu_seqlens_q=list(cu_seqlens_q), cu_seqlens_k=list(cu_seqlens_k), threads=threads,
-    )
-
-
-def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scale=None,
-              window=(-1, -1), softcap=0.0, alibi_slopes=None, sinks=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhsd", return_lse=False,
-              return_weights=False, threads=None):
+def attention(q, k, v, *, mask=None, layout="bhsd", return_lse=False, return_weights=False,
+              **options):
     """Exact attention: out = softmax(scale * q k^T + bias) v, one query row at a time.
 
     Shapes (layout="bhsd"; layout="bshd" swaps the L and H axes of q, k, v and out):
@@ -135,32 +39,19 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
     the last dim is contiguous and copied otherwise. Outputs are NumPy arrays, or torch
     tensors when q is a torch tensor.
 
-    Keywords (every default means "off"):
+    Keywords:
         mask: bool (True = may attend, as in PyTorch) or float (added to the score; -inf
             hides the key), broadcastable to [B, Hq, Lq, Lk] with the same leading-dim
             rules as NumPy.
-        causal: hide keys after the query's position.
-        causal_align: "top-left" (PyTorch: query i sits at key i) or "bottom-right"
-            (FlashAttention: query i sits at key i + Lk - Lq). Also places the window and
-            ALiBi distances.
-        scale: multiplies q.k; None means 1/sqrt(D).
-        window: (left, right): the query at key position p sees keys p-left .. p+right;
-            -1 is unbounded on that side.
-        softcap: > 0 caps scores as softcap * tanh(score / softcap); 0.0 is off.
-        alibi_slopes: [Hq] numbers; subtracts slope * |query position - key position|.
-        sinks: [Hq] numbers; an extra logit per head that takes weight but has no value.
-        cu_seqlens_q, cu_seqlens_k: packed variable-length sequences (flash_attn_varlen):
-            B = 1 and sequence s owns rows cu_seqlens_q[s]:cu_seqlens_q[s+1] of q and
-            cu_seqlens_k[s]:cu_seqlens_k[s+1] of k and v. Give both or neither.
         layout: "bhsd" or "bshd" (see Shapes).
         return_lse, return_weights: also return lse (log-sum-exp of each row's visible
-            scores, sinks included) and the softmax weights, in that order.
-        threads: None follows torch.get_num_threads() when q is a torch tensor, else uses
-            ATTN_NUM_THREADS from the environment, else every core; an int bounds the
-            kernel's threads. Results do not depend on it.
-
+            scores, sinks included) and the softmax weights, in that order. The weights are
+            attn.weights' for the same arguments, bit for bit.
+    {options}
     A row that sees no key gives zeros (and lse = -inf), never NaN. The GIL is released
     while the kernel runs. Bad input raises ValueError or TypeError naming the argument.
+    float64 inputs run attn's float64 reference, far slower, which attn.explain says
+    before a call and a FallbackWarning once.
 
     Autograd: when q, k, v or sinks are torch tensors that require grad while gradients
     are recorded, out has a grad_fn whose backward is attn.attention_backward (lse and
@@ -168,102 +59,32 @@ def attention(q, k, v, *, mask=None, causal=False, causal_align="top-left", scal
 
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
-    if _arrays.records_gradients(q, k, v, sinks):
-        from ._backward import attention_with_gradients
+    if _arrays.records_gradients(q, k, v, options.get("sinks")):
+        return attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights,
+                                        options)
+    return _forward.attention(q, k, v, mask, layout, return_lse, return_weights, options)
 
-        keywords = dict(mask=mask, causal=causal, causal_align=causal_align, scale=scale,
-                        window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, layout=layout,
-                        threads=threads)
-        return attention_with_gradients(q, k, v, sinks, keywords, return_lse, return_weights)
-    q, (k, v), options, layout_view = prepare(
-        q, (("k", k), ("v", v)), mask=mask, causal=causal, causal_align=causal_align,
-        scale=scale, window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, layout=layout, threads=threads)
-    return_lse = _arrays.flag(return_lse, "return_lse")
-    return_weights = _arrays.flag(return_weights, "return_weights")
-    rank = q.ndim
+
+attention.__doc__ = attention.__doc__.replace("    {options}\n", _request.OPTIONS_DOC.lstrip("\n"))
+
+
+def explain(q, k, v, *, mask=None, layout="bhsd", **options):
+    """Which backend attn.attention(q, k, v, ...) runs with these arguments, and why, without
+    running it: a dict with
+        backend: "fast" (attn's CPU kernels) or "reference" (its float64 oracle);
+        reason: why the reference (what the fast kernels lack, e.g. float64 inputs, or that
+            it was asked for); empty for the fast kernels;
+        plan: the fast kernels' plan on this CPU (the kernel that scores wide and narrow
+            row chunks, the context path); empty for the reference.
+    For attn.weights(q, k, ...), pass k as v. Arguments are checked as attn.attention
+    checks them."""
+    q, (k, v), o, layout_view = _request.prepare(q, (("k", k), ("v", v)), layout, options,
+                                                 "explain")
     q4, k4, v4 = (layout_view(x) for x in (q, k, v))
     batch, heads, len_q, _ = _arrays.shape(q4)
-    len_k, dim_v = _arrays.shape(v4)[2], _arrays.shape(v4)[3]
-    mask4 = mask_view(mask, (batch, heads), len_q, len_k)
-
-    out = _arrays.empty(q, _user_shape((batch, heads, len_q, dim_v), rank, layout), _arrays.dtype_name(q))
-    results = [out]
-    lse4 = weights4 = None
-    if return_lse:
-        lse = _arrays.empty(q, (batch, heads, len_q)[4 - rank :], _arrays.stats_dtype(q))
-        lse4 = _arrays.reshape(lse, (batch, heads, len_q, 1))
-        results.append(lse)
-    if return_weights:
-        _arrays.check_memory(
-            f"return_weights: the weights {[batch, heads, len_q, len_k]}", (batch, heads, len_q, len_k),
-            np.dtype(_arrays.stats_dtype(q)).itemsize,
-            "leave out return_weights, or use attn.weights with heads=, rows= or top_k")
-        weights = _arrays.empty(q, (batch, heads, len_q, len_k)[4 - rank :], _arrays.stats_dtype(q))
-        weights4 = _arrays.reshape(weights, (batch, heads, len_q, len_k))
-        results.append(weights)
-
-    _run(q4, k4, v4, _to_bhsd(out, layout), lse=lse4, weights=weights4, mask=mask4, **options)
-    return out if len(results) == 1 else tuple(results)
-
-
-def prepare(q, others, *, mask, causal, causal_align, scale, window, softcap, alibi_slopes,
-            sinks, cu_seqlens_q, cu_seqlens_k, layout, threads, q_name="q"):
-    """The checks attn.attention, attn.weights and attn.dist.attention share. others: (name,
-    array) pairs of the same rank as q, which errors call q_name. Returns (q, [others as
-    arrays], the extension's option keywords, a function taking an input to its
-    [B, H, L, D] view)."""
-    q = _arrays.as_array(q, q_name)
-    others = [(name, _arrays.as_array(x, name)) for name, x in others]
-    if layout not in _LAYOUTS:
-        raise Error(f"layout: expected 'bhsd' or 'bshd', given {layout!r}")
-    if causal_align not in _ALIGNMENTS:
-        raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
-    rank = q.ndim
-    if rank not in (2, 3, 4):
-        raise _rank_error(q_name, q, layout)
-    for name, x in others:
-        if x.ndim != rank:
-            raise Error(
-                f"{name}: expected {rank} dims (as {q_name}), given {x.ndim} dims with shape "
-                f"{_arrays.shape(x)}"
-            )
-    causal = _arrays.flag(causal, "causal")
-    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
-    window_left, window_right = _window(window)
-    options = dict(
-        scale=_arrays.number(scale, "scale", allow_none=True),
-        causal=causal,
-        bottom_right=causal_align == "bottom-right",
-        window_left=window_left,
-        window_right=window_right,
-        softcap=_arrays.number(softcap, "softcap"),
-        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"),
-        sinks=_arrays.per_head(sinks, "sinks"),
-        cu_seqlens_q=[] if cu_seqlens_q is None else _arrays.offsets(cu_seqlens_q, "cu_seqlens_q"),
-        cu_seqlens_k=[] if cu_seqlens_k is None else _arrays.offsets(cu_seqlens_k, "cu_seqlens_k"),
-        threads=_threads(threads, q),
-    )
-    if packed and (cu_seqlens_q is None or cu_seqlens_k is None):
-        missing = "cu_seqlens_k" if cu_seqlens_k is None else "cu_seqlens_q"
-        raise Error(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
-    return q, [x for _, x in others], options, lambda x: _input(x, layout)
-
-
-def mask_view(mask, heads_shape, len_q, len_k):
-    """attn.attention's mask (None, or 2 to 4 dims broadcastable to [B, H, Lq, Lk]) as the
-    [B or 1, H or 1, Lq, Lk] view the extension reads, or None."""
-    if mask is None:
-        return None
-    m = _arrays.as_array(mask, "mask", allow_bool=True)
-    if not 2 <= m.ndim <= 4:
-        raise Error(
-            f"mask: expected 2 to 4 dims ([..., Lq, Lk]), given {m.ndim} dims with shape "
-            f"{_arrays.shape(m)}"
-        )
-    m4 = _arrays.reshape(m, (1,) * (4 - m.ndim) + _arrays.shape(m))
-    return _mask_view(m4, heads_shape, len_q, len_k, "mask")
+    mask4 = _request.mask_view(mask, (batch, heads), len_q, _arrays.shape(k4)[2])
+    ext = _request.ext
+    return _explain(ext(q4), ext(k4), ext(v4), mask=ext(mask4), options=o)
 
 
 def _refuse_gradients(arrays):
@@ -349,7 +170,7 @@ def _sdpa_mask(attn_mask, q, lead, len_q, len_k):
     else:
         mask_batch = 1
     m4 = _arrays.reshape(m, (mask_batch, mask_heads) + padded[-2:])
-    return _mask_view(m4, (math.prod(batch_dims), heads), len_q, len_k, "attn_mask")
+    return _request.broadcast_mask(m4, (math.prod(batch_dims), heads), len_q, len_k, "attn_mask")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -453,6 +274,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         out4.copy_(attention(q4, k4, v4, mask=mask4, causal=is_causal, scale=scale,
                              causal_align="bottom-right" if bottom_right else "top-left"))
         return out4.reshape(lead + (len_q, dim_v))
-    _run(q4, k4, v4, out4, mask=mask4, scale=scale, causal=is_causal, bottom_right=bottom_right,
-         threads=_threads(None, query))
+    options = _request.options(query, {"scale": scale, "causal": is_causal,
+                                       "causal_align": "bottom-right" if bottom_right else "top-left"},
+                               "scaled_dot_product_attention")
+    ext = _request.ext
+    _extension_forward(ext(q4), ext(k4), ext(v4), out=ext(out4), lse=None, weights=None,
+                       mask=ext(mask4), options=options)
     return out

@@ -4,35 +4,29 @@ attn.scaled_dot_product_attention take part in autograd."""
 
 import functools
 
-from . import _arrays
-from ._attention import _to_bhsd, attention, mask_view, prepare
+from . import _arrays, _forward, _request
 from ._attn import backward as _backward
 from ._errors import Error
 
 
-def attention_backward(q, k, v, out, lse, dout, *, mask=None, causal=False,
-                       causal_align="top-left", scale=None, window=(-1, -1), softcap=0.0,
-                       alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                       layout="bhsd", threads=None):
+def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **options):
     """The gradients of attn.attention(q, k, v, ...) = out with respect to q, k and v (and
     the sinks), given dout, the gradient of a loss with respect to out.
 
-    q, k, v and every keyword are those the forward call was given; out and lse are what it
-    returned (attn.attention(..., return_lse=True)), in its shapes and layout. dout has
-    out's shape. The weights are recomputed from q, k and lse, never stored, so the extra
-    memory is O(L x D) per head. No gradient flows into mask, alibi_slopes or scale. With
-    GQA / MQA, dk and dv sum over the query heads of each group.
+    q, k, v, mask, layout and every option are those the forward call was given; out and
+    lse are what it returned (attn.attention(..., return_lse=True)), in its shapes and
+    layout. dout has out's shape. The weights are recomputed from q, k and lse, never
+    stored, so the extra memory is O(L x D) per head. No gradient flows into mask,
+    alibi_slopes or scale. With GQA / MQA, dk and dv sum over the query heads of each group.
 
     Returns (dq, dk, dv) in the shapes and dtypes of q, k and v, or (dq, dk, dv, dsinks)
     when sinks are given, dsinks: [Hq], float32 (float64 for float64 q), summed over batch
     and rows. The results are the same bytes for any thread count. NumPy arrays in give
     NumPy arrays out, torch tensors give torch tensors.
     """
-    q, (k, v, out, dout), options, layout_view = prepare(
-        q, (("k", k), ("v", v), ("out", out), ("dout", dout)), mask=mask, causal=causal,
-        causal_align=causal_align, scale=scale, window=window, softcap=softcap,
-        alibi_slopes=alibi_slopes, sinks=sinks, cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k, layout=layout, threads=threads)
+    q, (k, v, out, dout), o, layout_view = _request.prepare(
+        q, (("k", k), ("v", v), ("out", out), ("dout", dout)), layout, options,
+        "attention_backward")
     lse = _arrays.as_array(lse, "lse")
     if lse.ndim != q.ndim - 1:
         raise Error(f"lse: expected {q.ndim - 1} dims (q's, less the last), given shape "
@@ -44,19 +38,20 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, causal=False,
 
     grads = [_arrays.empty(x, _arrays.shape(x), _arrays.dtype_name(x)) for x in (q, k, v)]
     dsinks = dsinks4 = None
-    if options["sinks"]:
+    if o.sinks:
         dsinks = _arrays.empty(q, (heads,), _arrays.stats_dtype(q))
         dsinks4 = _arrays.reshape(dsinks, (1, heads, 1, 1))
-    dq4, dk4, dv4 = (_to_bhsd(g, layout) for g in grads)
-    ext = _arrays.for_extension
+    dq4, dk4, dv4 = (_request.to_bhsd(g, layout) for g in grads)
+    ext = _request.ext
     _backward(
         ext(q4), ext(k4), ext(v4), ext(out4), ext(lse4), ext(dout4),
-        dq=ext(dq4), dk=ext(dk4), dv=ext(dv4),
-        dsinks=None if dsinks4 is None else ext(dsinks4),
-        mask=None if mask is None else ext(mask_view(mask, (batch, heads), len_q, len_k)),
-        **options,
+        dq=ext(dq4), dk=ext(dk4), dv=ext(dv4), dsinks=ext(dsinks4),
+        mask=ext(_request.mask_view(mask, (batch, heads), len_q, len_k)), options=o,
     )
     return tuple(grads) if dsinks is None else (*grads, dsinks)
+
+
+attention_backward.__doc__ += _request.OPTIONS_DOC
 
 
 @functools.cache
@@ -69,13 +64,13 @@ def _attention_function():
         sinks), backward calls attention_backward."""
 
         @staticmethod
-        def forward(ctx, q, k, v, sinks, keywords, return_weights):
-            results = attention(q, k, v, sinks=sinks, return_lse=True,
-                                return_weights=return_weights, **keywords)
+        def forward(ctx, q, k, v, sinks, mask, layout, keywords, return_weights):
+            results = _forward.attention(q, k, v, mask, layout, True, return_weights,
+                                         dict(keywords, sinks=sinks))
             sinks_tensor = sinks if _arrays.is_torch(sinks) else None
             ctx.save_for_backward(q, k, v, results[0], results[1], sinks_tensor)
             ctx.mark_non_differentiable(*results[1:])
-            ctx.keywords = keywords
+            ctx.mask, ctx.layout, ctx.keywords = mask, layout, keywords
             ctx.sinks = None if sinks_tensor is not None else sinks  # a list, or None
             return results
 
@@ -84,21 +79,24 @@ def _attention_function():
         def backward(ctx, dout, *_):
             q, k, v, out, lse, sinks_tensor = ctx.saved_tensors
             sinks = ctx.sinks if sinks_tensor is None else sinks_tensor
-            grads = attention_backward(q, k, v, out, lse, dout, sinks=sinks, **ctx.keywords)
+            grads = attention_backward(q, k, v, out, lse, dout, mask=ctx.mask, layout=ctx.layout,
+                                       sinks=sinks, **ctx.keywords)
             dsinks = None
             if sinks_tensor is not None and ctx.needs_input_grad[3]:
                 dsinks = grads[3].to(sinks_tensor.dtype).reshape(sinks_tensor.shape)
-            return grads[0], grads[1], grads[2], dsinks, None, None
+            return grads[0], grads[1], grads[2], dsinks, None, None, None, None
 
     return AttentionFunction
 
 
-def attention_with_gradients(q, k, v, sinks, keywords, return_lse, return_weights):
+def attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights, options):
     """attn.attention recorded by autograd: its out has a grad_fn whose backward is
     attention_backward; lse and weights, when asked for, carry no gradient."""
-    for name in ("mask", "alibi_slopes"):
-        _arrays.refuse_gradients(keywords.get(name), name)
+    _arrays.refuse_gradients(mask, "mask")
+    _arrays.refuse_gradients(options.get("alibi_slopes"), "alibi_slopes")
     return_lse = _arrays.flag(return_lse, "return_lse")
-    results = _attention_function().apply(q, k, v, sinks, keywords, return_weights)
+    keywords = {name: value for name, value in options.items() if name != "sinks"}
+    results = _attention_function().apply(q, k, v, options.get("sinks"), mask, layout, keywords,
+                                           return_weights)
     kept = [results[0]] + ([results[1]] if return_lse else []) + list(results[2:])
     return kept[0] if len(kept) == 1 else tuple(kept)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _arrays
 from ._errors import ArgumentTypeError, Error
-from ._attention import _ALIGNMENTS, _input, _mask_view, _threads, _window
+from . import _request
 from ._attn import KVCache as _KVCache
 from ._attn import decode as _decode
 from ._attn import empty_state as _empty_state
@@ -85,34 +85,32 @@ def finalize(state, sinks=None):
     return out, lse[..., 0]
 
 
-def attention_state(q, k, v, *, mask=None, causal=False, causal_align="top-left", scale=None,
-                    window=(-1, -1), softcap=0.0, alibi_slopes=None, threads=None):
+def attention_state(q, k, v, *, mask=None, **options):
     """attn.attention as a State instead of a finalized output (no sinks: give them to
-    finalize). q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]; keywords as in
-    attn.attention. The state is float64 for float64 q, else float32."""
+    finalize). q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]; mask and options as
+    in attn.attention. The state is float64 for float64 q, else float32."""
     q, k, v = (_arrays.as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 4:
             raise Error(f"{name}: expected 4 dims [B, H, L, D], given shape {_arrays.shape(x)}")
-    if causal_align not in _ALIGNMENTS:
-        raise Error(f"causal_align: expected 'top-left' or 'bottom-right', given {causal_align!r}")
-    q4, k4, v4 = (_input(x, "bhsd") for x in (q, k, v))
+    o = _request.options(q, options, "attention_state", _STATE_REFUSES)
+    q4, k4, v4 = (_request.input_view(x, "bhsd") for x in (q, k, v))
     mask4 = None
     if mask is not None:
         m = _arrays.as_array(mask, "mask", allow_bool=True)
         if m.ndim != 4:
             raise Error(f"mask: expected 4 dims [B or 1, H or 1, Lq, Lk], given shape {_arrays.shape(m)}")
         batch, heads, len_q, _ = _arrays.shape(q4)
-        mask4 = _arrays.for_extension(_mask_view(m, (batch, heads), len_q, _arrays.shape(k4)[2], "mask"))
-    left, right = _window(window)
-    arrays = _forward_state(
-        *(_arrays.for_extension(x) for x in (q4, k4, v4)), mask=mask4,
-        scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
-        bottom_right=causal_align == "bottom-right", window_left=left, window_right=right,
-        softcap=_arrays.number(softcap, "softcap"),
-        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"), threads=_threads(threads, q),
-    )
+        mask4 = _request.broadcast_mask(m, (batch, heads), len_q, _arrays.shape(k4)[2], "mask")
+    ext = _request.ext
+    arrays = _forward_state(ext(q4), ext(k4), ext(v4), mask=ext(mask4), options=o)
     return State._from_extension(*arrays)
+
+
+_STATE_REFUSES = (("sinks", "give them to attn.finalize, which counts them once"),
+                  ("cu_seqlens_q", "a state has one segment per batch entry"),
+                  ("cu_seqlens_k", "a state has one segment per batch entry"))
+attention_state.__doc__ += _request.OPTIONS_DOC
 
 
 class KVCache:
@@ -333,8 +331,12 @@ class KVCache:
                 f"sequences={len(self.sequence_ids)}, blocks_in_use={self.blocks_in_use})")
 
 
-def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap, alibi_slopes,
-                 sinks, threads):
+_DECODE_REFUSES = (("causal_align", "a decode step's queries are the newest tokens (bottom-right)"),
+                   ("cu_seqlens_q", "each sequence of the cache is its own"),
+                   ("cu_seqlens_k", "each sequence of the cache is its own"))
+
+
+def _decode_call(q, cache, seq_ids, as_state, options, function, refused=_DECODE_REFUSES):
     if not isinstance(cache, KVCache):
         raise ArgumentTypeError(f"cache: expected an attn.KVCache, given {type(cache).__name__}")
     q = _arrays.as_array(q, "q")
@@ -347,19 +349,12 @@ def _decode_call(q, cache, seq_ids, as_state, *, causal, scale, window, softcap,
     if isinstance(seq_ids, (int, np.integer)) or not hasattr(seq_ids, "__len__"):
         raise ArgumentTypeError(f"seq_ids: expected a sequence of ids (one per row of q), given {seq_ids!r}")
     ids = [_arrays.integer(i, "seq_ids", "sequence ids (ints)") for i in seq_ids]
-    left, right = _window(window)
-    result = _decode(
-        _arrays.for_extension(q4), cache._cache, ids,
-        scale=_arrays.number(scale, "scale", allow_none=True), causal=_arrays.flag(causal, "causal"),
-        window_left=left, window_right=right, softcap=_arrays.number(softcap, "softcap"),
-        alibi_slopes=_arrays.per_head(alibi_slopes, "alibi_slopes"),
-        sinks=_arrays.per_head(sinks, "sinks"), threads=_threads(threads, q), as_state=as_state,
-    )
+    o = _request.options(q, options, function, refused)
+    result = _decode(_arrays.for_extension(q4), cache._cache, ids, options=o, as_state=as_state)
     return result, one_step
 
 
-def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), softcap=0.0,
-           alibi_slopes=None, sinks=None, return_lse=False, threads=None):
+def decode(q, cache, seq_ids, *, return_lse=False, **options):
     """One generation step: each sequence's newest queries against its cached keys.
 
     Shapes:
@@ -369,23 +364,24 @@ def decode(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), soft
         out: [S, Hq, Dv] or [S, Hq, n_q, Dv], float32 (a torch tensor when q is one)
         lse: [S, Hq] or [S, Hq, n_q], float32 (with return_lse=True)
     The new tokens' keys and values are appended first: query i of a sequence of length L
-    sits at key position L - n_q + i. causal hides, for each new query, the new keys after
-    it; window, softcap, alibi_slopes and sinks act as in attn.attention. Long sequences
-    are split over threads and merged in a fixed order: results do not depend on threads.
+    sits at key position L - n_q + i (plus position_offset). causal hides, for each new
+    query, the new keys after it; window, softcap, alibi_slopes and sinks act as in
+    attn.attention (causal_align and cu_seqlens do not apply). Long sequences are split over
+    threads and merged in a fixed order: results do not depend on threads.
     """
-    result, one_step = _decode_call(q, cache, seq_ids, False, causal=causal, scale=scale,
-                                    window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                                    sinks=sinks, threads=threads)
+    result, one_step = _decode_call(q, cache, seq_ids, False, options, "decode")
     out, lse = (_arrays.like_kind(x, q) for x in result)
     out, lse = (out[:, :, 0], lse[:, :, 0, 0]) if one_step else (out, lse[..., 0])
     return (out, lse) if _arrays.flag(return_lse, "return_lse") else out
 
 
-def decode_state(q, cache, seq_ids, *, causal=False, scale=None, window=(-1, -1), softcap=0.0,
-                 alibi_slopes=None, threads=None):
+def decode_state(q, cache, seq_ids, **options):
     """attn.decode as a float32 State over q's rows [S, Hq, n_q] (no sinks: give them to
     finalize), to merge with attention over keys held elsewhere. A 3-D q counts as n_q = 1."""
-    result, _ = _decode_call(q, cache, seq_ids, True, causal=causal, scale=scale, window=window,
-                             softcap=softcap, alibi_slopes=alibi_slopes, sinks=None,
-                             threads=threads)
+    refused = _DECODE_REFUSES + (("sinks", "give them to attn.finalize, which counts them once"),)
+    result, _ = _decode_call(q, cache, seq_ids, True, options, "decode_state", refused)
     return State._from_extension(*result)
+
+
+decode.__doc__ += _request.OPTIONS_DOC
+decode_state.__doc__ += _request.OPTIONS_DOC

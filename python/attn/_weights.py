@@ -3,9 +3,8 @@ keywords, without v; all of them, chosen heads or query rows, or the top k per r
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _request
 from ._errors import ArgumentTypeError, Error
-from ._attention import ext, mask_view, prepare
 from ._attn import weights as _weights
 
 
@@ -25,12 +24,10 @@ def _chosen(values, name, count, what):
     return [int(x) for x in array]
 
 
-def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
-            causal_align="top-left", scale=None, window=(-1, -1), softcap=0.0,
-            alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
-            layout="bhsd", threads=None):
+def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, layout="bhsd", **options):
     """The softmax weights alpha of attn.attention: exp(s_ij - lse_i), from the same fast
-    kernel's scores and log-sum-exp, for the same keywords (which see), without v.
+    kernel's scores and log-sum-exp, for the same keywords (which see), without v: the bits
+    attn.attention(q, k, v, ..., return_weights=True) returns, for any v.
 
     Shapes (layout as in attn.attention; q and k have the same rank):
         q: [Lq, D] | [Hq, Lq, D] | [B, Hq, Lq, D]     k: [Lk, D] | [Hkv, Lk, D] | [B, Hkv, Lk, D]
@@ -45,6 +42,7 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
             by the lower key index, and their key indices (packed: into the packed k). A
             row that sees fewer than k keys is padded with index -1 and weight 0; a k
             above Lk is taken as Lk. The whole Lq x Lk matrix is never held.
+    mask and layout as in attn.attention.
 
     A result that would not fit in the memory available raises MemoryError before
     anything is computed, saying how large it would be.
@@ -52,10 +50,7 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
     Rows of a full selection sum to 1 less the sinks' share; a row that sees no key is all
     zeros. Bad input raises ValueError or TypeError naming the argument.
     """
-    q, (k,), options, layout_view = prepare(
-        q, (("k", k),), mask=mask, causal=causal, causal_align=causal_align, scale=scale,
-        window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, layout=layout, threads=threads)
+    q, (k,), o, layout_view = _request.prepare(q, (("k", k),), layout, options, "weights")
     if top_k is not None:
         top_k = _arrays.integer(top_k, "top_k", "None or an int >= 1")
         if top_k < 1:
@@ -78,10 +73,14 @@ def weights(q, k, *, heads=None, rows=None, top_k=None, mask=None, causal=False,
     out = _arrays.empty(q, user_shape, _arrays.stats_dtype(q))
     indices = None if top_k is None else _arrays.empty(q, user_shape, "int64")
 
+    ext = _request.ext
     _weights(
         ext(q4), ext(k4), out=_arrays.reshape(out, shape4),
         indices=None if indices is None else _arrays.reshape(indices, shape4),
         heads=head_list, rows=row_list, top_k=top_k,
-        mask=ext(mask_view(mask, (batch, heads_q), len_q, len_k)), **options,
+        mask=ext(_request.mask_view(mask, (batch, heads_q), len_q, len_k)), options=o,
     )
     return out if indices is None else (out, indices)
+
+
+weights.__doc__ += _request.OPTIONS_DOC

@@ -14,7 +14,7 @@ links: pip install --no-binary=mpi4py mpi4py.
 """
 
 from . import _arrays
-from ._attention import _to_bhsd, _user_shape, ext, prepare
+from . import _request
 from ._errors import ArgumentTypeError, Error
 
 try:
@@ -50,6 +50,8 @@ if _library_text(MPI.Get_library_version()) != _library_text(_dist.library_versi
         "mpi4py against the system's MPI: pip install --no-binary=mpi4py mpi4py")
 
 _SHARDINGS = ("contiguous", "zigzag")
+_REFUSES = (("cu_seqlens_q", "packed sequences cannot be split over ranks"),
+            ("cu_seqlens_k", "packed sequences cannot be split over ranks"))
 
 
 def _handle(comm):
@@ -80,9 +82,8 @@ def _agreed(comm, work):
     raise kind(f"rank {first}: {message}") from failure
 
 
-def attention(q_local, k_local, v_local, *, comm, causal=False, causal_align="top-left",
-              scale=None, window=(-1, -1), softcap=0.0, alibi_slopes=None, sinks=None,
-              sharding="contiguous", layout="bhsd", return_lse=False, threads=None):
+def attention(q_local, k_local, v_local, *, comm, sharding="contiguous", layout="bhsd",
+              return_lse=False, **options):
     """Exact attention of this rank's query rows over the keys of every rank of comm: the
     rows of attn.attention(q, k, v, ...) on the whole sequence that q_local holds.
 
@@ -107,10 +108,10 @@ def attention(q_local, k_local, v_local, *, comm, causal=False, causal_align="to
             sequence is cut into 2N equal chunks and rank r of N holds chunks r and
             2N - 1 - r, in that order, so each rank's row count is even and the same on
             every rank, and causal work is even across ranks.
-        causal, causal_align, scale, window, softcap, alibi_slopes, sinks, layout,
-        return_lse, threads: as for attn.attention, over the global positions (threads
-            per rank). A mask and packed sequences (cu_seqlens) cannot be split over ranks
-            and are not accepted; neither are gradients (no autograd).
+        layout, return_lse and the options below: as for attn.attention, over the global
+            positions (threads per rank; position_offset moves the whole sequence). A mask
+            and packed sequences (cu_seqlens) cannot be split over ranks and are not
+            accepted; neither are gradients (no autograd).
 
     Results equal attn.attention on the whole sequence up to float32 rounding and are the
     same bytes on every run. The GIL is released while the ring runs.
@@ -127,25 +128,26 @@ def attention(q_local, k_local, v_local, *, comm, causal=False, causal_align="to
     def checked():
         if sharding not in _SHARDINGS:
             raise Error(f"sharding: expected 'contiguous' or 'zigzag', given {sharding!r}")
-        prepared = prepare(
-            q_local, (("k_local", k_local), ("v_local", v_local)), mask=None, causal=causal,
-            causal_align=causal_align, scale=scale, window=window, softcap=softcap,
-            alibi_slopes=alibi_slopes, sinks=sinks, cu_seqlens_q=None, cu_seqlens_k=None,
-            layout=layout, threads=threads, q_name="q_local")
+        prepared = _request.prepare(
+            q_local, (("k_local", k_local), ("v_local", v_local)), layout, options,
+            "attn.dist.attention", q_name="q_local", refused=_REFUSES)
         return prepared, _arrays.flag(return_lse, "return_lse")
 
-    (q, (k, v), options, layout_view), want_lse = _agreed(comm, checked)
+    (q, (k, v), o, layout_view), want_lse = _agreed(comm, checked)
     rank = q.ndim
     q4, k4, v4 = (layout_view(x) for x in (q, k, v))
+    ext = _request.ext
     context4, lse4 = _dist.forward(handle, ext(q4), ext(k4), ext(v4),
-                                   zigzag=sharding == "zigzag", **options)
+                                   zigzag=sharding == "zigzag", options=o)
     batch, heads, rows, dim_v = context4.shape
-    out = _arrays.empty(q, _user_shape(context4.shape, rank, layout), _arrays.dtype_name(q))
-    _to_bhsd(out, layout)[...] = _arrays.from_extension(context4, q)
+    out = _arrays.empty(q, _request.user_shape(context4.shape, rank, layout), _arrays.dtype_name(q))
+    _request.to_bhsd(out, layout)[...] = _arrays.from_extension(context4, q)
     if not want_lse:
         return out
     lse = _arrays.like_kind(lse4.reshape((batch, heads, rows)[4 - rank :]), q)
     return out, lse
 
+
+attention.__doc__ += _request.OPTIONS_DOC
 
 __all__ = ["attention"]

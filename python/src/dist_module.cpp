@@ -41,15 +41,7 @@ MPI_Comm communicator(std::uintptr_t handle) {
 // q: [B, Hq, Lq_r, D]  k: [B, Hkv, Lk_r, D]  v: [B, Hkv, Lk_r, Dv]: this rank's shards
 // -> (context [B, Hq, Lq_r, Dv] in q's dtype, lse [B, Hq, Lq_r, 1]) for its rows
 nb::tuple forward(std::uintptr_t comm, const InputArray& q, const InputArray& k,
-                  const InputArray& v, bool zigzag, std::optional<double> scale, bool causal,
-                  bool bottom_right, Index window_left, Index window_right, double softcap,
-                  std::vector<float> alibi_slopes, std::vector<float> sinks,
-                  std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-                  int threads) {
-  const Options options =
-      make_options(std::nullopt, scale, causal, bottom_right, window_left, window_right, softcap,
-                   std::move(alibi_slopes), std::move(sinks), std::move(cu_seqlens_q),
-                   std::move(cu_seqlens_k), threads);
+                  const InputArray& v, bool zigzag, const Options& options) {
   const TensorView q_view = input_view(q, "q_local"), k_view = input_view(k, "k_local");
   const TensorView v_view = input_view(v, "v_local");
   const dist::Sharding sharding = zigzag ? dist::Sharding::zigzag : dist::Sharding::contiguous;
@@ -80,9 +72,7 @@ NB_MODULE(_dist, m) {
   const nb::object error_type = nb::module_::import_("attn._attn").attr("Error");
   m.attr("Error") = error_type;
   translate_errors(error_type);
-  m.def("forward", &forward, "comm"_a, "q"_a, "k"_a, "v"_a, nb::kw_only(), "zigzag"_a,
-        "scale"_a.none(), "causal"_a, "bottom_right"_a, "window_left"_a, "window_right"_a,
-        "softcap"_a, "alibi_slopes"_a, "sinks"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+  m.def("forward", &forward, "comm"_a, "q"_a, "k"_a, "v"_a, nb::kw_only(), "zigzag"_a, "options"_a,
         "Ring attention of this rank's 4-D [B, H, S, D] shards over the MPI_Comm handle comm; "
         "returns (context, lse).");
   m.def("library_version", &library_version, "The MPI library this module was built against.");

@@ -1,8 +1,10 @@
 #include "errors.hpp"
 
 #include <exception>
+#include <string>
 
 #include "attn/error.hpp"
+#include "attn/explain.hpp"
 
 namespace attn::python {
 
@@ -18,6 +20,32 @@ void translate_errors(nanobind::handle error_type) {
         }
       },
       error_type.ptr());
+}
+
+}  // namespace attn::python
+
+namespace attn::python {
+namespace {
+
+PyObject* fallback_warning = nullptr;
+thread_local std::string pending_notice;
+
+void keep_notice(const std::string& line) {
+  pending_notice = line;
+}
+
+}  // namespace
+
+void route_fallback_notices(nanobind::handle warning_type) {
+  fallback_warning = warning_type.ptr();
+  attn::set_fallback_notice(keep_notice);
+}
+
+void warn_fallback() {
+  if (pending_notice.empty()) return;
+  const std::string line = std::move(pending_notice);
+  pending_notice.clear();
+  if (PyErr_WarnEx(fallback_warning, line.c_str(), 2) < 0) throw nanobind::python_error();
 }
 
 }  // namespace attn::python

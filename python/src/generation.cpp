@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "errors.hpp"
+#include "options.hpp"
 #include "views.hpp"
 
 namespace nb = nanobind;
@@ -83,19 +85,16 @@ StateArrays empty_state(const std::string& dtype, Index batch, Index heads, Inde
 
 // q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: [B or 1, Hq or 1, Lq, Lk]
 StateArrays forward_state_arrays(const InputArray& q, const InputArray& k, const InputArray& v,
-                                 const std::optional<InputArray>& mask, std::optional<double> scale,
-                                 bool causal, bool bottom_right, Index window_left,
-                                 Index window_right, double softcap,
-                                 std::vector<float> alibi_slopes, int threads) {
-  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
-                                       softcap, std::move(alibi_slopes), {}, {}, {}, threads);
+                                 const std::optional<InputArray>& mask, const Options& options) {
+  const Options with = with_mask(options, mask);
   const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
   const TensorView v_view = input_view(v, "v");
   State s;
   {
     nb::gil_scoped_release unlocked;
-    s = forward_state(q_view, k_view, v_view, options);
+    s = forward_state(q_view, k_view, v_view, with);
   }
+  warn_fallback();
   return arrays_of(std::move(s));
 }
 
@@ -110,18 +109,8 @@ CacheDType cache_dtype(const std::string& name) {
 // q: [S, Hq, n_q, D] -> (context [S, Hq, n_q, Dv], lse [S, Hq, n_q, 1]), or the state's
 // (m, l, acc) when as_state.
 nb::tuple decode_arrays(const InputArray& q, const KVCache& cache,
-                        const std::vector<KVCache::SequenceId>& seq_ids,
-                        std::optional<double> scale, bool causal, Index window_left,
-                        Index window_right, double softcap, std::vector<float> alibi_slopes,
-                        std::vector<float> sinks, int threads, bool as_state) {
-  Options options;
-  options.scale = scale;
-  options.causal = causal;
-  options.window = {window_left, window_right};
-  options.softcap = softcap;
-  options.alibi_slopes = std::move(alibi_slopes);
-  options.sinks = std::move(sinks);
-  options.threads = threads;
+                        const std::vector<KVCache::SequenceId>& seq_ids, const Options& options,
+                        bool as_state) {
   const TensorView q_view = input_view(q, "q");
   if (as_state) {
     State s;
@@ -186,12 +175,9 @@ void bind_generation(nb::module_& m) {
   m.def("empty_state", &empty_state, "dtype"_a, "batch"_a, "heads"_a, "rows"_a, "dim_v"_a,
         "The state (m, l, acc) of no keys.");
   m.def("forward_state", &forward_state_arrays, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(),
-        "scale"_a.none(), "causal"_a, "bottom_right"_a, "window_left"_a, "window_right"_a,
-        "softcap"_a, "alibi_slopes"_a, "threads"_a,
-        "Attention of 4-D views as a state (m, l, acc).");
-  m.def("decode", &decode_arrays, "q"_a, "cache"_a, "seq_ids"_a, nb::kw_only(), "scale"_a.none(),
-        "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
-        "threads"_a, "as_state"_a, "One decode step of 4-D q against the cache.");
+        "options"_a, "Attention of 4-D views as a state (m, l, acc).");
+  m.def("decode", &decode_arrays, "q"_a, "cache"_a, "seq_ids"_a, nb::kw_only(), "options"_a,
+        "as_state"_a, "One decode step of 4-D q against the cache.");
 
   nb::class_<KVCache>(m, "KVCache")
       .def(

@@ -17,6 +17,7 @@
 #include "core/memory.hpp"
 #include "errors.hpp"
 #include "generation.hpp"
+#include "options.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
 #include "viz/model_page.hpp"
@@ -31,22 +32,18 @@ namespace {
 // out: [B, Hq, Lq, Dv]  lse: [B, Hq, Lq, 1]  weights: [B, Hq, Lq, Lk]
 void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& out,
              const std::optional<OutputArray>& lse, const std::optional<OutputArray>& weights,
-             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
-             bool bottom_right, Index window_left, Index window_right, double softcap,
-             std::vector<float> alibi_slopes, std::vector<float> sinks,
-             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-             int threads) {
-  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
-                                       softcap, std::move(alibi_slopes), std::move(sinks),
-                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
+             const std::optional<InputArray>& mask, const Options& options) {
+  const Options with = with_mask(options, mask);
   Outputs outputs{output_view(out, "out"), std::nullopt, std::nullopt};
   if (lse) outputs.lse = output_view(*lse, "lse");
   if (weights) outputs.weights = output_view(*weights, "weights");
   const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
   const TensorView v_view = input_view(v, "v");
-
-  nb::gil_scoped_release unlocked;
-  forward_into(q_view, k_view, v_view, options, outputs);
+  {
+    nb::gil_scoped_release unlocked;
+    forward_into(q_view, k_view, v_view, with, outputs);
+  }
+  warn_fallback();
 }
 
 // q, k, v, out, dout as for forward  lse: [B, Hq, Lq, 1]  dq, dk, dv: the shapes of q, k, v
@@ -55,22 +52,19 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
               const InputArray& lse, const InputArray& dout, const OutputArray& dq,
               const OutputArray& dk, const OutputArray& dv,
               const std::optional<OutputArray>& dsinks, const std::optional<InputArray>& mask,
-              std::optional<double> scale, bool causal, bool bottom_right, Index window_left,
-              Index window_right, double softcap, std::vector<float> alibi_slopes,
-              std::vector<float> sinks, std::vector<std::int64_t> cu_seqlens_q,
-              std::vector<std::int64_t> cu_seqlens_k, int threads) {
-  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
-                                       softcap, std::move(alibi_slopes), std::move(sinks),
-                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
+              const Options& options) {
+  const Options with = with_mask(options, mask);
   const BackwardInputs inputs{input_view(q, "q"),     input_view(k, "k"),
                               input_view(v, "v"),     input_view(out, "out"),
                               input_view(lse, "lse"), input_view(dout, "dout")};
   Gradients gradients{output_view(dq, "dq"), output_view(dk, "dk"), output_view(dv, "dv"),
                       std::nullopt};
   if (dsinks) gradients.dsinks = output_view(*dsinks, "dsinks");
-
-  nb::gil_scoped_release unlocked;
-  backward_into(inputs, options, gradients);
+  {
+    nb::gil_scoped_release unlocked;
+    backward_into(inputs, with, gradients);
+  }
+  warn_fallback();
 }
 
 using IndexArray = nb::ndarray<std::int64_t, nb::c_contig, nb::device::cpu>;
@@ -80,14 +74,8 @@ using IndexArray = nb::ndarray<std::int64_t, nb::c_contig, nb::device::cpu>;
 void weights(const InputArray& q, const InputArray& k, const OutputArray& out,
              const std::optional<IndexArray>& indices, std::vector<Index> heads,
              std::vector<Index> rows, std::optional<Index> top_k,
-             const std::optional<InputArray>& mask, std::optional<double> scale, bool causal,
-             bool bottom_right, Index window_left, Index window_right, double softcap,
-             std::vector<float> alibi_slopes, std::vector<float> sinks,
-             std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-             int threads) {
-  const Options options = make_options(mask, scale, causal, bottom_right, window_left, window_right,
-                                       softcap, std::move(alibi_slopes), std::move(sinks),
-                                       std::move(cu_seqlens_q), std::move(cu_seqlens_k), threads);
+             const std::optional<InputArray>& mask, const Options& options) {
+  const Options with = with_mask(options, mask);
   WeightSelection selection{std::move(heads), std::move(rows), top_k};
   const MutableTensorView out_view = output_view(out, "weights");
   std::int64_t* index_data = nullptr;
@@ -99,9 +87,23 @@ void weights(const InputArray& q, const InputArray& k, const OutputArray& out,
     index_data = indices->data();
   }
   const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k");
+  {
+    nb::gil_scoped_release unlocked;
+    weights_into(q_view, k_view, with, selection, out_view, index_data);
+  }
+  warn_fallback();
+}
 
-  nb::gil_scoped_release unlocked;
-  weights_into(q_view, k_view, options, selection, out_view, index_data);
+// What attn::explain says of forward(q, k, v) with these options: {backend, reason, plan}.
+nb::dict explain(const InputArray& q, const InputArray& k, const InputArray& v,
+                 const std::optional<InputArray>& mask, const Options& options) {
+  const Explanation e = attn::explain(input_view(q, "q"), input_view(k, "k"), input_view(v, "v"),
+                                      with_mask(options, mask));
+  nb::dict out;
+  out["backend"] = e.backend == Backend::fast ? "fast" : "reference";
+  out["reason"] = e.reason;
+  out["plan"] = e.plan;
+  return out;
 }
 
 ScoreKind score_kind(const std::string& kind) {
@@ -249,22 +251,26 @@ NB_MODULE(_attn, m) {
       nb::make_tuple(nb::handle(PyExc_ValueError), nb::handle(PyExc_RuntimeError)).ptr(), nullptr);
   m.attr("Error") = nb::steal(error_type);
   translate_errors(error_type);
+  // Backend::automatic running the float64 reference (100x slower) says so, once per reason.
+  PyObject* warning_type = PyErr_NewExceptionWithDoc(
+      "attn.FallbackWarning",
+      "attn ran its float64 reference because the fast kernels do not serve the call.",
+      PyExc_UserWarning, nullptr);
+  m.attr("FallbackWarning") = nb::steal(warning_type);
+  route_fallback_notices(warning_type);
 
+  bind_options(m);
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, nb::kw_only(), "out"_a, "lse"_a.none(),
-        "weights"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
-        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "weights"_a.none(), "mask"_a.none(), "options"_a,
         "Attention of 4-D [B, H, S, D] views, written into out (and lse, weights).");
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, nb::kw_only(),
-        "dq"_a, "dk"_a, "dv"_a, "dsinks"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a,
-        "bottom_right"_a, "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a,
-        "sinks"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "dq"_a, "dk"_a, "dv"_a, "dsinks"_a.none(), "mask"_a.none(), "options"_a,
         "Gradients of attention of 4-D [B, H, S, D] views, written into dq, dk, dv (and dsinks).");
   m.def("weights", &weights, "q"_a, "k"_a, nb::kw_only(), "out"_a, "indices"_a.none(), "heads"_a,
-        "rows"_a, "top_k"_a.none(), "mask"_a.none(), "scale"_a.none(), "causal"_a, "bottom_right"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "alibi_slopes"_a, "sinks"_a,
-        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "threads"_a,
+        "rows"_a, "top_k"_a.none(), "mask"_a.none(), "options"_a,
         "Softmax weights of 4-D [B, H, S, D] views, written into out (and indices for top_k).");
+  m.def("explain", &explain, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(), "options"_a,
+        "The backend forward runs for these 4-D views and options, why, and its plan.");
   m.def("scores", &scores, "q"_a, "k"_a, nb::kw_only(), "kind"_a, "scale"_a.none(),
         "weight"_a.none(), "query_projection"_a.none(), "key_projection"_a.none(),
         "energy"_a.none(), "Scores [B, Hq, Lq, Lk] of 4-D q and k.");

@@ -132,24 +132,4 @@ NumpyArray to_numpy(Tensor&& tensor) {
   return NumpyArray(owned->data(), 4, shape, owner, nullptr, dtype);
 }
 
-Options make_options(const std::optional<InputArray>& mask, std::optional<double> scale,
-                     bool causal, bool bottom_right, Index window_left, Index window_right,
-                     double softcap, std::vector<float> alibi_slopes, std::vector<float> sinks,
-                     std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-                     int threads) {
-  Options options;
-  options.scale = scale;
-  options.causal = causal;
-  options.causal_align = bottom_right ? CausalAlign::bottom_right : CausalAlign::top_left;
-  options.window = {window_left, window_right};
-  options.softcap = softcap;
-  options.alibi_slopes = std::move(alibi_slopes);
-  options.sinks = std::move(sinks);
-  options.cu_seqlens_q = std::move(cu_seqlens_q);
-  options.cu_seqlens_k = std::move(cu_seqlens_k);
-  options.threads = threads;
-  if (mask) options.mask = input_view(*mask, "mask", true);
-  return options;
-}
-
 }  // namespace attn::python

@@ -31,12 +31,4 @@ MutableTensorView output_view(const OutputArray& array, const char* name);
 // bfloat16 comes back as uint16 bits.
 NumpyArray to_numpy(Tensor&& tensor);
 
-// The options attn.attention, attn.weights and attn.attention_state share (empty vectors
-// mean "off"); mask: [B or 1, Hq or 1, Lq, Lk].
-Options make_options(const std::optional<InputArray>& mask, std::optional<double> scale,
-                     bool causal, bool bottom_right, Index window_left, Index window_right,
-                     double softcap, std::vector<float> alibi_slopes, std::vector<float> sinks,
-                     std::vector<std::int64_t> cu_seqlens_q, std::vector<std::int64_t> cu_seqlens_k,
-                     int threads);
-
 }  // namespace attn::python

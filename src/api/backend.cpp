@@ -28,8 +28,8 @@ void notice_fallback(const std::string& missing) {
       "attn: running the float64 reference, which is far slower: the fast CPU kernel does "
       "not serve " +
       missing +
-      " (ask for Backend::reference to run it without this line; attn::explain "
-      "says why before a call)");
+      "; ask for backend reference to run it without this notice (explain says "
+      "why before a call)");
 }
 
 }  // namespace
@@ -50,14 +50,14 @@ Explanation choose(Backend requested, const std::string& missing) {
   const Backend backend = resolve_backend(requested);
   if (backend == Backend::reference) {
     return {Backend::reference,
-            requested == Backend::reference ? "Backend::reference was asked for"
+            requested == Backend::reference ? "the reference backend was asked for"
                                             : "ATTN_BACKEND=reference is set",
             ""};
   }
   if (missing.empty()) return {Backend::fast, "", ""};
   if (backend == Backend::fast) {
     return {Backend::fast,
-            "Backend::fast was asked for, and the fast CPU kernel does not serve " + missing +
+            "the fast backend was asked for, and the fast CPU kernel does not serve " + missing +
                 ": the call throws",
             ""};
   }

@@ -26,7 +26,8 @@ def _stub_signatures():
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             a = node.args
-            out[node.name] = ([p.arg for p in a.posonlyargs + a.args], [p.arg for p in a.kwonlyargs])
+            out[node.name] = ([p.arg for p in a.posonlyargs + a.args], [p.arg for p in a.kwonlyargs],
+                              a.kwarg.arg if a.kwarg else None)
     return out
 
 
@@ -47,7 +48,8 @@ def test_stubs_are_shipped_and_match_the_functions():
         params = inspect.signature(getattr(attn, name)).parameters.values()
         positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
         keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
-        assert stubs[name] == (positional, keyword), name
+        options = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+        assert stubs[name] == (positional, keyword, options), name
 
 
 def test_docstrings_give_shapes():

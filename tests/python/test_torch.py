@@ -240,9 +240,14 @@ def test_gradients_attn_does_not_compute_are_refused_while_recorded(tmp_path):
 
 def test_threads_follow_torch_for_torch_inputs(monkeypatch):
     seen = []
-    forward, decode = attn._attention._forward, attn._generation._decode
-    monkeypatch.setattr(attn._attention, "_forward", lambda *a, **kw: seen.append(kw["threads"]) or forward(*a, **kw))
-    monkeypatch.setattr(attn._generation, "_decode", lambda *a, **kw: seen.append(kw["threads"]) or decode(*a, **kw))
+    options = attn._request.options
+
+    def recorded(*args, **kwargs):
+        made = options(*args, **kwargs)
+        seen.append(made.threads)
+        return made
+
+    monkeypatch.setattr(attn._request, "options", recorded)
     q = torch.randn(1, 2, 3, 4)
     cache = attn.KVCache(2, 4)
     cache.append(cache.add_sequence(), q[0], q[0])

@@ -64,7 +64,7 @@ def _kept_defines():
     text = cache.read_text() if cache.exists() else ""
     kept = []
     for name, pattern in (("ATTN_WERROR", r"^ATTN_WERROR:BOOL=(\w+)$"),
-                          ("CMAKE_GENERATOR", r"^CMAKE_GENERATOR:INTERNAL=(.+)$")):
+                          ("CMAKE_GENERATOR", r"^CMAKE_GENERATOR:(?:INTERNAL|UNINITIALIZED)=(.+)$")):
         found = re.search(pattern, text, re.M)
         if found:
             kept += ["-C", f"cmake.define.{name}={found.group(1)}"]

@@ -63,12 +63,8 @@ cpu::DecodeProblem make_problem(const TensorView& q, const KVCache& cache,
   p.dim = config.dim;
   p.dim_v = config.dim_v;
   p.queries = q.shape[2];
-  p.scale = core::resolved_scale(options, config.dim);
-  p.causal = options.causal;
-  p.position_offset = options.position_offset;
-  p.window = options.window;
-  p.softcap = options.softcap;
-  p.alibi_slopes = options.alibi_slopes;
+  p.rule = core::make_score_rule(options, config.dim);
+  p.rule.causal_align = CausalAlign::bottom_right;
   p.threads = options.threads;
   return p;
 }

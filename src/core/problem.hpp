@@ -7,6 +7,7 @@
 #include "attn/attention.hpp"
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
+#include "core/score_rule.hpp"
 
 namespace attn::core {
 
@@ -30,14 +31,8 @@ struct Problem {
   std::vector<Segment> segments;
   bool packed = false;
 
-  double scale = 1.0;
-  bool causal = false;
-  CausalAlign causal_align = CausalAlign::top_left;
-  Index position_offset = 0;  // Options::position_offset
-  Window window;
-  double softcap = 0.0;
-  std::vector<float> alibi_slopes;  // empty or [Hq]
-  std::vector<float> sinks;         // empty or [Hq]
+  ScoreRule rule;            // scale, causal and its alignment, offset, window, softcap, ALiBi
+  std::vector<float> sinks;  // empty or [Hq]
 
   MaskKind mask_kind = MaskKind::none;
   TensorView mask;  // strides of broadcast dims set to 0
@@ -45,12 +40,9 @@ struct Problem {
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
 
   Index group_size() const { return heads_q / heads_kv; }
-  // Key position of query row i (relative to its segment) for the segment's alignment and
-  // the position offset: the one place that places a query among the keys.
+  // Key position of query row i (relative to its segment): the rule's, for its lengths.
   Index query_position(const Segment& segment, Index i) const {
-    const Index aligned =
-        causal_align == CausalAlign::bottom_right ? i + segment.len_k - segment.len_q : i;
-    return aligned + position_offset;
+    return rule.query_position(i, segment.len_q, segment.len_k);
   }
 };
 

@@ -124,13 +124,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   }
 
   check_options(options, p.heads_q);
-  p.scale = resolved_scale(options, p.dim_qk);
-  p.causal = options.causal;
-  p.causal_align = options.causal_align;
-  p.position_offset = options.position_offset;
-  p.window = options.window;
-  p.softcap = options.softcap;
-  p.alibi_slopes = options.alibi_slopes;
+  p.rule = make_score_rule(options, p.dim_qk);
   p.sinks = options.sinks;
   p.threads = options.threads;
 

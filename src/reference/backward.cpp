@@ -70,7 +70,7 @@ void backward(const core::BackwardProblem& bp) {
         double* dq_row = dq.row(b, head, row);
         for (Index j = 0; j < seg.len_k; ++j) {
           if (!scratch.shown[j]) continue;
-          const double dx = weights[j] * (dp[j] - d_sum) * scratch.score_slopes[j] * p.scale;
+          const double dx = weights[j] * (dp[j] - d_sum) * scratch.score_slopes[j] * p.rule.scale;
           core::load_row(p.k, b, kv_head, seg.k_begin + j, k_row.data());
           double* dk_row = dk.row(b, kv_head, seg.k_begin + j);
           for (Index d = 0; d < p.dim_qk; ++d) {

@@ -25,9 +25,9 @@ constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 // NaN, so a NaN key that an additive mask hides must never enter the dot product.
 bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j) {
   const Index position = p.query_position(seg, i);
-  if (p.causal && j > position) return false;
-  if (p.window.left >= 0 && j < position - p.window.left) return false;
-  if (p.window.right >= 0 && j > position + p.window.right) return false;
+  if (p.rule.causal && j > position) return false;
+  if (p.rule.window.left >= 0 && j < position - p.rule.window.left) return false;
+  if (p.rule.window.right >= 0 && j > position + p.rule.window.right) return false;
   const Index mask_row = seg.q_begin + i, mask_col = seg.k_begin + j;
   if (p.mask_kind == core::MaskKind::boolean) {
     const auto mask = p.mask.as<bool>("mask");
@@ -47,16 +47,16 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
   core::load_row(p.k, seg.batch, head / p.group_size(), seg.k_begin + j, k_row.data());
   double dot = 0.0;
   for (Index d = 0; d < p.dim_qk; ++d) dot += q_row[d] * k_row[d];
-  double s = dot * p.scale;
+  double s = dot * p.rule.scale;
   slope = 1.0;
-  if (p.softcap > 0.0) {
-    const double t = std::tanh(s / p.softcap);
-    s = p.softcap * t;
+  if (p.rule.softcap > 0.0) {
+    const double t = std::tanh(s / p.rule.softcap);
+    s = p.rule.softcap * t;
     slope = 1.0 - t * t;
   }
-  if (!p.alibi_slopes.empty()) {
+  if (!p.rule.alibi_slopes.empty()) {
     const auto distance = static_cast<double>(std::abs(p.query_position(seg, i) - j));
-    s -= static_cast<double>(p.alibi_slopes[head]) * distance;
+    s -= static_cast<double>(p.rule.alibi_slopes[head]) * distance;
   }
   if (p.mask_kind == core::MaskKind::additive) {
     s += core::load_element(p.mask, seg.batch, head, seg.q_begin + i, seg.k_begin + j);

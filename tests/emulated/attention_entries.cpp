@@ -82,8 +82,8 @@ attn::core::Problem make_problem(const AttentionArgs& a) {
   p.dim_qk = a.dim, p.dim_v = a.dim_v;
   p.total_q = a.len_q, p.total_k = a.len_k;
   for (Index b = 0; b < a.batch; ++b) p.segments.push_back({b, 0, a.len_q, 0, a.len_k});
-  p.scale = a.scale;
-  p.causal = a.causal != 0;
+  p.rule.scale = a.scale;
+  p.rule.causal = a.causal != 0;
   p.threads = 1;
   return p;
 }

@@ -290,7 +290,7 @@ class KeyBlockKernel {
   void query_tile(Index i0, Index rows) {
     for (Index t = 0; t < rows; ++t) {
       const Index position = p_.query_position(*seg_, i0 + t);
-      range_[t] = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
+      range_[t] = p_.rule.visible_keys(position, seg_->len_k);
       range_[t].first = std::max(range_[t].first, first_);
       range_[t].end = std::min(range_[t].end, end_);
       position_[t] = position;
@@ -348,7 +348,7 @@ class KeyBlockKernel {
   // read in place where it is f32 of whole vectors (rows_as_floats), since every key
   // block reads every query tile again.
   void pack_rows(Index i0, Index rows) {
-    const auto scale = static_cast<float>(p_.scale);
+    const auto scale = static_cast<float>(p_.rule.scale);
     const Index b = seg_->batch, first = seg_->q_begin + i0;
     for (Index t = 0; t < rows; ++t) {
       float* q = s_.q.get() + t * dim_p_;
@@ -395,7 +395,8 @@ class KeyBlockKernel {
       const auto position = hn::Set(di, static_cast<std::int32_t>(position_[t]));
       const auto first = hn::Set(di, static_cast<std::int32_t>(range_[t].first));
       const auto end = hn::Set(di, static_cast<std::int32_t>(range_[t].end));
-      const VF slope = hn::Set(df_, p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head_]);
+      const VF slope =
+          hn::Set(df_, p_.rule.alibi_slopes.empty() ? 0.0f : p_.rule.alibi_slopes[head_]);
       for (Index c = 0; c < block_; c += n) {
         const auto key = hn::Add(lanes, hn::Set(di, static_cast<std::int32_t>(first_ + c)));
         float* at = s_.s.get() + t * block_ + c;
@@ -423,7 +424,7 @@ class KeyBlockKernel {
   float* const dq_parts_;
   const Index part_size_;
   const DF df_;
-  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Index block_ = kKeyVectors * tile::lanes();
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
@@ -479,7 +480,7 @@ void run_kernel(const BackwardProblem& bp, int threads) {
   }
 
   // dq = scale * the parts' sum, in part order, a (batch, head) per item.
-  const auto scale = static_cast<float>(p.scale);
+  const auto scale = static_cast<float>(p.rule.scale);
   const Index heads = p.batch * p.heads_q;
   tile::run_items(heads, tile::threads_for(heads, threads), [&](int) {
     return [&, sum = std::vector<float>(static_cast<std::size_t>(dim_p))](Index item) mutable {
@@ -511,7 +512,6 @@ HWY_AFTER_NAMESPACE();
 namespace attn::cpu {
 
 HWY_EXPORT(BackwardTarget);
-
 
 void backward(const core::BackwardProblem& problem) {
   HWY_DYNAMIC_DISPATCH(BackwardTarget)(problem, resolve_threads(problem.forward.threads));

@@ -166,11 +166,12 @@ class TaskKernel {
   void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
     const Index length = p_.lengths[static_cast<std::size_t>(seq)];
     const Index position = p_.query_position(length, i);
-    const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, length);
+    const core::KeyRange keys = p_.rule.visible_keys(position, length);
     s_.first_key[r] = std::max(keys.first, part.key_begin);
     s_.end_key[r] = std::min(keys.end, part.key_end);
     s_.position[r] = position;
-    s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[static_cast<std::size_t>(head)];
+    s_.slope[r] =
+        p_.rule.alibi_slopes.empty() ? 0.0f : p_.rule.alibi_slopes[static_cast<std::size_t>(head)];
     s_.row_max[r] = kMinusInfinity;
     s_.row_sum[r] = 0.0f;
     std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
@@ -178,8 +179,8 @@ class TaskKernel {
     // float64 q (decode has no reference to fall back on) is rounded to float32 first.
     core::with_float_type(q.dtype, [&](auto tag) {
       using Q = decltype(tag);
-      tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim, static_cast<float>(p_.scale),
-                         s_.queries.get() + r * p_.dim);
+      tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim,
+                         static_cast<float>(p_.rule.scale), s_.queries.get() + r * p_.dim);
     });
   }
 
@@ -392,7 +393,7 @@ class TaskKernel {
   const DecodeParts& plan_;
   Scratch& s_;
   State& partial_;
-  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
 };
 
 // state[s, head, i] = the partial states of sequence s's parts, merged in key order.

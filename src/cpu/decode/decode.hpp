@@ -8,6 +8,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/options.hpp"
 #include "attn/state.hpp"
+#include "core/score_rule.hpp"
 
 namespace attn::cpu {
 
@@ -17,20 +18,15 @@ struct DecodeProblem {
   std::vector<const std::vector<std::int32_t>*> tables;  // [S]: each sequence's block table
   std::vector<Index> lengths;                            // [S]: keys per sequence
   Index heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0, queries = 0;
-  double scale = 1.0;
-  bool causal = false;
-  Index position_offset = 0;  // Options::position_offset
-  Window window;
-  double softcap = 0.0;
-  std::vector<float> alibi_slopes;  // empty or [Hq]
-  int threads = 0;                  // Options::threads
+  core::ScoreRule rule;  // causal_align is always bottom-right: the queries are the newest
+  int threads = 0;       // Options::threads
 
   Index sequences() const { return static_cast<Index>(lengths.size()); }
   Index group_size() const { return heads_q / heads_kv; }
   // Key position of query i of a sequence of `length` keys: its newest tokens are the
   // queries (bottom-right), moved by the offset.
   Index query_position(Index length, Index i) const {
-    return length - queries + i + position_offset;
+    return rule.query_position(i, queries, length);
   }
 };
 

@@ -293,7 +293,7 @@ class Scorer {
     for (Index t = 0; t < item.positions; ++t) {
       const Index i = item.first_position + t;
       const Index position = p_.query_position(*seg_, i);
-      const core::KeyRange keys = core::visible_keys(p_.causal, p_.window, position, seg_->len_k);
+      const core::KeyRange keys = p_.rule.visible_keys(position, seg_->len_k);
       for (Index g = 0; g < group; ++g) {
         const Index r = t * group + g, head = kv_head_ * group + g;
         s_.head[r] = head;
@@ -301,7 +301,7 @@ class Scorer {
         s_.first_key[r] = static_cast<std::int32_t>(keys.first);
         s_.end_key[r] = static_cast<std::int32_t>(keys.end);
         s_.position[r] = static_cast<std::int32_t>(position);
-        s_.slope[r] = p_.alibi_slopes.empty() ? 0.0f : p_.alibi_slopes[head];
+        s_.slope[r] = p_.rule.alibi_slopes.empty() ? 0.0f : p_.rule.alibi_slopes[head];
         const float sink = p_.sinks.empty() ? kMinusInfinity : p_.sinks[head];
         s_.row_max[r] = sink;
         s_.row_sum[r] = sink == kMinusInfinity ? 0.0f : 1.0f;
@@ -320,7 +320,7 @@ class Scorer {
   // Q[r] = scale * q[head r][query r] (tile::scaled_query) for narrow chunks, and for wide
   // ones its transpose Qt[d][r], or q's own bf16 pairs, or its fp16 parts; padding rows 0.
   void pack_queries() {
-    const auto scale = static_cast<float>(p_.scale);
+    const auto scale = static_cast<float>(p_.rule.scale);
     core::with_float_type(p_.q.dtype, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, double>) {
@@ -426,7 +426,7 @@ class Scorer {
     const std::uint16_t* k =
         &row_of<bfloat16>(p_.k, seg_->batch, kv_head_, seg_->k_begin + chunk.first)->bits;
     const auto vectors = static_cast<int>(chunk.vectors);
-    const auto scale = static_cast<float>(p_.scale);
+    const auto scale = static_cast<float>(p_.rule.scale);
     float* out = scores_at(chunk.first, chunk.first_row);
     if (plan_.wide_scores() == ScoreKernel::bf16_tiles) {
       return scores_rows_bf16_on_tiles(q, rows_padded_, k, p_.k.strides[2], chunk.end - chunk.first,
@@ -445,7 +445,7 @@ class Scorer {
                      s_.rows_finite.get() + chunk.first_row, rows_padded_,
                      key_parts_.parts_of(seg_->batch, kv_head_, key),
                      key_parts_.finite_of(seg_->batch, kv_head_, key), chunk.end - chunk.first,
-                     dim_, static_cast<float>(p_.scale), static_cast<int>(chunk.vectors),
+                     dim_, static_cast<float>(p_.rule.scale), static_cast<int>(chunk.vectors),
                      scores_at(chunk.first, chunk.first_row));
 #endif
   }
@@ -525,7 +525,7 @@ class Scorer {
   const Plan& plan_;
   ScorerScratch& s_;
   const KeyParts& key_parts_;  // fp16 K's parts where the plan splits keys, else empty
-  const tile::ScoreShaping shaping_{p_.softcap, !p_.alibi_slopes.empty()};
+  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Index lanes_ = tile::lanes();
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const core::Segment* seg_ = nullptr;

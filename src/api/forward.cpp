@@ -15,9 +15,10 @@
 namespace attn {
 namespace {
 
-// Weights go through the weights pass with the kernel's lse (kept in float64): it walks the
-// chunks forward walked by the same scorer, so the weights are the ones the context was made
-// with, and equal attn::weights' bits.
+// Weights in a dtype the kernel does not keep (cpu::keeps_weights) go through the weights
+// pass with the kernel's lse (kept in float64): it walks the chunks forward walked by the
+// same scorer, so the weights are the ones the context was made with, and equal
+// attn::weights' bits.
 void fast_forward_then_weights(const core::Problem& problem) {
   Tensor lse(DType::f64, {problem.batch, problem.heads_q, problem.total_q, 1});
   core::Problem with_lse = problem;
@@ -41,7 +42,7 @@ void fast_forward_then_weights(const core::Problem& problem) {
 void run(const core::Problem& problem, Backend requested) {
   if (!api::use_fast_kernel(requested, cpu::unsupported(problem))) {
     reference::forward(problem);
-  } else if (problem.outputs.weights) {
+  } else if (problem.outputs.weights && !cpu::keeps_weights(problem)) {
     fast_forward_then_weights(problem);
   } else {
     cpu::forward(problem);

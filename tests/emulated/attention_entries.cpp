@@ -5,9 +5,7 @@
 // the library's API would plan it.
 #include <hwy/highway.h>
 
-#include <cstddef>
 #include <cstdint>
-#include <new>
 
 #include "core/backward_problem.hpp"
 #include "core/problem.hpp"
@@ -90,28 +88,15 @@ attn::core::Problem make_problem(const AttentionArgs& a) {
 
 }  // namespace
 
-// Forward; with weights, as attn::forward runs it (src/api/forward.cpp): the kernel's lse kept
-// in float64 (lse64, or scratch), then the weights pass given it.
+// Forward; a float32 weights output it keeps itself, as attn::forward runs it.
 extern "C" __attribute__((visibility("default"))) void emulated_forward(const AttentionArgs* a) {
   attn::core::Problem p = make_problem(*a);
-  const Index rows = a->batch * a->heads_q * a->len_q;
-  double* lse64 = a->lse64;
-  if (lse64 == nullptr && a->weights != nullptr) {
-    lse64 = static_cast<double*>(::operator new(sizeof(double) * static_cast<std::size_t>(rows)));
-  }
   p.outputs.context = output(a->context, q_shape(*a, a->dim_v));
-  p.outputs.lse = lse64 != nullptr ? MutableTensorView(lse64, DType::f64, q_shape(*a, 1),
-                                                       contiguous(q_shape(*a, 1)))
-                                   : output(a->lse, q_shape(*a, 1));
+  p.outputs.lse = a->lse64 != nullptr ? MutableTensorView(a->lse64, DType::f64, q_shape(*a, 1),
+                                                          contiguous(q_shape(*a, 1)))
+                                      : output(a->lse, q_shape(*a, 1));
+  if (a->weights != nullptr) p.outputs.weights = output(a->weights, q_shape(*a, a->len_k));
   target::ForwardTarget(p, 1);
-  if (lse64 != a->lse64 && a->lse != nullptr) {
-    for (Index r = 0; r < rows; ++r) a->lse[r] = static_cast<float>(lse64[r]);
-  }
-  if (a->weights == nullptr) return;
-  attn::core::WeightRequest request =
-      attn::core::whole_request(p, output(a->weights, q_shape(*a, a->len_k)));
-  request.lse = input(lse64, DType::f64, q_shape(*a, 1));
-  target::WeightsTarget(p, request, 1);
 }
 
 // The weights pass on its own, or with lse64 (a forward's) its emit walk alone.

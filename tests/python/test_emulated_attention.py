@@ -154,8 +154,8 @@ NARROW_CASES = [(1, 2, 2, 3, 97, 16 + tail, tail % 2 == 1, True) for tail in ran
                          CASES + NARROW_CASES)
 def test_weights_are_forward_weights_bits(emulator, dtype, batch, heads_q, heads_kv, len_q,
                                           len_k, dim, causal, _):
-    """The weights pass on its own sums each row's lse by the walk forward runs, and forward's
-    weights are the weights pass given forward's lse: both score each chunk by the kernel the
+    """The weights pass on its own sums each row's lse by the walk forward runs, and forward
+    keeps its float32 weights from the same scores: both score each chunk by the kernel the
     plan names (bf16: the same AVX512-BF16 dot products), so both give the same float32 bits,
     and forward's context and weights match float64."""
     case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)

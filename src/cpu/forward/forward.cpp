@@ -13,8 +13,9 @@
 // mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten with
 // -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or infinity
 // is skipped row by row instead of multiplied by 0. Extra memory: per thread, O(rows x (d +
-// dv + key tile)) floats. Weights are not written here: attn::forward asks the weights pass
-// for them with this kernel's lse, and it walks the same chunks by the same scorer.
+// dv + key tile)) floats. A float32 weights output holds each row's shaped scores, the
+// same scorer's as the weights pass's, until the row's lse makes them its weights (by the
+// weights pass's rule); other dtypes go to the weights pass with this kernel's lse.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/forward/forward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -86,7 +87,9 @@ struct ContextScratch {
   hwy::AlignedFreeUniquePtr<std::uint32_t[]> weight_parts;
 };
 
-template <int kDim, WideScores kWide>
+// kKeep: the problem has a float32 weights output, which holds each row's shaped scores
+// until its lse is known and they become its weights (finish_weights).
+template <int kDim, WideScores kWide, bool kKeep>
 class ItemKernel {
  public:
   ItemKernel(const Problem& problem, const Plan& plan, walk::ScorerScratch& scorer_scratch,
@@ -112,6 +115,7 @@ class ItemKernel {
   template <ContextKernel kContext>
   void walk_item() {
     std::fill(s_.context.get(), s_.context.get() + scorer_.rows_padded() * dim_v_padded_, 0.0f);
+    if constexpr (kKeep) hide_kept_scores();
     const auto [first, end] = scorer_.item_keys();
     for (Index tile = first; tile < end; tile += plan_.key_tile()) {
       const Index tile_end = std::min<Index>(tile + plan_.key_tile(), end);
@@ -135,8 +139,54 @@ class ItemKernel {
 
   void weigh(const Chunk& chunk) {
     scorer_.score(chunk);
+    after_scores(chunk);
+  }
+
+  // Shaping, the scores kept for a weights output, then the softmax (P overwrites S).
+  void after_scores(const Chunk& chunk) {
     scorer_.shape(chunk);
+    if constexpr (kKeep) keep_scores(chunk);
     scorer_.softmax(chunk);
+  }
+
+  // Row r of the weights output at the segment's key 0.
+  float* weights_row(Index r) const {
+    const core::Segment& seg = scorer_.segment();
+    return row_of<float>(*p_.outputs.weights, seg.batch, scorer_.head(r), scorer_.query_row(r)) +
+           seg.k_begin;
+  }
+
+  // The keys each row sees start as hidden (-inf) in the output: a chunk that a mask hides
+  // for a whole tile is never scored, and its keys must weigh 0.
+  void hide_kept_scores() const {
+    for (Index r = 0; r < scorer_.rows(); ++r) {
+      float* row = weights_row(r);
+      std::fill(row + scorer_.first_key(r),
+                row + std::max(scorer_.first_key(r), scorer_.end_key(r)), tile::kMinusInfinity);
+    }
+  }
+
+  // The chunk's shaped scores into its rows of the weights output, four rows at a time.
+  void keep_scores(const Chunk& chunk) const {
+    for (Index r = chunk.first_row; r < chunk.row_end();) {
+      const Index count = r + 4 <= chunk.row_end() ? 4 : 1;
+      float* rows[4];
+      for (Index i = 0; i < count; ++i) rows[i] = weights_row(r + i);
+      scorer_.write_rows(chunk, r, count, rows);
+      r += count;
+    }
+  }
+
+  // Row r of the weights output, written whole: its kept scores made weights by its lse
+  // (weights_of_scores, the bits the weights pass's weight_of_score gives), 0 elsewhere.
+  void finish_weights(Index r, double lse) const {
+    const core::Segment& seg = scorer_.segment();
+    float* row = weights_row(r) - seg.k_begin;
+    const Index first = seg.k_begin + scorer_.first_key(r);
+    const Index end = std::max(first, seg.k_begin + scorer_.end_key(r));
+    std::fill(row, row + first, 0.0f);
+    tile::weights_of_scores(row + first, end - first, weight_scale_of_lse(lse), row + first);
+    std::fill(row + end, row + p_.outputs.weights->shape[3], 0.0f);
   }
 
   // K and V widened where they must be, every chunk weighed, then P V for all of them.
@@ -175,8 +225,7 @@ class ItemKernel {
     for (Index c = 0; c < chunks.count; ++c) {
       const Chunk& chunk = chunks.chunks[c];
       scorer_.score_in_place(chunk, keys);
-      scorer_.shape(chunk);
-      scorer_.softmax(chunk);
+      after_scores(chunk);
       context_by_rows(chunk, values);
     }
   }
@@ -362,6 +411,7 @@ class ItemKernel {
     const core::Segment& seg = scorer_.segment();
     for (Index r = 0; r < scorer_.rows(); ++r) {
       const RowEnd<float> end = scorer_.row_end(r);
+      if constexpr (kKeep) finish_weights(r, end.lse);
       const float* o = s_.context.get() + (transposed ? r : r * dim_v_padded_);
       const Index step = transposed ? scorer_.rows_padded() : 1;
       const Index b = seg.batch, h = scorer_.head(r), i = scorer_.query_row(r);
@@ -395,7 +445,7 @@ class ItemKernel {
   Index value_stride_ = 0;
 };
 
-template <int kDim, WideScores kWide>
+template <int kDim, WideScores kWide, bool kKeep>
 void run_kernel(const Problem& p, const Plan& plan, int threads) {
   const std::vector<WorkItem>& items = plan.items();
   if (items.empty()) return;
@@ -418,8 +468,8 @@ void run_kernel(const Problem& p, const Plan& plan, int threads) {
   const PackedValues* values_t = packed ? &*packed : nullptr;
   tile::run_items(static_cast<Index>(items.size()), threads, [&](int thread) {
     const auto t = static_cast<std::size_t>(thread);
-    return [&, kernel = ItemKernel<kDim, kWide>(p, plan, scorer_scratch[t], scratch[t], key_parts,
-                                                values_t)](Index i) mutable {
+    return [&, kernel = ItemKernel<kDim, kWide, kKeep>(p, plan, scorer_scratch[t], scratch[t],
+                                                       key_parts, values_t)](Index i) mutable {
       kernel.run(items[static_cast<std::size_t>(i)]);
     };
   });
@@ -427,18 +477,20 @@ void run_kernel(const Problem& p, const Plan& plan, int threads) {
 
 }  // namespace
 
-// The one switch from the plan to a compiled variant: the wide chunks' scorer, and for the
-// float chain a copy per common head dim (cpu/head_dim.hpp).
+// The one switch from the plan to a compiled variant: the wide chunks' scorer, whether a
+// float32 weights output keeps the scores, and for the float chain without one a copy per
+// common head dim (cpu/head_dim.hpp).
 void ForwardTarget(const Problem& problem, int threads) {
   const Plan plan(problem, {tile::lanes(), tile::kAvx512Target});
   walk::with_wide_scores(plan, [&](auto wide) {
     constexpr WideScores kWide = decltype(wide)::value;
+    if (keeps_weights(problem)) return run_kernel<0, kWide, true>(problem, plan, threads);
     if constexpr (kWide == WideScores::float_chain) {
       with_head_dim(problem.dim_qk, problem.dim_v, [&](auto dim) {
-        run_kernel<decltype(dim)::value, kWide>(problem, plan, threads);
+        run_kernel<decltype(dim)::value, kWide, false>(problem, plan, threads);
       });
     } else {
-      run_kernel<0, kWide>(problem, plan, threads);
+      run_kernel<0, kWide, false>(problem, plan, threads);
     }
   });
 }

@@ -11,8 +11,15 @@
 
 namespace attn::cpu {
 
-// Fills problem.outputs.context and, when present, problem.outputs.lse; a weights output is
-// left to cpu::weights, which walks the same chunks with this lse. Requires
+// Whether the forward kernel writes the weights output itself: when it is float32 (its rows
+// hold the shaped scores until each row's lse is known). Other dtypes go to cpu::weights
+// with the kernel's lse, which walks the same chunks by the same scorer.
+inline bool keeps_weights(const core::Problem& problem) {
+  return problem.outputs.weights && problem.outputs.weights->dtype == DType::f32;
+}
+
+// Fills problem.outputs.context and, when present, problem.outputs.lse and a float32
+// problem.outputs.weights (any other weights output must be absent). Requires
 // unsupported(problem) empty (cpu/plan/support.hpp). Bitwise identical results for any
 // thread count.
 void forward(const core::Problem& problem);

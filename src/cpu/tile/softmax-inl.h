@@ -92,10 +92,10 @@ HWY_INLINE VF weight_of_score(DF df, VF score, VF shift, VF factor) {
                             hn::Mul(softmax_weight(df, score, shift), factor));
 }
 
-// out[0 .. count) = the weights of one row's scores s[0 .. count) (weight_of_score);
-// neither needs alignment, and the last count % lanes go through a vector of scratch.
-inline void weights_of_scores(const float* HWY_RESTRICT s, Index count, WeightScale scale,
-                              float* HWY_RESTRICT out) {
+// out[0 .. count) = the weights of one row's scores s[0 .. count) (weight_of_score), out
+// being s or apart from it; neither needs alignment, and the last count % lanes go through
+// a vector of scratch.
+inline void weights_of_scores(const float* s, Index count, WeightScale scale, float* out) {
   const DF df;
   const Index n = lanes(), whole = count - count % n;
   const VF shift = hn::Set(df, scale.shift), factor = hn::Set(df, scale.factor);

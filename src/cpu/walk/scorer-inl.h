@@ -268,6 +268,36 @@ class Scorer {
     }
   }
 
+  // Rows r .. r + count - 1 (count 1, or 4) of the chunk's S^T (scores, or the weights that
+  // replaced them) into output rows: out[i][j] = S^T[j][r + i] over the keys j of the chunk
+  // that row sees, in the output's dtype (out[i]: the row at the segment's key 0). Four rows
+  // take their common keys by 4 x 4 transposes into a float32 output: a strided copy took
+  // longer than the exp of the weights.
+  template <class T>
+  void write_rows(const Chunk& chunk, Index r, Index count, T* const* out) const {
+    Index common_first = chunk.first, common_end = chunk.end;
+    for (Index i = 0; i < count; ++i) {
+      common_first = std::max<Index>(common_first, s_.first_key[r + i]);
+      common_end = std::min<Index>(common_end, s_.end_key[r + i]);
+    }
+    const bool transposed = kFourLanes && std::is_same_v<T, float> && count == 4;
+    if (!transposed || common_first >= common_end) common_end = common_first;
+    common_end = common_first + (common_end - common_first) / 4 * 4;
+    for (Index i = 0; i < count; ++i) {
+      const Index first = std::max<Index>(s_.first_key[r + i], chunk.first);
+      const Index end = std::min<Index>(s_.end_key[r + i], chunk.end);
+      for (Index j = first; j < std::min(end, common_first); ++j) {
+        out[i][j] = core::from_float<T>(*scores_at(j, r + i));
+      }
+      for (Index j = std::max(first, common_end); j < end; ++j) {
+        out[i][j] = core::from_float<T>(*scores_at(j, r + i));
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (transposed) write_transposed(r, common_first, common_end, out);
+    }
+  }
+
   // Row r's end: its context factor 1 / l and its lse (end_of_row).
   RowEnd<float> row_end(Index r) const { return end_of_row(s_.row_max[r], s_.row_sum[r]); }
 
@@ -520,6 +550,32 @@ class Scorer {
       }
     });
   }
+
+#if HWY_TARGET == HWY_SCALAR
+  static constexpr bool kFourLanes = false;
+  void write_transposed(Index, Index, Index, float* const*) const {}
+#else
+  static constexpr bool kFourLanes = true;
+  // out[i][j] = S^T[j][r + i] for keys [first, end) (a multiple of 4 apart), i < 4.
+  void write_transposed(Index r, Index first, Index end, float* const* out) const {
+    const hn::CappedTag<float, 4> d4;
+    const hn::Repartition<std::uint64_t, decltype(d4)> d64;
+    for (Index j = first; j < end; j += 4) {
+      const auto k0 = hn::LoadU(d4, scores_at(j, r));
+      const auto k1 = hn::LoadU(d4, scores_at(j + 1, r));
+      const auto k2 = hn::LoadU(d4, scores_at(j + 2, r));
+      const auto k3 = hn::LoadU(d4, scores_at(j + 3, r));
+      const auto low01 = hn::BitCast(d64, hn::InterleaveLower(d4, k0, k1));
+      const auto low23 = hn::BitCast(d64, hn::InterleaveLower(d4, k2, k3));
+      const auto high01 = hn::BitCast(d64, hn::InterleaveUpper(d4, k0, k1));
+      const auto high23 = hn::BitCast(d64, hn::InterleaveUpper(d4, k2, k3));
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, low01, low23)), d4, out[0] + j);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, low01, low23)), d4, out[1] + j);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, high01, high23)), d4, out[2] + j);
+      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, high01, high23)), d4, out[3] + j);
+    }
+  }
+#endif
 
   const core::Problem& p_;
   const Plan& plan_;

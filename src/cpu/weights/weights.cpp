@@ -252,74 +252,24 @@ class ItemKernel {
     }
   }
 
-  // Writes the request at `at` (rows below row_end), or four requests of rows r .. r + 3 at
-  // once into a float32 output, their common keys by 4 x 4 transposes of S^T (the strided
-  // copy took longer than the exp); returns how many it wrote.
+  // Writes the request at `at` (rows below row_end), or the four requests there when they
+  // are of rows r .. r + 3 (Scorer::write_rows); returns how many it wrote.
   Index write_rows(const Chunk& chunk, Index at, Index row_end) {
     const Index r = requests_[at].r;
-    bool four = kFourLanes && r_.weights.dtype == DType::f32 && at + 3 < end_;
+    bool four = at + 3 < end_;
     for (Index i = 1; i < 4 && four; ++i) four = requests_[at + i].r == r + i && r + i < row_end;
-    if (!four) {
-      write_row(chunk, requests_[at], chunk.first, chunk.end);
-      return 1;
-    }
-    Index common_first = chunk.first, common_end = chunk.end;
-    for (Index i = 0; i < 4; ++i) {
-      const auto [first, end] = row_keys(chunk, r + i);
-      common_first = std::max(common_first, first);
-      common_end = std::min(common_end, end);
-    }
-    common_end = common_first + std::max<Index>(0, common_end - common_first) / 4 * 4;
-    float* out[4];
-    for (Index i = 0; i < 4; ++i) {
-      const RowRequest& request = requests_[at + i];
-      out[i] =
-          row_of<float>(r_.weights, scorer_.segment().batch, request.out_head, request.out_row) +
-          scorer_.segment().k_begin;
-      write_row(chunk, request, chunk.first, common_first);
-      write_row(chunk, request, common_end, chunk.end);
-    }
-    write_transposed(r, common_first, common_end, out);
-    return 4;
-  }
-
-#if HWY_TARGET == HWY_SCALAR
-  static constexpr bool kFourLanes = false;
-  void write_transposed(Index, Index, Index, float* const*) const {}
-#else
-  static constexpr bool kFourLanes = true;
-  // out[i][j] = S^T[j][r + i] for keys [first, end) (a multiple of 4 apart), i < 4.
-  void write_transposed(Index r, Index first, Index end, float* const* out) const {
-    const hn::CappedTag<float, 4> d4;
-    const hn::Repartition<std::uint64_t, decltype(d4)> d64;
-    for (Index j = first; j < end; j += 4) {
-      const auto k0 = hn::LoadU(d4, scorer_.scores_at(j, r));
-      const auto k1 = hn::LoadU(d4, scorer_.scores_at(j + 1, r));
-      const auto k2 = hn::LoadU(d4, scorer_.scores_at(j + 2, r));
-      const auto k3 = hn::LoadU(d4, scorer_.scores_at(j + 3, r));
-      const auto low01 = hn::BitCast(d64, hn::InterleaveLower(d4, k0, k1));
-      const auto low23 = hn::BitCast(d64, hn::InterleaveLower(d4, k2, k3));
-      const auto high01 = hn::BitCast(d64, hn::InterleaveUpper(d4, k0, k1));
-      const auto high23 = hn::BitCast(d64, hn::InterleaveUpper(d4, k2, k3));
-      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, low01, low23)), d4, out[0] + j);
-      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, low01, low23)), d4, out[1] + j);
-      hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, high01, high23)), d4, out[2] + j);
-      hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, high01, high23)), d4, out[3] + j);
-    }
-  }
-#endif
-
-  // The request's weights of keys [from, to) that its row sees, from S^T.
-  void write_row(const Chunk& chunk, const RowRequest& request, Index from, Index to) {
-    const Index r = request.r, k_begin = scorer_.segment().k_begin;
-    const auto [row_first, row_end] = row_keys(chunk, r);
-    const Index first = std::max(from, row_first), end = std::min(to, row_end);
-    with_output_row(request, [&](auto* out) {
-      using T = std::remove_pointer_t<decltype(out)>;
-      for (Index j = first; j < end; ++j) {
-        out[k_begin + j] = core::from_float<T>(*scorer_.scores_at(j, r));
+    const Index count = four ? 4 : 1;
+    with_float_type(r_.weights.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* out[4];
+      for (Index i = 0; i < count; ++i) {
+        const RowRequest& request = requests_[at + i];
+        out[i] = row_of<T>(r_.weights, scorer_.segment().batch, request.out_head, request.out_row) +
+                 scorer_.segment().k_begin;
       }
+      scorer_.write_rows(chunk, r, count, out);
     });
+    return count;
   }
 
   template <class Fn>

@@ -30,7 +30,8 @@ namespace tile {
 // bench/README.md); the order of the FMAs, and so every bit, is the same.
 
 // S^T[key k][row] = sum_d K[k][d] Qt[d][row] for kKeys keys and C row vectors. Its bf16
-// twin on AVX512-BF16 is cpu/bf16_dot.cpp (intrinsics: this Highway has no op for it).
+// twin on AVX512-BF16 is cpu/bf16_dot.cpp (intrinsics: this Highway has no op for it); the
+// plan names which scores a chunk (cpu/plan/plan.hpp).
 // qt: [dim][rows_stride] (at the block's first row)  keys: kKeys row pointers
 // out: [kKeys][rows_stride]. Each score is one FMA chain over d in order.
 template <int kDim, int C, int kKeys>

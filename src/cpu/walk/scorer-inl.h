@@ -23,6 +23,7 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "attn/half.hpp"
 #include "core/element_type.hpp"
@@ -164,7 +165,8 @@ class Scorer {
     kv_head_ = item.kv_head;
     rows_ = item.positions * p_.group_size();
     rows_padded_ = core::round_up(rows_, lanes_);
-    chunk_rows_ = plan_.chunks(rows_);
+    if (chunk_rows_.empty() || chunks_of_rows_ != rows_) chunk_rows_ = plan_.chunks(rows_);
+    chunks_of_rows_ = rows_;
     set_up_rows(item);
     pack_queries();
   }
@@ -586,7 +588,8 @@ class Scorer {
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const core::Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
-  std::vector<ChunkRows> chunk_rows_;
+  std::vector<ChunkRows> chunk_rows_;  // the plan's chunks of an item of chunks_of_rows_ rows
+  Index chunks_of_rows_ = 0;
   const float* keys_ = nullptr;
   Index key_stride_ = 0;
 };

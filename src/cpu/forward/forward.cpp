@@ -481,7 +481,7 @@ void run_kernel(const Problem& p, const Plan& plan, int threads) {
 // float32 weights output keeps the scores, and for the float chain without one a copy per
 // common head dim (cpu/head_dim.hpp).
 void ForwardTarget(const Problem& problem, int threads) {
-  const Plan plan(problem, {tile::lanes(), tile::kAvx512Target});
+  const Plan plan(problem, PlanTarget::of_this_cpu(tile::lanes(), tile::kAvx512Target));
   walk::with_wide_scores(plan, [&](auto wide) {
     constexpr WideScores kWide = decltype(wide)::value;
     if (keeps_weights(problem)) return run_kernel<0, kWide, true>(problem, plan, threads);
@@ -496,7 +496,7 @@ void ForwardTarget(const Problem& problem, int threads) {
 }
 
 std::string ForwardPlanTarget(const Problem& problem) {
-  return Plan(problem, {tile::lanes(), tile::kAvx512Target}).describe();
+  return Plan(problem, PlanTarget::of_this_cpu(tile::lanes(), tile::kAvx512Target)).describe();
 }
 
 }  // namespace attn::cpu::HWY_NAMESPACE

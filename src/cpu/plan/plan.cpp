@@ -24,14 +24,15 @@ constexpr Index kAmxContextMinRows = 64;
 // AVX-512 target of a CPU with AVX512-BF16 the bf16 products (on AMX tiles where the CPU has
 // them and the head dim fits), or for fp16 q and k on a CPU with AMX (head dims up to 128 in
 // steps of 16, K's parts within the packing cap) AMX tiles on their exact bf16 parts.
-ScoreKernel wide_kernel(const core::Problem& p, bool avx512) {
-  if (!avx512) return ScoreKernel::float_chain;
-  if (p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 && has_bf16_dot()) {
-    return amx_scores_fit(p.dim_qk) && has_amx() ? ScoreKernel::bf16_tiles
-                                                 : ScoreKernel::bf16_pairs;
+ScoreKernel wide_kernel(const core::Problem& p, const PlanTarget& target) {
+  if (!target.avx512) return ScoreKernel::float_chain;
+  if (p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 &&
+      target.bf16_dot) {
+    return amx_scores_fit(p.dim_qk) && target.amx ? ScoreKernel::bf16_tiles
+                                                  : ScoreKernel::bf16_pairs;
   }
   if (p.q.dtype == DType::f16 && p.k.dtype == DType::f16 && amx_scores_fit(2 * p.dim_qk) &&
-      4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kAmxPackedMaxBytes && has_amx()) {
+      4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kAmxPackedMaxBytes && target.amx) {
     return ScoreKernel::fp16_parts;
   }
   return ScoreKernel::float_chain;
@@ -43,6 +44,10 @@ Index value_parts(const core::Problem& p) {
 }
 
 }  // namespace
+
+PlanTarget PlanTarget::of_this_cpu(Index lanes, bool avx512) {
+  return {lanes, avx512, avx512 && has_bf16_dot(), avx512 && has_amx()};
+}
 
 const char* kernel_name(ScoreKernel kernel) {
   switch (kernel) {
@@ -77,7 +82,7 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
   const Index wanted =
       p.k.dtype == DType::f32 ? rows : std::max<Index>(rows, Traits::kWidenedRowsPerItem);
   positions_per_item_ = std::max<Index>(1, wanted / group_);
-  wide_scores_ = wide_kernel(p, target.avx512);
+  wide_scores_ = wide_kernel(p, target);
   narrow_in_place_ = p.mask_kind == core::MaskKind::none && p.k.dtype == p.v.dtype &&
                      (p.k.dtype == DType::f16 || p.k.dtype == DType::bf16);
 

@@ -37,10 +37,15 @@ enum class ContextKernel : std::uint8_t {
 const char* kernel_name(ScoreKernel kernel);
 const char* kernel_name(ContextKernel kernel);
 
-// The Highway target the kernels were compiled for, as the plan needs it.
+// The Highway target the kernels were compiled for and the CPU they run on, as the plan
+// needs them (PlanTarget::of_this_cpu fills the CPU's part; tests may name any).
 struct PlanTarget {
-  Index lanes = 1;      // float32 lanes of a vector
-  bool avx512 = false;  // an x86 AVX-512 target: bf16 dot products and AMX may serve
+  Index lanes = 1;        // float32 lanes of a vector
+  bool avx512 = false;    // an x86 AVX-512 target: bf16 dot products and AMX may serve
+  bool bf16_dot = false;  // the CPU runs AVX512-BF16 (has_bf16_dot)
+  bool amx = false;       // the CPU runs AMX tiles and Linux granted them (has_amx)
+
+  static PlanTarget of_this_cpu(Index lanes, bool avx512);
 };
 
 // One unit of parallel work: the rows of query positions [first_position, first_position +

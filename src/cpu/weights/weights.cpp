@@ -370,7 +370,7 @@ void run(const Problem& p, const Plan& plan, const WeightRequest& request, int t
 }  // namespace
 
 void WeightsTarget(const Problem& p, const WeightRequest& request, int threads) {
-  const Plan plan(p, {tile::lanes(), tile::kAvx512Target});
+  const Plan plan(p, PlanTarget::of_this_cpu(tile::lanes(), tile::kAvx512Target));
   walk::with_wide_scores(plan,
                          [&](auto wide) { run<decltype(wide)::value>(p, plan, request, threads); });
 }

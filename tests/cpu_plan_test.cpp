@@ -1,0 +1,168 @@
+// The plan of a call (src/cpu/plan/plan.hpp) for targets and CPUs this machine may not have:
+// which kernel scores each chunk, how items are cut, what is packed, each item's context.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/problem.hpp"
+#include "cpu/plan/plan.hpp"
+#include "support/cases.hpp"
+
+namespace attn {
+namespace {
+
+using cpu::ContextKernel;
+using cpu::Plan;
+using cpu::PlanTarget;
+using cpu::ScoreKernel;
+
+struct Planned {
+  testing::Inputs inputs;
+  core::Problem problem;
+};
+
+Planned problem_of(testing::Case c) {
+  Planned out{testing::make_inputs(c), {}};
+  out.problem = core::make_problem(out.inputs.q, out.inputs.k, out.inputs.v, out.inputs.options);
+  return out;
+}
+
+testing::Case shaped(Index heads_q, Index heads_kv, Index len_q, Index len_k, Index dim,
+                     DType dtype = DType::f32) {
+  testing::Case c;
+  c.heads_q = heads_q, c.heads_kv = heads_kv, c.len_q = len_q, c.len_k = len_k;
+  c.dim = c.dim_v = dim, c.dtype = dtype;
+  return c;
+}
+
+constexpr PlanTarget kAvx2{8, false, false, false};
+constexpr PlanTarget kSse4{4, false, false, false};
+constexpr PlanTarget kZen4{16, true, true, false};
+constexpr PlanTarget kSapphireRapids{16, true, true, true};
+
+TEST(Plan, AChunkOfAtMostHalfAVectorOfRowsIsScoredByDotProducts) {
+  const Planned p = problem_of(shaped(2, 2, 3, 97, 24));  // 3 rows per KV head
+  EXPECT_EQ(Plan(p.problem, kAvx2).chunk_scores(3), ScoreKernel::dot);
+  EXPECT_EQ(Plan(p.problem, kSse4).chunk_scores(3), ScoreKernel::float_chain);
+  EXPECT_EQ(Plan(p.problem, kSse4).chunk_scores(2), ScoreKernel::dot);
+  EXPECT_EQ(Plan(p.problem, kZen4).chunk_scores(8), ScoreKernel::dot);
+  EXPECT_EQ(Plan(p.problem, kZen4).chunk_scores(9), ScoreKernel::float_chain);
+}
+
+TEST(Plan, ChunksCutAnItemsRowsIntoVectorsOfThree) {
+  const Planned p = problem_of(shaped(4, 1, 40, 50, 16));
+  const Plan plan(p.problem, kAvx2);
+  for (Index rows = 1; rows <= plan.rows_per_item(); ++rows) {
+    Index next = 0;
+    for (const cpu::ChunkRows& chunk : plan.chunks(rows)) {
+      EXPECT_EQ(chunk.first_row, next);
+      EXPECT_LE(chunk.vectors, 3);
+      EXPECT_EQ(chunk.scores, plan.chunk_scores(chunk.rows));
+      EXPECT_LE(chunk.rows, chunk.vectors * 8);
+      next += chunk.rows;
+    }
+    EXPECT_EQ(next, rows);
+  }
+}
+
+TEST(Plan, ItemsAreSizedByKAloneSoThatWeightsPlanForwardsScores) {
+  testing::Case f32 = shaped(4, 2, 300, 80, 32);
+  const Planned plain = problem_of(f32);
+  EXPECT_EQ(Plan(plain.problem, kAvx2).positions_per_item(), 48 / 2);  // 6 vectors of 8 rows
+  testing::Case half = f32;
+  half.dtype = DType::bf16;
+  EXPECT_EQ(Plan(problem_of(half).problem, kAvx2).positions_per_item(), 96 / 2);
+  // The same q and k with V in another dtype (a weights call has v = k): the same items.
+  Planned mixed = problem_of(f32);
+  const testing::Inputs bf16 = testing::make_inputs(half);
+  mixed.problem = core::make_problem(mixed.inputs.q, mixed.inputs.k, bf16.v, mixed.inputs.options);
+  const Plan a(plain.problem, kAvx2), b(mixed.problem, kAvx2);
+  ASSERT_EQ(a.items().size(), b.items().size());
+  for (std::size_t i = 0; i < a.items().size(); ++i) {
+    EXPECT_EQ(a.items()[i].first_position, b.items()[i].first_position);
+    EXPECT_EQ(a.items()[i].positions, b.items()[i].positions);
+  }
+}
+
+TEST(Plan, ItemOfFindsEveryPositionsItem) {
+  testing::Case c = shaped(6, 2, 130, 90, 16);
+  c.packed = true;
+  const Planned p = problem_of(c);
+  const Plan plan(p.problem, kZen4);
+  for (std::size_t at = 0; at < plan.items().size(); ++at) {
+    const cpu::WorkItem& item = plan.items()[at];
+    for (Index i = item.first_position; i < item.first_position + item.positions; ++i) {
+      EXPECT_EQ(plan.item_of(item.segment, item.kv_head, i), static_cast<Index>(at));
+    }
+  }
+}
+
+TEST(Plan, Bf16TakesTheDotInstructionOrTilesWhereTheCpuHasThem) {
+  const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
+  EXPECT_EQ(Plan(p.problem, kAvx2).wide_scores(), ScoreKernel::float_chain);
+  EXPECT_EQ(Plan(p.problem, {16, true, false, false}).wide_scores(), ScoreKernel::float_chain);
+  EXPECT_EQ(Plan(p.problem, kZen4).wide_scores(), ScoreKernel::bf16_pairs);
+  EXPECT_EQ(Plan(p.problem, kSapphireRapids).wide_scores(), ScoreKernel::bf16_tiles);
+  const Planned odd = problem_of(shaped(8, 2, 100, 100, 40, DType::bf16));  // not 32 | dim
+  EXPECT_EQ(Plan(odd.problem, kSapphireRapids).wide_scores(), ScoreKernel::bf16_pairs);
+}
+
+TEST(Plan, Fp16GoesOnTilesAsItsPartsOnlyWhereTheCpuHasAmx) {
+  const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::f16));
+  EXPECT_EQ(Plan(p.problem, kZen4).wide_scores(), ScoreKernel::float_chain);
+  EXPECT_FALSE(Plan(p.problem, kZen4).splits_keys());
+  const Plan plan(p.problem, kSapphireRapids);
+  EXPECT_EQ(plan.wide_scores(), ScoreKernel::fp16_parts);
+  EXPECT_TRUE(plan.splits_keys());
+  // Decoding (one row per KV head) has no wide chunk: K is not split.
+  const Planned decode = problem_of(shaped(2, 2, 1, 300, 64, DType::f16));
+  EXPECT_FALSE(Plan(decode.problem, kSapphireRapids).splits_keys());
+}
+
+TEST(Plan, TheAmxContextServesItemsWithoutNarrowChunks) {
+  // Items of 24 positions x 4 rows; the last holds 2 positions, 8 rows: a narrow chunk.
+  const Planned p = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
+  const Plan plan(p.problem, kSapphireRapids);
+  ASSERT_TRUE(plan.packs_values());
+  bool tiles = false, rows = false;
+  for (const cpu::WorkItem& item : plan.items()) {
+    const Index item_rows = item.positions * p.problem.group_size();
+    bool narrow = false;
+    for (const cpu::ChunkRows& chunk : plan.chunks(item_rows)) {
+      narrow |= chunk.scores == ScoreKernel::dot;
+    }
+    const ContextKernel context = plan.context_of(item);
+    EXPECT_EQ(context, narrow ? ContextKernel::float_rows : ContextKernel::amx_tiles);
+    tiles |= context == ContextKernel::amx_tiles;
+    rows |= context == ContextKernel::float_rows;
+  }
+  EXPECT_TRUE(tiles && rows);
+  EXPECT_FALSE(Plan(p.problem, kZen4).packs_values());
+  const Planned few = problem_of(shaped(2, 2, 20, 100, 64, DType::bf16));  // 20 rows a head
+  EXPECT_FALSE(Plan(few.problem, kSapphireRapids).packs_values());
+}
+
+TEST(Plan, NarrowTilesReadSixteenBitKAndVInPlaceWithoutAMask) {
+  const Planned half = problem_of(shaped(2, 2, 1, 300, 64, DType::f16));
+  EXPECT_TRUE(Plan(half.problem, kAvx2).narrow_tiles_in_place());
+  testing::Case masked = shaped(2, 2, 1, 300, 64, DType::f16);
+  masked.mask = testing::MaskCase::boolean;
+  EXPECT_FALSE(Plan(problem_of(masked).problem, kAvx2).narrow_tiles_in_place());
+  EXPECT_FALSE(Plan(problem_of(shaped(2, 2, 1, 300, 64)).problem, kAvx2).narrow_tiles_in_place());
+}
+
+TEST(Plan, KeyTilesAreNarrowerAtWideHeads) {
+  EXPECT_EQ(Plan(problem_of(shaped(2, 2, 10, 10, 128)).problem, kAvx2).key_tile(), 128);
+  EXPECT_EQ(Plan(problem_of(shaped(2, 2, 10, 10, 256)).problem, kAvx2).key_tile(), 64);
+}
+
+TEST(Plan, DescribeNamesTheKernels) {
+  const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
+  const std::string text = Plan(p.problem, kSapphireRapids).describe();
+  EXPECT_NE(text.find("AMX bf16 tiles for chunks of more than 8 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("dot products along d for fewer"), std::string::npos) << text;
+  EXPECT_NE(text.find("V^T packed per KV head"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace attn

@@ -98,11 +98,17 @@ RowStatistics row_statistics(const BackwardProblem& bp, int threads) {
       for (Index row = 0; row < p.total_q; ++row) {
         core::load_row(bp.out, b, h, row, out.data());
         core::load_row(bp.dout, b, h, row, dout.data());
-        double d = 0.0;
-        for (Index c = 0; c < p.dim_v; ++c) d += out[c] * dout[c];
+        // D by the chain over the value dim that makes dP = dO . v_j (in order, by the
+        // target's MulAdd, as scores_keys_vectorised): a row whose weight rests on one key
+        // (out = v_j) then gets dS = P (dP - D) = 0 exactly, as in exact arithmetic, where a
+        // float64 D left dP's float32 rounding as its gradient.
+        float d = 0.0f;
+        for (Index c = 0; c < p.dim_v; ++c) {
+          d = tile::lane_mul_add(static_cast<float>(dout[c]), static_cast<float>(out[c]), d);
+        }
         const double lse = core::load_element(bp.lse, b, h, row, 0);
         const std::size_t i = static_cast<std::size_t>(stats.at(b, h, row));
-        stats.d[i] = static_cast<float>(d);
+        stats.d[i] = d;
         stats.shift[i] = tile::lse_shift(static_cast<float>(lse));
         if (!p.sinks.empty() && lse != -INFINITY) {
           dsink -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d;

@@ -38,6 +38,14 @@ inline Index lanes() {
   return static_cast<Index>(hn::Lanes(DF()));
 }
 
+// a * b + c as this target's hn::MulAdd computes it in a lane: fused where the target has
+// FMA, a product rounded then a sum on SSE4 and the emulated targets. The scalar twin of a
+// vector chain that must give the chain's bits.
+HWY_INLINE float lane_mul_add(float a, float b, float c) {
+  const DF df;
+  return hn::GetLane(hn::MulAdd(hn::Set(df, a), hn::Set(df, b), hn::Set(df, c)));
+}
+
 }  // namespace tile
 }  // namespace attn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -5,9 +5,9 @@
 //                 forward runs it, gives each row forward's m and l, so forward's lse;
 //                 top-k offers each requested row's shaped scores to a k-sized heap, since
 //                 exp(s - lse) ranks keys as s does
-//   emit          alpha = exp(s - shift) * factor (tile::weights_of_scores, shift and factor
-//                 from the lse), each requested row's keys of a chunk at a time, into its
-//                 output row
+//   emit          alpha = exp(s - shift) * factor (tile::weight_of_score, shift and factor
+//                 from the lse) in place of the chunk's scores, a vector of rows at a time,
+//                 then each requested row's keys written out of S^T (Scorer::write_rows)
 // attn::forward hands over its kernel's lse (a float64 copy), and then the statistics walk is
 // skipped. Only chunks holding a requested row are scored: a chunk's scores and softmax
 // depend on its own rows alone, and the item's tiles on its rows' key ranges. Hidden keys get

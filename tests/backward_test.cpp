@@ -84,10 +84,11 @@ ReferenceGradients run_reference(const Request& r) {
   return want;
 }
 
-// Bounds against float64 (worst NMSE seen: 2.3e-12): fp32 accumulation over rows and keys,
-// P from a float32 lse and D from a float32 out, on the same stored inputs (so f16/bf16
-// are as tight as f32).
-constexpr double kGradientNmse = 2e-11;
+// Bounds against float64: fp32 accumulation over rows and keys, P from a float32 lse and D
+// from a float32 out, on the same stored inputs (so f16/bf16 are as tight as f32). Worst
+// NMSE seen: 2.3e-12 over the quick list; 5.1e-11 over the full sweep, at D 1 with 3 keys,
+// where dS = P (dP - D) cancels for a value near the output's.
+constexpr double kGradientNmse = 1e-10;
 // ALiBi over long rows: scores of magnitude slope x distance; worst NMSE seen 1.1e-11.
 constexpr double kAlibiGradientNmse = 1e-10;
 // dsinks sums P_sink D over every row in float64 from float32 D; worst seen 1.2e-6.

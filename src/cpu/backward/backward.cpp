@@ -111,7 +111,10 @@ RowStatistics row_statistics(const BackwardProblem& bp, int threads) {
         stats.d[i] = d;
         stats.shift[i] = tile::lse_shift(static_cast<float>(lse));
         if (!p.sinks.empty() && lse != -INFINITY) {
-          dsink -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d;
+          // dsinks meets no dP, so its D is summed in float64.
+          double d64 = 0.0;
+          for (Index c = 0; c < p.dim_v; ++c) d64 += out[c] * dout[c];
+          dsink -= std::exp(static_cast<double>(p.sinks[h]) - lse) * d64;
         }
       }
       dsinks[static_cast<std::size_t>(item)] = dsink;

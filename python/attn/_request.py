@@ -5,7 +5,7 @@ decode and attn.dist.attention), and the shaping of the caller's arrays into the
 
 The options' values are checked in attn's core (the same words as for C++ callers); this
 module checks only what core cannot see: Python types, the names of choices ("top-left"),
-a window given as a pair, both cu_seqlens or neither, torch's thread count."""
+a window given as a pair, torch's thread count."""
 
 import typing
 
@@ -109,9 +109,6 @@ def options(like, keywords, function, refused=()):
     o.alibi_slopes = _arrays.per_head(keywords.get("alibi_slopes"), "alibi_slopes")
     o.sinks = _arrays.per_head(keywords.get("sinks"), "sinks")
     cu_q, cu_k = keywords.get("cu_seqlens_q"), keywords.get("cu_seqlens_k")
-    if (cu_q is None) != (cu_k is None):
-        missing = "cu_seqlens_k" if cu_k is None else "cu_seqlens_q"
-        raise Error(f"{missing}: expected offsets (give both cu_seqlens or neither), given None")
     o.cu_seqlens_q = [] if cu_q is None else _arrays.offsets(cu_q, "cu_seqlens_q")
     o.cu_seqlens_k = [] if cu_k is None else _arrays.offsets(cu_k, "cu_seqlens_k")
     o.position_offset = _arrays.integer(keywords.get("position_offset", 0), "position_offset",

@@ -464,12 +464,11 @@ TEST(Decode, BadInputThrowsNamingTheArgument) {
   std::mt19937_64 rng(31);
   Filled f = filled_cache({4}, 2, 8, 4, rng);
   Tensor q(DType::f32, {1, 4, 1, 8}), wide(DType::f32, {1, 4, 1, 9}), odd(DType::f32, {1, 3, 1, 8});
-  Tensor many(DType::f32, {1, 4, 5, 8});
   const auto starts = [](const std::string& text, const std::string& prefix) {
     return text.rfind(prefix, 0) == 0;
   };
   EXPECT_TRUE(starts(error_message([&] { decode(wide.view(), f.cache, f.ids); }),
-                     "q: expected shape [1 (one per seq_id), Hq, n_q >= 1, 8"));
+                     "q: expected shape [1 (one per seq_id), Hq, n_q, 8"));
   EXPECT_TRUE(starts(error_message([&] {
                        decode(q.view(), f.cache, {f.ids[0], f.ids[0]});
                      }),
@@ -478,8 +477,6 @@ TEST(Decode, BadInputThrowsNamingTheArgument) {
                      "q: expected a head count that is a multiple"));
   EXPECT_TRUE(
       starts(error_message([&] { decode(q.view(), f.cache, {42}); }), "seq_ids: expected ids"));
-  EXPECT_TRUE(starts(error_message([&] { decode(many.view(), f.cache, f.ids); }),
-                     "seq_ids: expected sequences holding at least n_q = 5"));
   Options options;
   options.sinks = {1.0f};
   EXPECT_TRUE(starts(error_message([&] { decode(q.view(), f.cache, f.ids, options); }),

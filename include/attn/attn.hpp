@@ -10,6 +10,7 @@
 #include "attn/kv_cache.hpp"
 #include "attn/lesson.hpp"
 #include "attn/options.hpp"
+#include "attn/paged.hpp"
 #include "attn/state.hpp"
 #include "attn/tensor.hpp"
 #include "attn/version.hpp"

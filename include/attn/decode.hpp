@@ -21,13 +21,15 @@ namespace attn {
 // contiguous last dim); D = the cache's dim; Hq a multiple of its heads_kv (GQA/MQA).
 // The n_q queries of a sequence are its last n_q tokens, whose keys and values were
 // appended first: query i sits at key position length - n_q + i (bottom-right alignment,
-// whatever options.causal_align says), plus options.position_offset: a cache holding one
-// range of a longer context (a shard on another process) passes the number of keys that
-// come after its range, and then needs only length + position_offset >= n_q. n_q > 1 serves
-// speculative decoding: with options.causal each new query sees the keys up to its own position
-// only. Options: scale, causal, window, softcap, alibi_slopes, sinks and threads apply as in
+// whatever options.causal_align says), plus options.position_offset (a cache holding one
+// range of a longer context, a shard on another process, passes the number of keys that
+// come after its range). n_q > 1 serves speculative decoding: with options.causal each new
+// query sees the keys up to its own position only; a query at a negative position sees no
+// key under causal (context 0, lse -inf), and an empty sequence gives every row 0 and -inf.
+// Options: scale, causal, window, softcap, alibi_slopes, sinks and threads apply as in
 // forward; mask and cu_seqlens are refused (the cache says which keys each sequence has);
-// backend must be automatic or fast (there is one decode kernel).
+// backend must be automatic or fast. This is attn::paged_attention (attn/paged.hpp) over the
+// cache's own pages, with its batch invariance.
 struct Decoded {
   Tensor context;  // [S, Hq, n_q, Dv] float32
   Tensor lse;      // [S, Hq, n_q, 1] float32, sinks included

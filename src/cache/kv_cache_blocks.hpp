@@ -18,6 +18,15 @@ struct BlockAccess {
   static float scale(const KVCache& cache, std::int32_t block, Index head, bool values) {
     return values ? cache.value_scale(block, head) : cache.key_scale(block, head);
   }
+  // For appends (src/cache/page_rows.cpp): the rows to write, and an int8 scale itself.
+  static std::byte* writable_rows(const KVCache& cache, std::int32_t block, Index head,
+                                  bool values) {
+    return cache.block_data(block, head, values);
+  }
+  static float& scale_ref(const KVCache& cache, std::int32_t block, Index head, bool values) {
+    return cache.scale_of(block, head, values);
+  }
+  static std::size_t element_size(const KVCache& cache) { return cache.element_size(); }
 };
 
 // Rows [0, page_size) of KV head kv_head in the block, contiguous: keys of the cache's dim,

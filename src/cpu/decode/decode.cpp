@@ -1,16 +1,18 @@
-// The decode kernel (flash-decoding over a paged cache). The keys of each sequence are
-// cut into parts: a shared prompt prefix (blocks that every sequence of a fork group
-// holds, read once for all their queries), then the sequence's own keys, each cut at
-// multiples of DecodeTraits::kSplitKeys. A task is a part over every KV head; its rows are
-// every query head for each new query of each member sequence, so each K/V row is loaded
-// once per task. Within a task, keys go by tiles of one block (or a few small blocks),
-// every KV head of a tile in turn, which is the order of the cache's memory. Per tile and
-// KV head, with the pieces of cpu/tile/: scores for blocks of the head's rows by the
-// dot micro-kernel (K converted to float32 in registers), the shared shaper and online
-// softmax per row, then P V into the row's accumulator. Each task leaves one state per
-// row; the states of a sequence's parts are merged in key order afterwards by the shared
-// state merge, so threads only change who computes a part, never what is merged in which
-// order.
+// The paged kernel (flash-decoding over pages: attn's own KVCache or a caller's pools). The
+// keys of each sequence are cut into parts: a shared prompt prefix (pages that every
+// sequence of a fork group holds, read once for all their queries), then the sequence's own
+// keys, each cut at multiples of DecodeTraits::kSplitKeys; a long query run is cut into
+// runs of kSplitQueries. A task is a part over every KV head; its rows are every query head
+// for each query of each member, so each K/V row is loaded once per task. Within a task,
+// keys go by tiles of one page (or a few small pages), every KV head of a tile in turn,
+// which is the order of the pages' memory. Per tile and KV head, with the pieces of
+// cpu/tile/: scores for blocks of the head's rows by the dot micro-kernel (K converted to
+// float32 in registers), then per softmax step of kSoftmaxKeys keys the shared shaper and
+// online softmax per row and P V into the row's accumulator. Each task leaves one state per
+// row; the states of a row's parts are merged in key order afterwards by the shared state
+// merge, so threads only change who computes a part, never what is merged in which order.
+// Every kernel here computes a row alone (the NR-row kernels give each row the bits of the
+// one-row kernel), which with the fixed cuts of DecodeTraits makes a row's bits its own.
 // Keys outside a row's causal/window range are not read for that row (scores set to
 // -inf, value rows skipped), so NaN in them never reaches the output.
 #undef HWY_TARGET_INCLUDE
@@ -26,11 +28,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <map>
+#include <span>
 #include <type_traits>
 #include <vector>
 
-#include "cache/kv_cache_blocks.hpp"
 #include "core/element_type.hpp"
 #include "core/visible_keys.hpp"
 #include "cpu/decode/decode.hpp"
@@ -115,27 +116,29 @@ class TaskKernel {
 
   void run(Index part_index) {
     const Part& part = plan_.parts[static_cast<std::size_t>(part_index)];
-    const Index group = p_.group_size(), n_q = p_.queries;
-    const Index rows = static_cast<Index>(part.members.size()) * group * n_q;
+    const Index group = p_.group_size(), rows = part.rows;
     Index union_first = part.key_end, union_end = part.key_begin;
     for (Index kv_head = 0; kv_head < p_.heads_kv; ++kv_head) {
-      for (Index local = 0; local < rows; ++local) {
-        const Index r = kv_head * rows + local;
-        const Index seq = part.members[static_cast<std::size_t>(local / (group * n_q))];
-        const Index head = kv_head * group + local / n_q % group, i = local % n_q;
-        prepare_row(r, seq, head, i, part);
-        union_first = std::min(union_first, s_.first_key[r]);
-        union_end = std::max(union_end, s_.end_key[r]);
+      for (const Member& m : part.members) {
+        const Index n_q = m.query_end - m.query_begin;
+        for (Index local = 0; local < group * n_q; ++local) {
+          const Index r = kv_head * rows + m.row_offset + local;
+          const Index head = kv_head * group + local / n_q, i = m.query_begin + local % n_q;
+          prepare_row(r, m.seq, head, i, part);
+          union_first = std::min(union_first, s_.first_key[r]);
+          union_end = std::max(union_end, s_.end_key[r]);
+        }
       }
     }
     // Memory order: a block holds every KV head's rows one after another, so walking heads
     // inside a tile of one block reads the pools front to back, where the hardware
     // prefetchers keep up; head by head over many blocks jumps every few KiB and reads at
     // less than half the bandwidth. The rows of each tile are found two tiles ahead, so
-    // the tile being computed can ask for the two after it (see Lookahead).
-    const Index step = tile_keys(p_.cache->config().page_size);
+    // the tile being computed can ask for the two after it (see Lookahead). Tiles start at
+    // multiples of the step, whatever the rows' first key, so that softmax steps do too.
+    const Index step = tile_keys(p_.page_size());
     const auto tile_end = [&](Index t0) { return std::min(union_end, (t0 / step + 1) * step); };
-    const auto& table = *p_.tables[static_cast<std::size_t>(part.members[0])];
+    const auto& table = p_.tables[static_cast<std::size_t>(part.members[0].seq)];
     // The tile after `from`: the next KV head of its keys, or the first head of the next
     // keys; empty after the last.
     const auto follow = [&](const TileRows<T>& from, TileRows<T>& to) {
@@ -146,7 +149,10 @@ class TaskKernel {
     };
     // Tile i is at tiles[i % 3].
     std::array<TileRows<T>, 3> tiles;
-    if (union_first < union_end) find_rows(table, 0, union_first, tile_end(union_first), tiles[0]);
+    if (union_first < union_end) {
+      const Index t0 = union_first / step * step;
+      find_rows(table, 0, t0, tile_end(t0), tiles[0]);
+    }
     follow(tiles[0], tiles[1]);
     for (std::size_t i = 0; tiles[i].count() > 0; i = (i + 1) % tiles.size()) {
       const TileRows<T>& next = tiles[(i + 1) % tiles.size()];
@@ -165,7 +171,7 @@ class TaskKernel {
  private:
   void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
     const Index length = p_.lengths[static_cast<std::size_t>(seq)];
-    const Index position = p_.query_position(length, i);
+    const Index position = p_.query_position(seq, i);
     const core::KeyRange keys = p_.rule.visible_keys(position, length);
     s_.first_key[r] = std::max(keys.first, part.key_begin);
     s_.end_key[r] = std::min(keys.end, part.key_end);
@@ -175,11 +181,10 @@ class TaskKernel {
     s_.row_max[r] = kMinusInfinity;
     s_.row_sum[r] = 0.0f;
     std::fill_n(s_.acc.get() + r * p_.dim_v, p_.dim_v, 0.0f);
-    const TensorView& q = p_.q;
-    // float64 q (decode has no reference to fall back on) is rounded to float32 first.
-    core::with_float_type(q.dtype, [&](auto tag) {
+    // float64 q (the paged kernel has no reference to fall back on) is rounded to float32.
+    core::with_float_type(p_.q_dtype, [&](auto tag) {
       using Q = decltype(tag);
-      tile::scaled_query(core::row_of<Q>(q, seq, head, i), p_.dim,
+      tile::scaled_query(static_cast<const Q*>(p_.q) + p_.q_rows.at(seq, head, i), p_.dim,
                          static_cast<float>(p_.rule.scale), s_.queries.get() + r * p_.dim);
     });
   }
@@ -192,23 +197,22 @@ class TaskKernel {
     for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], bytes);
   }
 
-  // Finds the rows of keys [t0, t1) of kv_head through the block table.
-  void find_rows(const std::vector<std::int32_t>& table, Index kv_head, Index t0, Index t1,
+  // Finds the rows of keys [t0, t1) of kv_head through the page table.
+  void find_rows(std::span<const std::int32_t> table, Index kv_head, Index t0, Index t1,
                  TileRows<T>& rows) const {
-    const KVCache& cache = *p_.cache;
-    const Index page = cache.config().page_size;
+    const cache::PageRows &keys = p_.keys, &values = p_.values;
+    const Index page = p_.page_size();
     rows.kv_head = kv_head;
     rows.t0 = t0;
     rows.t1 = t1;
     for (Index t = t0; t < t1;) {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
-      const T* k = reinterpret_cast<const T*>(cache::key_block(cache, block, kv_head));
-      const T* v = reinterpret_cast<const T*>(cache::value_block(cache, block, kv_head));
-      const float ks = cache::key_scale(cache, block, kv_head);
-      const float vs = cache::value_scale(cache, block, kv_head);
+      const std::byte* k = keys.rows(block, kv_head);
+      const std::byte* v = values.rows(block, kv_head);
+      const float ks = keys.scale(block, kv_head), vs = values.scale(block, kv_head);
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
-        rows.keys[t - t0] = k + slot * p_.dim;
-        rows.values[t - t0] = v + slot * p_.dim_v;
+        rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
+        rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
         rows.key_scale[t - t0] = ks;
         rows.value_scale[t - t0] = vs;
       }
@@ -250,12 +254,14 @@ class TaskKernel {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
       score_rows(r, block_rows, rows, r == row_begin ? &ahead : nullptr);
     }
-    for (Index r = row_begin; r < row_end; ++r) {
-      softmax_row(r, rows);
-    }
-    for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
-      const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      accumulate(r, block_rows, rows);
+    for (Index step = rows.t0; step < rows.t1; step += Traits::kSoftmaxKeys) {
+      for (Index r = row_begin; r < row_end; ++r) {
+        softmax_row(r, rows, step);
+      }
+      for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
+        const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
+        accumulate(r, block_rows, rows, step);
+      }
     }
   }
 
@@ -305,36 +311,41 @@ class TaskKernel {
     if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
   }
 
-  // Shapes row r's scores of the tile's keys (the shared shaper: int8 scale, softcap,
-  // ALiBi, hiding), then folds them into the row's running state by the shared online
-  // softmax and leaves the weights in place of the scores.
-  void softmax_row(Index r, const TileRows<T>& rows) {
-    const Index t0 = rows.t0, t1 = rows.t1;
-    float* s = s_.scores.get() + r * Traits::kKeyTile;
-    const Index first = std::max(s_.first_key[r], t0), end = std::min(s_.end_key[r], t1);
+  // Keys [first, end) of the softmax step from key `step` that row r sees.
+  std::pair<Index, Index> step_keys(Index r, Index step) const {
+    return {std::max(s_.first_key[r], step), std::min(s_.end_key[r], step + Traits::kSoftmaxKeys)};
+  }
+
+  // Shapes row r's scores of the softmax step's keys (the shared shaper: int8 scale,
+  // softcap, ALiBi, hiding), then folds them into the row's running state by the shared
+  // online softmax and leaves the weights in place of the scores. A step is always
+  // kSoftmaxKeys wide, keys past the row's range (or the tile) hidden, so its arithmetic is
+  // the same whatever tile it lies in.
+  void softmax_row(Index r, const TileRows<T>& rows, Index step) {
+    const Index offset = step - rows.t0;
+    float* s = s_.scores.get() + r * Traits::kKeyTile + offset;
+    const auto [first, end] = step_keys(r, step);
     if (first >= end) return;
-    const Index lanes = tile::lanes(), count = t1 - t0;
-    const Index vectors = (count + lanes - 1) / lanes;
-    // Lanes past the tile's last key are hidden with the keys outside the row's range.
-    const bool hide = first > t0 || end < t1 || count % lanes != 0;
+    const Index vectors = Traits::kSoftmaxKeys / tile::lanes();
+    const bool hide = first > step || end < step + Traits::kSoftmaxKeys;
     if (kInt8 || shaping_.softcap || shaping_.alibi || hide) {
       if (hide) {
-        shape_row<true>(r, s, t0, first, end, rows.key_scale, vectors);
+        shape_row<true>(r, s, step, first, end, rows.key_scale + offset, vectors);
       } else {
-        shape_row<false>(r, s, t0, first, end, rows.key_scale, vectors);
+        shape_row<false>(r, s, step, first, end, rows.key_scale + offset, vectors);
       }
     }
     const tile::RowUpdate update =
         tile::online_softmax_keys<true>(s, vectors, s_.row_max[r], s_.row_sum[r]);
     if (update.tile_max == kMinusInfinity) {
       // Every visible key scored -inf: no weight, no value read.
-      s_.first_key[r] = std::max(s_.first_key[r], t1);
+      s_.first_key[r] = std::max(s_.first_key[r], step + Traits::kSoftmaxKeys);
       return;
     }
     if (update.rescale != 1.0f)
       tile::rescale_row(s_.acc.get() + r * p_.dim_v, p_.dim_v, update.rescale);
     if constexpr (kInt8) {
-      for (Index t = 0; t < count; ++t) s[t] *= rows.value_scale[t];
+      for (Index t = first; t < end; ++t) s[t - step] *= rows.value_scale[t - rows.t0];
     }
   }
 
@@ -360,13 +371,14 @@ class TaskKernel {
     }
   }
 
-  // Rows whose visible keys in the tile are the same range go together; a row at the edge
-  // of a causal or window range goes alone, so it never reads a value row it may not see.
-  void accumulate(Index r0, Index block_rows, const TileRows<T>& rows) {
+  // Rows whose visible keys in the softmax step are the same range go together; a row at
+  // the edge of a causal or window range goes alone, so it never reads a value row it may
+  // not see.
+  void accumulate(Index r0, Index block_rows, const TileRows<T>& rows, Index step) {
     const T* const* values = rows.values;
-    const Index t0 = rows.t0, t1 = rows.t1;
     const auto range = [&](Index r) {
-      return std::pair{std::max(s_.first_key[r], t0) - t0, std::min(s_.end_key[r], t1) - t0};
+      const auto [first, end] = step_keys(r, step);
+      return std::pair{first - rows.t0, end - rows.t0};
     };
     bool same = true;
     for (Index r = r0 + 1; r < r0 + block_rows; ++r) same = same && range(r) == range(r0);
@@ -396,30 +408,30 @@ class TaskKernel {
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
 };
 
-// state[s, head, i] = the partial states of sequence s's parts, merged in key order.
+// The state row of (s, head, i) = the partial states of the parts holding it, merged in key
+// order.
 void merge_parts(const DecodeProblem& p, const DecodeParts& plan, const State& partial,
                  State& state) {
-  const Index group = p.group_size(), n_q = p.queries, dim_v = p.dim_v;
+  const Index group = p.group_size(), dim_v = p.dim_v;
   const float *pm = partial.m.data_as<float>(), *pl = partial.l.data_as<float>();
   const float* pacc = partial.acc.data_as<float>();
   float *m = state.m.data_as<float>(), *l = state.l.data_as<float>();
   float* acc = state.acc.data_as<float>();
-  for (Index s = 0; s < p.sequences(); ++s)
-    for (Index head = 0; head < p.heads_q; ++head)
-      for (Index i = 0; i < n_q; ++i) {
-        const Index out = (s * p.heads_q + head) * n_q + i;
-        const Index kv_head = head / group;
-        float& mo = m[out];
-        float& lo = l[out];
-        float* ao = acc + out * dim_v;
-        for (std::size_t k = 0; k < plan.parts_of[s].size(); ++k) {
-          const Index part = plan.parts_of[s][k], member = plan.member_index[s][k];
-          const Index rows = static_cast<Index>(plan.parts[part].members.size()) * group * n_q;
-          const Index in =
-              plan.state_offset[part] + kv_head * rows + (member * group + head % group) * n_q + i;
-          merge_state(mo, lo, ao, pm[in], pl[in], pacc + in * dim_v, dim_v);
+  for (Index s = 0; s < p.sequences(); ++s) {
+    for (const auto& [part_index, member_index] : plan.parts_of[static_cast<std::size_t>(s)]) {
+      const Part& part = plan.parts[static_cast<std::size_t>(part_index)];
+      const Member& member = part.members[static_cast<std::size_t>(member_index)];
+      const Index n_q = member.query_end - member.query_begin;
+      for (Index head = 0; head < p.heads_q; ++head) {
+        const Index first_row = plan.state_offset[static_cast<std::size_t>(part_index)] +
+                                head / group * part.rows + member.row_offset + head % group * n_q;
+        for (Index i = 0; i < n_q; ++i) {
+          const Index out = p.state_rows.at(s, head, member.query_begin + i), in = first_row + i;
+          merge_state(m[out], l[out], acc + out * dim_v, pm[in], pl[in], pacc + in * dim_v, dim_v);
         }
       }
+    }
+  }
 }
 
 template <class T>
@@ -429,9 +441,12 @@ void run(const DecodeProblem& p, State& state, int threads) {
                 Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, p.dim_v})};
   const auto tasks = static_cast<Index>(plan.parts.size());
-  Index key_rows = 0;
-  for (const Part& part : plan.parts) key_rows += (part.key_end - part.key_begin) * p.heads_kv;
-  const Index useful = std::min<Index>(tasks, key_rows / Traits::kMinKeysPerThread + 1);
+  Index work = 0;
+  for (const Part& part : plan.parts) {
+    const Index row_groups = (part.rows + Traits::kRowsPerWork - 1) / Traits::kRowsPerWork;
+    work += (part.key_end - part.key_begin) * p.heads_kv * row_groups;
+  }
+  const Index useful = std::min<Index>(tasks, work / Traits::kMinKeysPerThread + 1);
   threads = tile::threads_for(useful, threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
@@ -446,7 +461,7 @@ void run(const DecodeProblem& p, State& state, int threads) {
 }  // namespace
 
 void DecodeTarget(const DecodeProblem& problem, State& state, int threads) {
-  switch (problem.cache->config().dtype) {
+  switch (problem.keys.dtype) {
     case CacheDType::f32:
       return run<float>(problem, state, threads);
     case CacheDType::f16:

@@ -1,6 +1,7 @@
 #include "cpu/decode/parts.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -12,60 +13,96 @@ namespace {
 
 using Traits = DecodeTraits;
 
-void add_parts(DecodeParts& plan, const std::vector<Index>& members, Index begin, Index end) {
+// Parts over keys [begin, end) for the queries of `members`, cut at multiples of kSplitKeys.
+void add_parts(DecodeParts& plan, std::vector<Member> members, Index group, Index begin,
+               Index end) {
+  Index rows = 0;
+  for (Member& m : members) {
+    m.row_offset = rows;
+    rows += group * (m.query_end - m.query_begin);
+  }
   while (begin < end) {
     const Index split_end = std::min(end, (begin / Traits::kSplitKeys + 1) * Traits::kSplitKeys);
-    plan.parts.push_back({members, begin, split_end});
+    plan.parts.push_back({members, begin, split_end, rows});
     begin = split_end;
   }
+}
+
+// Keys [first, end) that some query of [query_begin, query_end) of sequence s sees.
+std::pair<Index, Index> visible_span(const DecodeProblem& p, Index s, Index query_begin,
+                                     Index query_end) {
+  Index first = std::numeric_limits<Index>::max(), end = 0;
+  for (Index i = query_begin; i < query_end; ++i) {
+    const core::KeyRange keys = p.rule.visible_keys(p.query_position(s, i), p.lengths[s]);
+    if (keys.first >= keys.end) continue;
+    first = std::min(first, keys.first);
+    end = std::max(end, keys.end);
+  }
+  return first < end ? std::pair{first, end} : std::pair<Index, Index>{0, 0};
 }
 
 }  // namespace
 
 DecodeParts make_parts(const DecodeProblem& p) {
-  const Index page = p.cache->config().page_size;
-  std::map<std::int32_t, std::vector<Index>> by_first_block;
+  const Index page = p.page_size(), group = p.group_size();
+  // Sequences with few queries share a prompt prefix; a long query run is compute-bound and
+  // goes in runs of its own.
+  std::map<std::int32_t, std::vector<Index>> by_first_page;
   for (Index s = 0; s < p.sequences(); ++s) {
-    if (p.lengths[s] >= page) by_first_block[(*p.tables[s])[0]].push_back(s);
+    const Index n_q = p.queries(s);
+    if (n_q > 0 && n_q <= Traits::kSplitQueries && p.lengths[s] >= Traits::kSplitKeys)
+      by_first_page[p.tables[s][0]].push_back(s);
   }
   DecodeParts plan;
   std::vector<Index> prefix(static_cast<std::size_t>(p.sequences()), 0);
-  for (const auto& [first, members] : by_first_block) {
+  for (const auto& [first, members] : by_first_page) {
     if (members.size() < 2) continue;
-    Index blocks = std::numeric_limits<Index>::max();
-    for (const Index s : members) blocks = std::min(blocks, p.lengths[s] / page);
-    const auto& lead = *p.tables[members[0]];
+    Index pages = std::numeric_limits<Index>::max();
+    for (const Index s : members) pages = std::min(pages, p.lengths[s] / page);
+    const auto& lead = p.tables[members[0]];
     for (const Index s : members) {
-      const auto& table = *p.tables[s];
+      const auto& table = p.tables[s];
       Index agree = 0;
-      while (agree < blocks && table[agree] == lead[agree]) ++agree;
-      blocks = agree;
+      while (agree < pages && table[agree] == lead[agree]) ++agree;
+      pages = agree;
     }
-    add_parts(plan, members, 0, blocks * page);
-    for (const Index s : members) prefix[s] = blocks * page;
+    const Index shared = pages * page / Traits::kSplitKeys * Traits::kSplitKeys;
+    if (shared == 0) continue;
+    std::vector<Member> group_members;
+    for (const Index s : members) {
+      group_members.push_back({s, 0, p.queries(s), 0});
+      prefix[s] = shared;
+    }
+    add_parts(plan, group_members, group, 0, shared);
   }
-  for (Index s = 0; s < p.sequences(); ++s) add_parts(plan, {s}, prefix[s], p.lengths[s]);
+  for (Index s = 0; s < p.sequences(); ++s) {
+    const Index n_q = p.queries(s);
+    for (Index q0 = 0; q0 < n_q; q0 += Traits::kSplitQueries) {
+      const Index q1 = std::min(n_q, q0 + Traits::kSplitQueries);
+      // Keys no query of the run sees are not a part of it (an empty state merges as none).
+      const auto [first, end] = visible_span(p, s, q0, q1);
+      const Index begin = std::max(prefix[s], first / Traits::kSplitKeys * Traits::kSplitKeys);
+      add_parts(plan, {{s, q0, q1, 0}}, group, begin, end);
+    }
+  }
 
   plan.parts_of.resize(static_cast<std::size_t>(p.sequences()));
-  plan.member_index.resize(static_cast<std::size_t>(p.sequences()));
-  const Index rows_per_member = p.group_size() * p.queries;
   for (std::size_t i = 0; i < plan.parts.size(); ++i) {
     const Part& part = plan.parts[i];
     for (std::size_t m = 0; m < part.members.size(); ++m) {
-      plan.parts_of[part.members[m]].push_back(static_cast<Index>(i));
-      plan.member_index[part.members[m]].push_back(static_cast<Index>(m));
+      plan.parts_of[part.members[m].seq].emplace_back(i, m);
     }
-    const Index rows = static_cast<Index>(part.members.size()) * rows_per_member;
     plan.state_offset.push_back(plan.total_rows);
-    plan.total_rows += rows * p.heads_kv;
-    plan.max_rows = std::max(plan.max_rows, rows * p.heads_kv);
+    plan.total_rows += part.rows * p.heads_kv;
+    plan.max_rows = std::max(plan.max_rows, part.rows * p.heads_kv);
   }
   return plan;
 }
 
 Index tile_keys(Index page) {
-  if (page >= Traits::kMinTileKeys) return std::min<Index>(page, Traits::kKeyTile);
-  return (Traits::kMinTileKeys + page - 1) / page * page;
+  const Index keys = page >= Traits::kMinTileKeys ? std::min<Index>(page, Traits::kKeyTile)
+                                                  : (Traits::kMinTileKeys + page - 1) / page * page;
+  return static_cast<Index>(std::bit_ceil(static_cast<std::uint64_t>(keys)));
 }
 
 }  // namespace attn::cpu

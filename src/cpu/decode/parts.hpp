@@ -1,7 +1,8 @@
-// How a decode step is cut into tasks: the parts of each sequence's keys (a shared
-// prompt prefix read once for every sequence of a fork group, then each sequence's own keys
-// cut at multiples of DecodeTraits::kSplitKeys), and where each part's partial states go.
-// Plain planning, no SIMD: the kernel (decode.cpp) walks the parts.
+// How a paged step is cut into tasks: the parts of each sequence's keys (a shared prompt
+// prefix read once for every sequence of a fork group, then each sequence's own keys), all
+// cut at multiples of DecodeTraits::kSplitKeys, and long query runs cut at multiples of
+// DecodeTraits::kSplitQueries; and where each part's partial states go. Plain planning, no
+// SIMD: the kernel (decode.cpp) walks the parts.
 #pragma once
 
 #include <vector>
@@ -10,28 +11,37 @@
 
 namespace attn::cpu {
 
-// A run of keys [key_begin, key_end) read for the queries of `members` (indices into the
-// problem's sequences), whose block tables agree on these keys.
+// Queries [query_begin, query_end) of sequence `seq`, whose rows in a part start at
+// row_offset (rows of one KV head: the group's query heads, each over the queries).
+struct Member {
+  Index seq = 0, query_begin = 0, query_end = 0, row_offset = 0;
+};
+
+// A run of keys [key_begin, key_end) read for the queries of `members`, whose page tables
+// agree on these keys.
 struct Part {
-  std::vector<Index> members;
+  std::vector<Member> members;
   Index key_begin = 0, key_end = 0;
+  Index rows = 0;  // of one KV head, over all members
 };
 
 struct DecodeParts {
   std::vector<Part> parts;
-  std::vector<Index> state_offset;           // [parts]: first partial-state row of (part, head 0)
-  std::vector<std::vector<Index>> parts_of;  // [S]: the parts holding a sequence's keys, in order
-  std::vector<std::vector<Index>> member_index;  // [S]: its position among each part's members
-  Index total_rows = 0;                          // partial states over all (part, head)
-  Index max_rows = 0;                            // rows of the largest task, all KV heads
+  std::vector<Index> state_offset;  // [parts]: first partial-state row of (part, head 0)
+  // [S]: (part, member) for each part holding a sequence's queries; for each query, the
+  // parts holding it are in key order.
+  std::vector<std::vector<std::pair<Index, Index>>> parts_of;
+  Index total_rows = 0;  // partial states over all (part, head)
+  Index max_rows = 0;    // rows of the largest task, all KV heads
 };
 
-// Groups sequences by their first block; a group of two or more shares the leading full
-// blocks that all of its tables hold.
+// Groups sequences by their first page; a group of two or more shares the leading
+// kSplitKeys-multiple of keys whose pages all of its tables hold.
 DecodeParts make_parts(const DecodeProblem& p);
 
-// Keys per tile for a page size: one block, or cut to kKeyTile, or whole blocks up to
-// kMinTileKeys (see DecodeTraits).
+// Keys per tile for a page size: one page, or cut to kKeyTile, or whole pages up to
+// kMinTileKeys, rounded up to a power of two (so tiles hold whole softmax steps and parts
+// whole tiles; see DecodeTraits).
 Index tile_keys(Index page);
 
 }  // namespace attn::cpu

@@ -1,0 +1,76 @@
+// attn::paged_attention: attention over key/value pages the caller owns, as serving engines
+// hold them (vLLM, FlashAttention's block_table, FlashInfer, transformers' continuous
+// batching). One call serves a ragged batch: each sequence brings its own number of new
+// queries (a prefill chunk, one decode token, a speculative draft, or none) and reads its
+// keys through its row of a page table. The pools are read in place; nothing is copied.
+// attn::decode over attn's own KVCache runs the same kernel.
+//
+// Batch invariance: the bits of a sequence's outputs depend only on its own queries, keys,
+// values and the options. They do not depend on the other sequences of the call, their
+// order or query counts, the thread count, the page size or layout of the pools, nor on
+// how a prompt is cut into prefill chunks: a query's context and lse are the same bytes
+// whether its chunk held 1, 7, 64 queries or the whole prompt (on one CPU target; another
+// target sums in another order).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "attn/kv_cache.hpp"
+#include "attn/options.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+// Where a pool keeps the row of (page, slot, KV head).
+enum class PageLayout : std::uint8_t {
+  token_major,  // [pages, page_size, Hkv, dim]: vLLM, FlashAttention's paged k_cache
+  head_major,   // [pages, Hkv, page_size, dim]: FlashInfer's HND, attn's own KVCache
+};
+
+const char* page_layout_name(PageLayout layout);
+
+// One pool of the caller's pages, keys or values: pages * page_size * heads_kv * dim
+// elements of dtype, contiguous in `layout`. Read in place by paged_attention, written in
+// place by append_pages.
+struct PagePool {
+  void* data = nullptr;
+  CacheDType dtype = CacheDType::f16;
+  PageLayout layout = PageLayout::token_major;
+  Index pages = 0, page_size = 0, heads_kv = 0, dim = 0;
+  // int8 only: float32 [pages, heads_kv], an element being int8 * scale (as KVCache's int8).
+  float* scales = nullptr;
+};
+
+// Which sequences a call serves, all int32 as engines hold them.
+struct PagedBatch {
+  // [S + 1]: sequence s's queries are rows query_start[s] .. query_start[s + 1] of q, its
+  // newest tokens (bottom-right): query i of n_q sits at key position seq_lens[s] - n_q + i
+  // (plus Options::position_offset). 0 queries: the sequence only holds keys this call.
+  std::span<const std::int32_t> query_start;
+  // [S]: keys of each sequence, the new tokens' included (append them first).
+  std::span<const std::int32_t> seq_lens;
+  // [S, max_pages], row-major: sequence s's token t lives in page block_table[s, t /
+  // page_size] at slot t % page_size. Pages may be shared between sequences and come in
+  // any order; entries past a sequence's last page are not read.
+  std::span<const std::int32_t> block_table;
+  Index max_pages = 0;
+};
+
+struct PagedOutput {
+  Tensor context;  // [1, total_q, Hq, Dv] float32
+  Tensor lse;      // [1, total_q, Hq, 1] float32, sinks included; -inf for a row that sees no key
+};
+
+// q: [1, total_q, Hq, D] (any float dtype, any strides with a contiguous last dim), D = the
+// key pool's dim, Hq a multiple of its heads_kv (GQA/MQA). A query at a negative position
+// (more queries than keys) sees no key under causal: context 0, lse -inf. Options: scale,
+// causal, window, softcap, alibi_slopes, sinks, position_offset and threads apply as in
+// attn::decode; mask and cu_seqlens are refused (the batch says which keys a sequence has),
+// causal_align is bottom-right whatever it says, backend must be automatic or fast. A bad
+// argument throws attn::Error naming it (a page index past the pool, a sequence longer than
+// its table, ...).
+PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
+                            const PagedBatch& batch, const Options& options = {});
+
+}  // namespace attn

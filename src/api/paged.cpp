@@ -1,0 +1,203 @@
+// attn::paged_attention: the caller's pools, page table and ragged queries checked (each
+// rejection naming its argument) into a problem for the paged kernel, then finalize with
+// the sinks, rows put back in the caller's [token, head] order.
+#include "attn/paged.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "api/paged_step.hpp"
+#include "core/argument_checks.hpp"
+
+namespace attn {
+namespace {
+
+using core::fail;
+
+std::size_t element_bytes(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f32:
+      return 4;
+    case CacheDType::f16:
+    case CacheDType::bf16:
+      return 2;
+    case CacheDType::int8:
+      return 1;
+  }
+  return 4;
+}
+
+void check_pool(const char* name, const PagePool& pool) {
+  const std::string n = name;
+  for (const auto& [field, value] : {std::pair{".pages", pool.pages},
+                                     {".page_size", pool.page_size},
+                                     {".heads_kv", pool.heads_kv},
+                                     {".dim", pool.dim}}) {
+    if (value < 1) fail(n + field, "a positive count", std::to_string(value));
+  }
+  if (pool.data == nullptr) fail(n + ".data", "the pool's elements", "null");
+  if (pool.pages > INT32_MAX) {
+    fail(n + ".pages", "at most 2^31 - 1 (pages are int32 in the table)",
+         std::to_string(pool.pages));
+  }
+  if ((pool.dtype == CacheDType::int8) != (pool.scales != nullptr)) {
+    fail(n + ".scales",
+         pool.dtype == CacheDType::int8 ? "[pages, heads_kv] float32 scales for int8"
+                                        : "null (scales are for int8 pools)",
+         pool.scales == nullptr ? "null" : "scales");
+  }
+}
+
+void check_pools(const PagePool& keys, const PagePool& values) {
+  check_pool("keys", keys);
+  check_pool("values", values);
+  const auto agree = [&](const char* field, auto k, auto v, const std::string& shown_k,
+                         const std::string& shown_v) {
+    if (k != v) {
+      fail(std::string("values.") + field, "the key pool's " + shown_k + " (one page holds both)",
+           shown_v);
+    }
+  };
+  agree("dtype", keys.dtype, values.dtype, cache_dtype_name(keys.dtype),
+        cache_dtype_name(values.dtype));
+  agree("layout", keys.layout, values.layout, page_layout_name(keys.layout),
+        page_layout_name(values.layout));
+  agree("pages", keys.pages, values.pages, std::to_string(keys.pages),
+        std::to_string(values.pages));
+  agree("page_size", keys.page_size, values.page_size, std::to_string(keys.page_size),
+        std::to_string(values.page_size));
+  agree("heads_kv", keys.heads_kv, values.heads_kv, std::to_string(keys.heads_kv),
+        std::to_string(values.heads_kv));
+}
+
+cache::PageRows rows_of(const PagePool& pool) {
+  cache::PageRows rows;
+  rows.dtype = pool.dtype;
+  rows.page_size = pool.page_size;
+  rows.heads_kv = pool.heads_kv;
+  rows.dim = pool.dim;
+  rows.data = static_cast<std::byte*>(pool.data);
+  rows.scales = pool.scales;
+  const auto row = pool.dim * static_cast<Index>(element_bytes(pool.dtype));
+  rows.page_bytes = pool.page_size * pool.heads_kv * row;
+  const bool token_major = pool.layout == PageLayout::token_major;
+  rows.head_bytes = token_major ? row : pool.page_size * row;
+  rows.slot_bytes = token_major ? pool.heads_kv * row : row;
+  return rows;
+}
+
+// The batch's offsets, lengths and table, whole and inside the pool; returns S.
+Index check_batch(const PagedBatch& batch, Index total_q, const PagePool& pool) {
+  if (batch.query_start.empty()) fail("query_start", "S + 1 offsets", "none");
+  const auto sequences = static_cast<Index>(batch.query_start.size()) - 1;
+  if (batch.query_start[0] != 0) {
+    fail("query_start", "offsets from 0",
+         "query_start[0] = " + std::to_string(batch.query_start[0]));
+  }
+  for (Index s = 0; s < sequences; ++s) {
+    if (batch.query_start[s + 1] < batch.query_start[s]) {
+      fail("query_start", "non-decreasing offsets",
+           "query_start[" + std::to_string(s + 1) +
+               "] = " + std::to_string(batch.query_start[s + 1]) + " after " +
+               std::to_string(batch.query_start[s]));
+    }
+  }
+  if (batch.query_start[sequences] != total_q) {
+    fail("query_start", "a last offset equal to q's " + std::to_string(total_q) + " rows",
+         std::to_string(batch.query_start[sequences]));
+  }
+  if (static_cast<Index>(batch.seq_lens.size()) != sequences) {
+    fail("seq_lens", std::to_string(sequences) + " lengths (one per sequence of query_start)",
+         std::to_string(batch.seq_lens.size()));
+  }
+  if (batch.max_pages < 0) fail("max_pages", "a count >= 0", std::to_string(batch.max_pages));
+  if (static_cast<Index>(batch.block_table.size()) != sequences * batch.max_pages) {
+    fail("block_table",
+         std::to_string(sequences) + " x " + std::to_string(batch.max_pages) + " entries",
+         std::to_string(batch.block_table.size()));
+  }
+  for (Index s = 0; s < sequences; ++s) {
+    const Index length = batch.seq_lens[s];
+    const Index pages = (length + pool.page_size - 1) / pool.page_size;
+    if (length < 0 || pages > batch.max_pages) {
+      fail("seq_lens",
+           "lengths from 0 to max_pages * page_size = " +
+               std::to_string(batch.max_pages * pool.page_size),
+           "seq_lens[" + std::to_string(s) + "] = " + std::to_string(length));
+    }
+    for (Index j = 0; j < pages; ++j) {
+      const std::int32_t page = batch.block_table[s * batch.max_pages + j];
+      if (page < 0 || page >= pool.pages) {
+        fail("block_table",
+             "pages in [0, " + std::to_string(pool.pages) + ") for the keys a sequence holds",
+             "block_table[" + std::to_string(s) + ", " + std::to_string(j) +
+                 "] = " + std::to_string(page));
+      }
+    }
+  }
+  return sequences;
+}
+
+// [1, Hq, T, d] -> [1, T, Hq, d]
+Tensor tokens_first(const Tensor& by_head) {
+  const Dims& shape = by_head.shape();
+  const Index heads = shape[1], tokens = shape[2], d = shape[3];
+  Tensor out(DType::f32, {1, tokens, heads, d});
+  const float* from = by_head.data_as<float>();
+  float* to = out.data_as<float>();
+  for (Index h = 0; h < heads; ++h)
+    for (Index t = 0; t < tokens; ++t)
+      std::copy_n(from + (h * tokens + t) * d, d, to + (t * heads + h) * d);
+  return out;
+}
+
+}  // namespace
+
+const char* page_layout_name(PageLayout layout) {
+  return layout == PageLayout::token_major ? "token_major" : "head_major";
+}
+
+PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
+                            const PagedBatch& batch, const Options& options) {
+  check_pools(keys, values);
+  core::check_float_dtype("q", q.dtype);
+  if (q.shape[0] != 1 || q.shape[2] < 1 || q.shape[3] != keys.dim) {
+    fail("q", "shape [1, total_q, Hq, " + std::to_string(keys.dim) + " (the key pool's dim)]",
+         format_dims(q.shape));
+  }
+  const Index total_q = q.shape[1], heads_q = q.shape[2];
+  if (heads_q % keys.heads_kv != 0) {
+    fail("q",
+         "a head count that is a multiple of the pools' " + std::to_string(keys.heads_kv) +
+             " KV heads (GQA)",
+         std::to_string(heads_q) + " heads");
+  }
+  core::check_storage("q", q);
+  const Index sequences = check_batch(batch, total_q, keys);
+
+  cpu::DecodeProblem p;
+  api::set_step_options(p, options, heads_q, keys.heads_kv, keys.dim, values.dim,
+                        "the batch says which keys a sequence has");
+  p.q = q.data;
+  p.q_dtype = q.dtype;
+  p.q_rows.head_stride = q.strides[2];
+  p.q_rows.token_stride = q.strides[1];
+  p.state_rows.head_stride = total_q;
+  p.state_rows.token_stride = 1;
+  p.keys = rows_of(keys);
+  p.values = rows_of(values);
+  for (Index s = 0; s <= sequences; ++s) p.query_start.push_back(batch.query_start[s]);
+  for (Index s = 0; s < sequences; ++s) {
+    p.tables.push_back(batch.block_table.subspan(static_cast<std::size_t>(s * batch.max_pages),
+                                                 static_cast<std::size_t>(batch.max_pages)));
+    p.lengths.push_back(batch.seq_lens[s]);
+    p.q_rows.seq_base.push_back(batch.query_start[s] * q.strides[1]);
+    p.state_rows.seq_base.push_back(batch.query_start[s]);
+  }
+  const State state = api::run_step(p, 1, total_q);
+  const Finalized result = finalize(state, options.sinks);
+  return {tokens_first(result.context), tokens_first(result.lse)};
+}
+
+}  // namespace attn

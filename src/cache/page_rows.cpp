@@ -1,0 +1,35 @@
+#include "cache/page_rows.hpp"
+
+#include "cache/kv_cache_blocks.hpp"
+
+namespace attn::cache {
+
+std::byte* PageRows::rows(std::int32_t page, Index head) const {
+  if (cache != nullptr) return BlockAccess::writable_rows(*cache, page, head, values);
+  return data + page * page_bytes + head * head_bytes;
+}
+
+float PageRows::scale(std::int32_t page, Index head) const {
+  return dtype == CacheDType::int8 ? scale_ref(page, head) : 1.0f;
+}
+
+float& PageRows::scale_ref(std::int32_t page, Index head) const {
+  if (cache != nullptr) return BlockAccess::scale_ref(*cache, page, head, values);
+  return scales[page * heads_kv + head];
+}
+
+PageRows page_rows_of(const KVCache& cache, bool values) {
+  const KVCacheConfig& config = cache.config();
+  PageRows rows;
+  rows.dtype = config.dtype;
+  rows.page_size = config.page_size;
+  rows.heads_kv = config.heads_kv;
+  rows.dim = values ? config.dim_v : config.dim;
+  rows.cache = &cache;
+  rows.values = values;
+  rows.slot_bytes = rows.dim * static_cast<Index>(BlockAccess::element_size(cache));
+  rows.head_bytes = rows.page_size * rows.slot_bytes;
+  return rows;
+}
+
+}  // namespace attn::cache

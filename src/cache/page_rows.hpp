@@ -1,0 +1,34 @@
+// One pool of pages (keys or values) as the paged kernel and the appends address it: the
+// rows of a page and KV head, a fixed stride apart, and their int8 scale. The pool is a
+// caller's array (attn::PagePool, either layout) or attn's own KVCache, whose blocks live
+// in slabs; the kernel sees no difference, so there is one paged path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attn/kv_cache.hpp"
+
+namespace attn::cache {
+
+struct PageRows {
+  CacheDType dtype = CacheDType::f32;
+  Index page_size = 0, heads_kv = 0, dim = 0;
+  // attn's own cache (its keys, or its values), or else the caller's pool below.
+  const KVCache* cache = nullptr;
+  bool values = false;
+  std::byte* data = nullptr;
+  float* scales = nullptr;  // int8 only: [page][KV head]
+  // In bytes: from one page, KV head and slot to the next.
+  Index page_bytes = 0, head_bytes = 0, slot_bytes = 0;
+
+  std::byte* rows(std::int32_t page, Index head) const;
+  // The dequantisation scale of the page's KV head: 1 unless int8.
+  float scale(std::int32_t page, Index head) const;
+  float& scale_ref(std::int32_t page, Index head) const;
+};
+
+// The keys (values = false) or values of a KVCache as page rows.
+PageRows page_rows_of(const KVCache& cache, bool values);
+
+}  // namespace attn::cache

@@ -1,0 +1,650 @@
+// attn::paged_attention over pools the test owns: against the float64 reference for every
+// layout, storage dtype, page size (1, 16, 256) and option, over ragged batches (no query,
+// one, a prefill run, more queries than keys, an empty sequence), non-monotone tables and
+// shared pages; batch invariance bitwise on every target (alone or with others, in any
+// order, any thread count, page size and layout, chunked prefill against one shot, the
+// KVCache's decode); bad batches refused naming the argument.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "attn/decode.hpp"
+#include "attn/paged.hpp"
+#include "support/compare.hpp"
+#include "support/error_message.hpp"
+#include "support/targets.hpp"
+
+namespace attn::testing {
+namespace {
+
+struct Sequence {
+  Index length = 0, queries = 0;
+};
+
+struct Shape {
+  Index heads_q = 4, heads_kv = 2, dim = 40, dim_v = 24;
+  std::vector<Sequence> sequences;
+  // The second sequence reads the first one's pages for the keys they both hold, in whole
+  // pages (a forked prompt).
+  bool share_prefix = false;
+};
+
+struct Storage {
+  CacheDType dtype = CacheDType::f32;
+  Index page = 16;
+  PageLayout layout = PageLayout::token_major;
+  bool varied_scales = true;  // int8: a scale per page and head, else one for all
+};
+
+std::size_t bytes_of(CacheDType dtype) {
+  return dtype == CacheDType::f32 ? 4 : dtype == CacheDType::int8 ? 1 : 2;
+}
+
+// Token values each storage holds exactly: for int8, integer codes (times the scale).
+float representable(float x, CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f32:
+      return x;
+    case CacheDType::f16:
+      return to_float(to_float16(x));
+    case CacheDType::bf16:
+      return to_float(to_bfloat16(x));
+    case CacheDType::int8:
+      return std::clamp(std::round(x * 40.0f), -127.0f, 127.0f);
+  }
+  return x;
+}
+
+// The tokens of every sequence (per sequence [Hkv][length][dim] codes), made once for a
+// shape so that pools of any page size and layout can hold the same keys and values.
+struct Tokens {
+  std::vector<std::vector<float>> keys, values;
+  Tensor q;  // [1, total_q, Hq, dim] float32
+};
+
+Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tokens t;
+  for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
+    const Index length = shape.sequences[s].length;
+    for (auto* side : {&t.keys, &t.values}) {
+      const Index dim = side == &t.keys ? shape.dim : shape.dim_v;
+      std::vector<float> codes(static_cast<std::size_t>(shape.heads_kv * length * dim));
+      for (float& c : codes) c = representable(normal(rng), dtype);
+      side->push_back(std::move(codes));
+    }
+  }
+  if (shape.share_prefix) {
+    const Index shared = std::min(shape.sequences[0].length, shape.sequences[1].length);
+    for (auto* side : {&t.keys, &t.values}) {
+      const Index dim = side == &t.keys ? shape.dim : shape.dim_v;
+      for (Index h = 0; h < shape.heads_kv; ++h) {
+        std::copy_n((*side)[0].begin() + h * shape.sequences[0].length * dim, shared * dim,
+                    (*side)[1].begin() + h * shape.sequences[1].length * dim);
+      }
+    }
+  }
+  Index total = 0;
+  for (const Sequence& s : shape.sequences) total += s.queries;
+  t.q = Tensor(DType::f32, {1, total, shape.heads_q, shape.dim});
+  for (Index i = 0; i < t.q.numel(); ++i) t.q.data_as<float>()[i] = normal(rng);
+  return t;
+}
+
+// Pools holding the tokens, pages handed out in a shuffled order (so tables are not
+// monotone) with spare pages between, and the batch's int32 arrays.
+struct Paged {
+  Shape shape;
+  Storage storage;
+  std::vector<std::byte> key_bytes, value_bytes;
+  std::vector<float> key_scales, value_scales;
+  std::vector<std::int32_t> query_start, seq_lens, table;
+  Index pages = 0, max_pages = 0;
+
+  PagePool pool(bool values) {
+    PagePool p;
+    p.data = values ? value_bytes.data() : key_bytes.data();
+    p.dtype = storage.dtype;
+    p.layout = storage.layout;
+    p.pages = pages;
+    p.page_size = storage.page;
+    p.heads_kv = shape.heads_kv;
+    p.dim = values ? shape.dim_v : shape.dim;
+    if (storage.dtype == CacheDType::int8)
+      p.scales = values ? value_scales.data() : key_scales.data();
+    return p;
+  }
+  PagedBatch batch() const { return {query_start, seq_lens, table, max_pages}; }
+  // Byte offset of (page, slot, head, element 0) in a pool of row length dim.
+  std::size_t offset(Index page_index, Index slot, Index head, Index dim) const {
+    const Index page = storage.page, heads = shape.heads_kv;
+    const Index row = storage.layout == PageLayout::token_major
+                          ? (page_index * page + slot) * heads + head
+                          : (page_index * heads + head) * page + slot;
+    return static_cast<std::size_t>(row * dim) * bytes_of(storage.dtype);
+  }
+  // The dequantised element of sequence s's token t.
+  double element(bool values, Index s, Index head, Index t, Index d) const {
+    const Index page_index = table[static_cast<std::size_t>(s * max_pages + t / storage.page)];
+    const Index dim = values ? shape.dim_v : shape.dim;
+    const std::byte* at =
+        (values ? value_bytes : key_bytes).data() + offset(page_index, t % storage.page, head, dim);
+    switch (storage.dtype) {
+      case CacheDType::f32:
+        return reinterpret_cast<const float*>(at)[d];
+      case CacheDType::f16:
+        return to_float(reinterpret_cast<const float16*>(at)[d]);
+      case CacheDType::bf16:
+        return to_float(reinterpret_cast<const bfloat16*>(at)[d]);
+      case CacheDType::int8:
+        return reinterpret_cast<const std::int8_t*>(at)[d] *
+               static_cast<double>((
+                   values
+                       ? value_scales
+                       : key_scales)[static_cast<std::size_t>(page_index * shape.heads_kv + head)]);
+    }
+    return 0.0;
+  }
+};
+
+void store(std::byte* at, float code, CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f32:
+      std::memcpy(at, &code, 4);
+      return;
+    case CacheDType::f16: {
+      const float16 h = to_float16(code);
+      std::memcpy(at, &h, 2);
+      return;
+    }
+    case CacheDType::bf16: {
+      const bfloat16 h = to_bfloat16(code);
+      std::memcpy(at, &h, 2);
+      return;
+    }
+    case CacheDType::int8: {
+      const auto i = static_cast<std::int8_t>(code);
+      std::memcpy(at, &i, 1);
+      return;
+    }
+  }
+}
+
+Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& tokens, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  Paged p;
+  p.shape = shape;
+  p.storage = storage;
+  const Index page = storage.page;
+  std::vector<Index> pages_of;
+  for (const Sequence& s : shape.sequences) {
+    pages_of.push_back((s.length + page - 1) / page);
+    p.max_pages = std::max(p.max_pages, pages_of.back() + 1);  // one entry past the end unused
+  }
+  const Index needed = std::accumulate(pages_of.begin(), pages_of.end(), Index{0});
+  p.pages = needed + 3;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(p.pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const auto sequences = static_cast<Index>(shape.sequences.size());
+  p.table.assign(static_cast<std::size_t>(sequences * p.max_pages), -1);
+  std::size_t next = 0;
+  for (Index s = 0; s < sequences; ++s) {
+    for (Index j = 0; j < pages_of[s]; ++j) p.table[s * p.max_pages + j] = order[next++];
+  }
+  if (shape.share_prefix) {
+    const Index shared = std::min(shape.sequences[0].length, shape.sequences[1].length) / page;
+    for (Index j = 0; j < shared; ++j) p.table[p.max_pages + j] = p.table[j];
+  }
+  p.query_start.push_back(0);
+  for (const Sequence& s : shape.sequences) {
+    p.query_start.push_back(p.query_start.back() + static_cast<std::int32_t>(s.queries));
+    p.seq_lens.push_back(static_cast<std::int32_t>(s.length));
+  }
+  for (const bool values : {false, true}) {
+    const Index dim = values ? shape.dim_v : shape.dim;
+    auto& bytes = values ? p.value_bytes : p.key_bytes;
+    bytes.assign(
+        static_cast<std::size_t>(p.pages * page * shape.heads_kv * dim) * bytes_of(storage.dtype),
+        std::byte{0x7f});
+    if (storage.dtype == CacheDType::int8) {
+      auto& scales = values ? p.value_scales : p.key_scales;
+      std::uniform_real_distribution<float> spread(0.5f, 2.0f);
+      scales.resize(static_cast<std::size_t>(p.pages * shape.heads_kv));
+      for (float& scale : scales) scale = (storage.varied_scales ? spread(rng) : 1.0f) / 40.0f;
+    }
+    for (Index s = 0; s < sequences; ++s) {
+      const Index length = shape.sequences[s].length;
+      const auto& codes = (values ? tokens.values : tokens.keys)[static_cast<std::size_t>(s)];
+      for (Index h = 0; h < shape.heads_kv; ++h)
+        for (Index t = 0; t < length; ++t) {
+          const Index page_index = p.table[s * p.max_pages + t / page];
+          std::byte* at = bytes.data() + p.offset(page_index, t % page, h, dim);
+          for (Index d = 0; d < dim; ++d) {
+            store(at + d * bytes_of(storage.dtype), codes[(h * length + t) * dim + d],
+                  storage.dtype);
+          }
+        }
+    }
+  }
+  return p;
+}
+
+PagedOutput run(Paged& p, const Tokens& tokens, const Options& options) {
+  return paged_attention(tokens.q.view(), p.pool(false), p.pool(true), p.batch(), options);
+}
+
+// Sequence s's rows of an output [1, total_q, Hq, d] as [1, Hq, n_q, d] float64.
+Tensor rows_of_sequence(const Tensor& out, Index first, Index count) {
+  const Dims& shape = out.shape();
+  Tensor t(DType::f64, {1, shape[2], count, shape[3]});
+  for (Index h = 0; h < shape[2]; ++h)
+    for (Index i = 0; i < count; ++i)
+      for (Index d = 0; d < shape[3]; ++d)
+        t.data_as<double>()[(h * count + i) * shape[3] + d] =
+            out.data_as<float>()[((first + i) * shape[2] + h) * shape[3] + d];
+  return t;
+}
+
+struct Expected {
+  Tensor context, lse;  // [1, Hq, n_q, Dv], [1, Hq, n_q, 1] float64, per sequence
+};
+
+// The float64 reference over each sequence's keys as the pools hold them (gathered
+// through its table), with bottom-right alignment.
+std::vector<Expected> reference(const Paged& p, const Tokens& tokens, Options options) {
+  options.causal_align = CausalAlign::bottom_right;
+  options.backend = Backend::reference;
+  const Shape& shape = p.shape;
+  std::vector<Expected> out;
+  for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
+    const auto [length, n_q] = shape.sequences[s];
+    Expected e{Tensor(DType::f64, {1, shape.heads_q, n_q, shape.dim_v}),
+               Tensor(DType::f64, {1, shape.heads_q, n_q, 1})};
+    if (length == 0 || n_q == 0) {
+      // No key: context 0, and the lse of the sink alone.
+      std::fill_n(e.context.data_as<double>(), e.context.numel(), 0.0);
+      for (Index h = 0; h < shape.heads_q; ++h) {
+        std::fill_n(e.lse.data_as<double>() + h * n_q, n_q,
+                    options.sinks.empty() ? -std::numeric_limits<double>::infinity()
+                                          : options.sinks[static_cast<std::size_t>(h)]);
+      }
+      out.push_back(std::move(e));
+      continue;
+    }
+    Tensor q(DType::f64, {1, shape.heads_q, n_q, shape.dim});
+    const Tensor q_rows = rows_of_sequence(tokens.q, p.query_start[s], n_q);
+    std::copy_n(q_rows.data_as<double>(), q.numel(), q.data_as<double>());
+    Tensor k(DType::f64, {1, shape.heads_kv, length, shape.dim});
+    Tensor v(DType::f64, {1, shape.heads_kv, length, shape.dim_v});
+    for (Index h = 0; h < shape.heads_kv; ++h)
+      for (Index t = 0; t < length; ++t) {
+        for (Index d = 0; d < shape.dim; ++d)
+          k.data_as<double>()[(h * length + t) * shape.dim + d] =
+              p.element(false, static_cast<Index>(s), h, t, d);
+        for (Index d = 0; d < shape.dim_v; ++d)
+          v.data_as<double>()[(h * length + t) * shape.dim_v + d] =
+              p.element(true, static_cast<Index>(s), h, t, d);
+      }
+    forward_into(q.view(), k.view(), v.view(), options,
+                 Outputs{e.context.mutable_view(), e.lse.mutable_view(), std::nullopt});
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void expect_matches(const Paged& p, const PagedOutput& got, const std::vector<Expected>& want) {
+  for (std::size_t s = 0; s < want.size(); ++s) {
+    SCOPED_TRACE("sequence " + std::to_string(s));
+    const Index first = p.query_start[s], count = p.query_start[s + 1] - first;
+    for (const bool lse : {false, true}) {
+      const Tensor rows = rows_of_sequence(lse ? got.lse : got.context, first, count);
+      const Comparison c = compare(rows.view(), (lse ? want[s].lse : want[s].context).view());
+      EXPECT_TRUE(c.hard_failure.empty()) << (lse ? "lse: " : "context: ") << c.hard_failure;
+      EXPECT_LT(c.nmse, 1e-12) << (lse ? "lse: " : "context: ") << describe(c);
+    }
+  }
+}
+
+// Every kind of sequence a serving step mixes: an empty one asked for queries, one decode
+// token, a speculative draft over a long (split) context, more queries than keys, a
+// sequence that only holds keys this step, and a prefill run longer than kSplitQueries.
+Shape ragged_shape() {
+  Shape shape;
+  shape.sequences = {{0, 2}, {37, 1}, {1100, 3}, {5, 9}, {300, 0}, {700, 70}};
+  return shape;
+}
+
+std::vector<Options> option_list() {
+  std::vector<Options> list(6);
+  list[0].causal = true;
+  list[2].causal = true;
+  list[2].window = {200, -1};
+  list[3].causal = true;
+  list[3].softcap = 15.0;
+  list[3].alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  list[4].causal = true;
+  list[4].sinks = {0.5f, -1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+  list[4].scale = 0.3;
+  list[5].causal = true;
+  list[5].position_offset = 3;
+  return list;
+}
+
+TEST(Paged, MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption) {
+  const Shape shape = ragged_shape();
+  for (const CacheDType dtype :
+       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+    const Tokens tokens = make_tokens(shape, dtype, 5);
+    for (const Index page : {1, 16, 256}) {
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+        Paged p = make_paged(shape, {dtype, page, layout, true}, tokens, 7);
+        for (const Options& options : option_list()) {
+          SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " page " + std::to_string(page) +
+                       " " + page_layout_name(layout) + " causal " +
+                       std::to_string(options.causal));
+          const std::vector<Expected> want = reference(p, tokens, options);
+          expect_matches(p, run(p, tokens, options), want);
+        }
+      }
+    }
+  }
+}
+
+TEST(Paged, SharedPagesMatchTheReferenceOnEveryTarget) {
+  Shape shape;
+  shape.sequences = {{1500, 2}, {1300, 4}, {40, 1}};
+  shape.share_prefix = true;
+  const Tokens tokens = make_tokens(shape, CacheDType::f16, 9);
+  Paged p = make_paged(shape, {CacheDType::f16, 16, PageLayout::token_major, true}, tokens, 3);
+  ASSERT_EQ(p.table[p.max_pages], p.table[0]);
+  Options options;
+  options.causal = true;
+  const std::vector<Expected> want = reference(p, tokens, options);
+  for_each_target([&] { expect_matches(p, run(p, tokens, options), want); });
+}
+
+// The bytes of rows [first, first + count) of an output's context and lse.
+std::vector<float> row_bits(const PagedOutput& out, Index first, Index count) {
+  const Index heads = out.context.shape()[2], dim_v = out.context.shape()[3];
+  const float* c = out.context.data_as<float>() + first * heads * dim_v;
+  const float* l = out.lse.data_as<float>() + first * heads;
+  std::vector<float> bits(c, c + count * heads * dim_v);
+  bits.insert(bits.end(), l, l + count * heads);
+  return bits;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A batch of the given sequences of `all` (their queries in q order), reading the same pools.
+struct Subset {
+  std::vector<std::int32_t> query_start{0}, seq_lens, table;
+  Tensor q;
+};
+
+Subset subset(const Paged& p, const Tokens& tokens, const std::vector<Index>& picked) {
+  Subset out;
+  const Index heads = p.shape.heads_q, dim = p.shape.dim;
+  Index total = 0;
+  for (const Index s : picked) total += p.query_start[s + 1] - p.query_start[s];
+  out.q = Tensor(DType::f32, {1, total, heads, dim});
+  Index row = 0;
+  for (const Index s : picked) {
+    const Index n = p.query_start[s + 1] - p.query_start[s];
+    std::copy_n(tokens.q.data_as<float>() + p.query_start[s] * heads * dim, n * heads * dim,
+                out.q.data_as<float>() + row * heads * dim);
+    row += n;
+    out.query_start.push_back(static_cast<std::int32_t>(row));
+    out.seq_lens.push_back(p.seq_lens[s]);
+    out.table.insert(out.table.end(), p.table.begin() + s * p.max_pages,
+                     p.table.begin() + (s + 1) * p.max_pages);
+  }
+  return out;
+}
+
+TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
+  Shape shape = ragged_shape();
+  shape.sequences.push_back({1200, 1});
+  shape.sequences.push_back({1100, 1});
+  shape.share_prefix = false;
+  const Tokens tokens = make_tokens(shape, CacheDType::bf16, 11);
+  Options options;
+  options.causal = true;
+  options.window = {900, -1};
+  for_each_target([&] {
+    Paged p = make_paged(shape, {CacheDType::bf16, 16, PageLayout::token_major, true}, tokens, 13);
+    options.threads = 2;
+    const PagedOutput all = run(p, tokens, options);
+    const auto sequences = static_cast<Index>(shape.sequences.size());
+    const auto bits_of = [&](const PagedOutput& out, const std::vector<std::int32_t>& starts,
+                             std::size_t i, Index s) {
+      return row_bits(out, starts[i], shape.sequences[s].queries);
+    };
+    // Each sequence alone, and all in reverse order.
+    std::vector<Index> reversed(static_cast<std::size_t>(sequences));
+    std::iota(reversed.rbegin(), reversed.rend(), 0);
+    Subset back = subset(p, tokens, reversed);
+    PagePool keys = p.pool(false), values = p.pool(true);
+    const PagedOutput reordered =
+        paged_attention(back.q.view(), keys, values,
+                        {back.query_start, back.seq_lens, back.table, p.max_pages}, options);
+    for (Index s = 0; s < sequences; ++s) {
+      SCOPED_TRACE("sequence " + std::to_string(s));
+      const std::vector<float> want = bits_of(all, p.query_start, static_cast<std::size_t>(s), s);
+      Subset alone = subset(p, tokens, {s});
+      for (const int threads : {1, 3}) {
+        Options o = options;
+        o.threads = threads;
+        const PagedOutput got =
+            paged_attention(alone.q.view(), keys, values,
+                            {alone.query_start, alone.seq_lens, alone.table, p.max_pages}, o);
+        EXPECT_TRUE(same_bytes(bits_of(got, alone.query_start, 0, s), want))
+            << "alone, " << threads << " threads";
+      }
+      EXPECT_TRUE(same_bytes(
+          bits_of(reordered, back.query_start, static_cast<std::size_t>(sequences - 1 - s), s),
+          want))
+          << "in reverse order";
+    }
+    // The same tokens in pools of other page sizes and layouts.
+    const std::vector<float> want = row_bits(all, 0, all.context.shape()[1]);
+    for (const Index page : {1, 7, 64, 256}) {
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+        Paged other = make_paged(shape, {CacheDType::bf16, page, layout, true}, tokens, 17);
+        EXPECT_TRUE(
+            same_bytes(row_bits(run(other, tokens, options), 0, all.context.shape()[1]), want))
+            << "page " << page << " " << page_layout_name(layout);
+      }
+    }
+  });
+}
+
+TEST(Paged, SharingPagesChangesNoBit) {
+  Shape shape;
+  shape.sequences = {{1500, 2}, {1300, 3}};
+  shape.share_prefix = true;
+  const Tokens tokens = make_tokens(shape, CacheDType::f32, 19);
+  for_each_target([&] {
+    Paged shared =
+        make_paged(shape, {CacheDType::f32, 16, PageLayout::head_major, true}, tokens, 23);
+    Shape apart = shape;
+    apart.share_prefix = false;  // same tokens, each sequence in its own pages
+    Paged own = make_paged(apart, {CacheDType::f32, 16, PageLayout::head_major, true}, tokens, 23);
+    Options options;
+    options.causal = true;
+    EXPECT_TRUE(same_bytes(row_bits(run(shared, tokens, options), 0, 5),
+                           row_bits(run(own, tokens, options), 0, 5)));
+  });
+}
+
+// A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
+// at once: each query's bits are the same (a window, so that the runs' first keys differ).
+TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
+  constexpr Index kPrompt = 1100;
+  Shape shape;
+  shape.sequences = {{kPrompt, kPrompt}, {600, 1}};
+  const Tokens tokens = make_tokens(shape, CacheDType::f16, 29);
+  Options options;
+  options.causal = true;
+  options.window = {300, -1};
+  options.softcap = 20.0;
+  for_each_target([&] {
+    Paged p = make_paged(shape, {CacheDType::f16, 16, PageLayout::token_major, true}, tokens, 31);
+    const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+    const Index heads = shape.heads_q, dim = shape.dim, dim_v = shape.dim_v;
+    for (const Index chunk : {1, 7, 64}) {
+      SCOPED_TRACE("chunks of " + std::to_string(chunk));
+      std::vector<float> context, lse;
+      for (Index begin = 0; begin < kPrompt; begin += chunk) {
+        const Index n = std::min(chunk, kPrompt - begin);
+        Tensor q(DType::f32, {1, n + 1, heads, dim});
+        std::copy_n(tokens.q.data_as<float>() + begin * heads * dim, n * heads * dim,
+                    q.data_as<float>());
+        std::copy_n(tokens.q.data_as<float>() + kPrompt * heads * dim, heads * dim,
+                    q.data_as<float>() + n * heads * dim);
+        const std::vector<std::int32_t> starts{0, static_cast<std::int32_t>(n),
+                                               static_cast<std::int32_t>(n + 1)};
+        const std::vector<std::int32_t> lengths{static_cast<std::int32_t>(begin + n), 600};
+        const PagedOutput out = paged_attention(q.view(), p.pool(false), p.pool(true),
+                                                {starts, lengths, p.table, p.max_pages}, options);
+        const std::vector<float> bits = row_bits(out, 0, n);
+        context.insert(context.end(), bits.begin(), bits.begin() + n * heads * dim_v);
+        lse.insert(lse.end(), bits.begin() + n * heads * dim_v, bits.end());
+      }
+      context.insert(context.end(), lse.begin(), lse.end());
+      EXPECT_TRUE(same_bytes(context, want));
+    }
+  });
+}
+
+// attn::decode over a KVCache is the same kernel: its bits are those of paged_attention over
+// pools holding the cache's tokens.
+TEST(Paged, DecodeOverTheKVCacheGivesPagedAttentionsBits) {
+  Shape shape;
+  shape.dim_v = shape.dim;
+  shape.sequences = {{900, 2}, {33, 2}, {1, 2}};
+  const Tokens tokens = make_tokens(shape, CacheDType::f16, 37);
+  for_each_target([&] {
+    KVCache cache({.heads_kv = shape.heads_kv,
+                   .dim = shape.dim,
+                   .dim_v = shape.dim_v,
+                   .page_size = 16,
+                   .dtype = CacheDType::f16,
+                   .max_blocks = 0});
+    std::vector<KVCache::SequenceId> ids;
+    Tensor q(DType::f32, {3, shape.heads_q, 2, shape.dim});
+    for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
+      const Index length = shape.sequences[s].length;
+      Tensor k(DType::f32, {1, shape.heads_kv, length, shape.dim});
+      Tensor v(DType::f32, {1, shape.heads_kv, length, shape.dim_v});
+      std::copy_n(tokens.keys[s].data(), k.numel(), k.data_as<float>());
+      std::copy_n(tokens.values[s].data(), v.numel(), v.data_as<float>());
+      ids.push_back(cache.add_sequence());
+      cache.append(ids.back(), k.view(), v.view());
+      for (Index h = 0; h < shape.heads_q; ++h)
+        for (Index i = 0; i < 2; ++i)
+          std::copy_n(tokens.q.data_as<float>() + ((2 * s + i) * shape.heads_q + h) * shape.dim,
+                      shape.dim,
+                      q.data_as<float>() + ((s * shape.heads_q + h) * 2 + i) * shape.dim);
+    }
+    Options options;
+    options.causal = true;
+    const Decoded decoded = decode(q.view(), cache, ids, options);
+    Paged p = make_paged(shape, {CacheDType::f16, 48, PageLayout::token_major, true}, tokens, 41);
+    const PagedOutput paged = run(p, tokens, options);
+    for (Index s = 0; s < 3; ++s)
+      for (Index h = 0; h < shape.heads_q; ++h)
+        for (Index i = 0; i < 2; ++i) {
+          const Index row = 2 * s + i;
+          EXPECT_EQ(
+              std::memcmp(decoded.context.data_as<float>() +
+                              ((s * shape.heads_q + h) * 2 + i) * shape.dim_v,
+                          paged.context.data_as<float>() + (row * shape.heads_q + h) * shape.dim_v,
+                          static_cast<std::size_t>(shape.dim_v) * sizeof(float)),
+              0)
+              << "sequence " << s << " head " << h << " query " << i;
+        }
+  });
+}
+
+TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
+  Shape shape;
+  shape.sequences = {{20, 1}, {40, 2}};
+  const Tokens tokens = make_tokens(shape, CacheDType::int8, 43);
+  Paged p = make_paged(shape, {CacheDType::int8, 16, PageLayout::token_major, true}, tokens, 47);
+  const auto starts = [](const std::string& text, const std::string& prefix) {
+    return text.rfind(prefix, 0) == 0 ? ::testing::AssertionSuccess()
+                                      : ::testing::AssertionFailure() << text;
+  };
+  const auto error_of = [&](PagePool keys, PagePool values, PagedBatch batch,
+                            const Options& options = {}) {
+    return error_message([&] { paged_attention(tokens.q.view(), keys, values, batch, options); });
+  };
+  const PagePool keys = p.pool(false), values = p.pool(true);
+  PagedBatch batch = p.batch();
+  std::vector<std::int32_t> table = p.table;
+  table[1] = static_cast<std::int32_t>(p.pages);  // past the pool
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, p.seq_lens, table, p.max_pages}),
+                     "block_table: expected pages in [0, "));
+  table[1] = -1;
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, p.seq_lens, table, p.max_pages}),
+                     "block_table: expected pages in [0, "));
+  const std::vector<std::int32_t> too_long{20, static_cast<std::int32_t>(p.max_pages * 16 + 1)};
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, too_long, p.table, p.max_pages}),
+                     "seq_lens: expected lengths from 0 to max_pages * page_size"));
+  const std::vector<std::int32_t> negative{20, -1};
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, negative, p.table, p.max_pages}),
+                     "seq_lens: "));
+  const std::vector<std::int32_t> one_length{20};
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, one_length, p.table, p.max_pages}),
+                     "seq_lens: expected 2 lengths"));
+  const std::vector<std::int32_t> falling{0, 2, 1}, short_total{0, 1, 2}, late{1, 2, 3};
+  EXPECT_TRUE(starts(error_of(keys, values, {falling, p.seq_lens, p.table, p.max_pages}),
+                     "query_start: expected non-decreasing offsets"));
+  EXPECT_TRUE(starts(error_of(keys, values, {short_total, p.seq_lens, p.table, p.max_pages}),
+                     "query_start: expected a last offset equal to q's 3 rows"));
+  EXPECT_TRUE(starts(error_of(keys, values, {late, p.seq_lens, p.table, p.max_pages}),
+                     "query_start: expected offsets from 0"));
+  EXPECT_TRUE(starts(error_of(keys, values, {p.query_start, p.seq_lens, p.table, p.max_pages + 1}),
+                     "block_table: expected 2 x "));
+  PagePool unscaled = keys;
+  unscaled.scales = nullptr;
+  EXPECT_TRUE(starts(error_of(unscaled, values, batch), "keys.scales: expected [pages, heads_kv]"));
+  PagePool other_layout = values;
+  other_layout.layout = PageLayout::head_major;
+  EXPECT_TRUE(
+      starts(error_of(keys, other_layout, batch), "values.layout: expected the key pool's"));
+  PagePool no_data = keys;
+  no_data.data = nullptr;
+  EXPECT_TRUE(starts(error_of(no_data, values, batch), "keys.data: "));
+  PagePool no_pages = values;
+  no_pages.page_size = 0;
+  EXPECT_TRUE(starts(error_of(keys, no_pages, batch), "values.page_size: expected a positive"));
+  PagePool wide = keys;
+  wide.dim = shape.dim + 1;
+  EXPECT_TRUE(starts(error_of(wide, values, batch), "q: expected shape [1, total_q, Hq, 41"));
+  Options masked;
+  masked.mask = tokens.q.view();
+  EXPECT_TRUE(starts(error_of(keys, values, batch, masked), "mask: "));
+  Options packed;
+  packed.cu_seqlens_q = {0, 1};
+  packed.cu_seqlens_k = {0, 1};
+  EXPECT_TRUE(starts(error_of(keys, values, batch, packed), "cu_seqlens: "));
+  Options reference;
+  reference.backend = Backend::reference;
+  EXPECT_TRUE(starts(error_of(keys, values, batch, reference), "backend: "));
+  Options sinks;
+  sinks.sinks = {1.0f};
+  EXPECT_TRUE(starts(error_of(keys, values, batch, sinks), "sinks: expected 4 values"));
+}
+
+}  // namespace
+}  // namespace attn::testing

@@ -283,7 +283,7 @@ TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {
   nan_k.data_as<float>()[4] = NAN;
   EXPECT_EQ(error_message([&] {
               cache.append(seq, nan_k.view(), one_v.view());
-            }).rfind("k: expected finite values for an int8 cache", 0),
+            }).rfind("k: expected finite values for int8 pages", 0),
             0u);
   cache.append(seq, k.view(), v.view());  // 5 tokens: 3 blocks of 2, the pool's limit
   EXPECT_EQ(

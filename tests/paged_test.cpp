@@ -646,5 +646,173 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   EXPECT_TRUE(starts(error_of(keys, values, batch, sinks), "sinks: expected 4 values"));
 }
 
+// [1, n, Hkv, dim] float32 rows of sequence s's tokens [first, first + n), from the codes
+// (int8: the codes times 1/40, so the pages' scales are found by the append).
+Tensor new_rows(const Shape& shape, const Tokens& tokens, bool values, Index s, Index first,
+                Index n, CacheDType dtype) {
+  const Index dim = values ? shape.dim_v : shape.dim, length = shape.sequences[s].length;
+  const auto& codes = (values ? tokens.values : tokens.keys)[static_cast<std::size_t>(s)];
+  Tensor t(DType::f32, {1, n, shape.heads_kv, dim});
+  const float unit = dtype == CacheDType::int8 ? 1.0f / 40.0f : 1.0f;
+  for (Index i = 0; i < n; ++i)
+    for (Index h = 0; h < shape.heads_kv; ++h)
+      for (Index d = 0; d < dim; ++d)
+        t.data_as<float>()[(i * shape.heads_kv + h) * dim + d] =
+            codes[static_cast<std::size_t>((h * length + first + i) * dim + d)] * unit;
+  return t;
+}
+
+// The sequences' tokens appended in steps of 1 to 300 tokens, each step one call for all
+// sequences (slots from the table, a padding slot between them), into zeroed pools.
+void append_all(Paged& p, const Tokens& tokens, unsigned seed) {
+  std::fill(p.key_bytes.begin(), p.key_bytes.end(), std::byte{0});
+  std::fill(p.value_bytes.begin(), p.value_bytes.end(), std::byte{0});
+  std::mt19937_64 rng(seed);
+  const Shape& shape = p.shape;
+  const auto sequences = static_cast<Index>(shape.sequences.size());
+  std::vector<Index> done(static_cast<std::size_t>(sequences), 0);
+  for (bool more = true; more;) {
+    more = false;
+    std::vector<std::int64_t> slots;
+    std::vector<Tensor> k, v;
+    for (Index s = 0; s < sequences; ++s) {
+      const Index length = shape.sequences[s].length;
+      const Index n = std::min<Index>(length - done[s], 1 + static_cast<Index>(rng() % 300));
+      for (Index t = done[s]; t < done[s] + n; ++t) {
+        slots.push_back(p.table[s * p.max_pages + t / p.storage.page] * p.storage.page +
+                        t % p.storage.page);
+      }
+      slots.push_back(-1);
+      k.push_back(new_rows(shape, tokens, false, s, done[s], n, p.storage.dtype));
+      v.push_back(new_rows(shape, tokens, true, s, done[s], n, p.storage.dtype));
+      done[s] += n;
+      more = more || done[s] < length;
+    }
+    const auto joined = [&](const std::vector<Tensor>& parts, Index dim) {
+      Tensor all(DType::f32, {1, static_cast<Index>(slots.size()), shape.heads_kv, dim});
+      float* to = all.data_as<float>();
+      for (const Tensor& part : parts) {
+        to = std::copy_n(part.data_as<float>(), part.numel(), to);
+        to = std::fill_n(to, shape.heads_kv * dim, 1e30f);  // the padding token, never written
+      }
+      return all;
+    };
+    append_pages(joined(k, shape.dim).view(), joined(v, shape.dim_v).view(), slots, p.pool(false),
+                 p.pool(true));
+  }
+}
+
+TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
+  Shape shape;
+  shape.sequences = {{700, 1}, {1, 1}, {333, 4}};
+  for (const CacheDType dtype :
+       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+    const Tokens tokens = make_tokens(shape, dtype, 53);
+    for (const Index page : {1, 16, 256}) {
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+        SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " page " + std::to_string(page) + " " +
+                     page_layout_name(layout));
+        Paged p = make_paged(shape, {dtype, page, layout, false}, tokens, 59);
+        Paged appended = p;
+        append_all(appended, tokens, 61);
+        if (dtype != CacheDType::int8) {
+          // The tokens' bits, where the builder put them; the spare pages untouched.
+          std::vector<std::byte> zeroed = p.key_bytes;
+          EXPECT_EQ(appended.key_bytes.size(), zeroed.size());
+          for (Index s = 0; s < 3; ++s)
+            for (Index h = 0; h < shape.heads_kv; ++h)
+              for (Index t = 0; t < shape.sequences[s].length; ++t)
+                for (Index d = 0; d < shape.dim; ++d)
+                  ASSERT_EQ(appended.element(false, s, h, t, d), p.element(false, s, h, t, d));
+        }
+        Options options;
+        options.causal = true;
+        const std::vector<Expected> want = reference(appended, tokens, options);
+        expect_matches(appended, run(appended, tokens, options), want);
+      }
+    }
+  }
+}
+
+// The KVCache writes its pages with the same code: int8 pages appended in the same runs
+// hold the same bytes and scales.
+TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
+  Shape shape;
+  shape.dim_v = shape.dim;
+  shape.sequences = {{100, 1}};
+  const Tokens tokens = make_tokens(shape, CacheDType::int8, 67);
+  KVCache cache({.heads_kv = shape.heads_kv,
+                 .dim = shape.dim,
+                 .dim_v = shape.dim_v,
+                 .page_size = 16,
+                 .dtype = CacheDType::int8,
+                 .max_blocks = 0});
+  const KVCache::SequenceId id = cache.add_sequence();
+  Paged p = make_paged(shape, {CacheDType::int8, 16, PageLayout::head_major, false}, tokens, 71);
+  // Runs of 1, 6, 11, ... tokens: some start mid-page, some cross pages.
+  for (Index first = 0, run = 1; first < 100; first += run, run += 5) {
+    const Index n = std::min<Index>(run, 100 - first);
+    std::vector<std::int64_t> slots;
+    for (Index t = first; t < first + n; ++t)
+      slots.push_back(p.table[static_cast<std::size_t>(t / 16)] * 16 + t % 16);
+    const Tensor k = new_rows(shape, tokens, false, 0, first, n, CacheDType::int8);
+    const Tensor v = new_rows(shape, tokens, true, 0, first, n, CacheDType::int8);
+    append_pages(k.view(), v.view(), slots, p.pool(false), p.pool(true));
+    // The cache takes [1, Hkv, n, dim]: the same rows, heads first.
+    Tensor kh(DType::f32, {1, shape.heads_kv, n, shape.dim});
+    Tensor vh(DType::f32, {1, shape.heads_kv, n, shape.dim});
+    for (Index i = 0; i < n; ++i)
+      for (Index h = 0; h < shape.heads_kv; ++h) {
+        std::copy_n(k.data_as<float>() + (i * shape.heads_kv + h) * shape.dim, shape.dim,
+                    kh.data_as<float>() + (h * n + i) * shape.dim);
+        std::copy_n(v.data_as<float>() + (i * shape.heads_kv + h) * shape.dim, shape.dim,
+                    vh.data_as<float>() + (h * n + i) * shape.dim);
+      }
+    cache.append(id, kh.view(), vh.view());
+  }
+  const Tensor keys = cache.keys(id), values = cache.values(id);
+  for (Index h = 0; h < shape.heads_kv; ++h)
+    for (Index t = 0; t < 100; ++t)
+      for (Index d = 0; d < shape.dim; ++d) {
+        ASSERT_EQ(keys.data_as<float>()[(h * 100 + t) * shape.dim + d],
+                  static_cast<float>(p.element(false, 0, h, t, d)));
+        ASSERT_EQ(values.data_as<float>()[(h * 100 + t) * shape.dim + d],
+                  static_cast<float>(p.element(true, 0, h, t, d)));
+      }
+}
+
+TEST(Paged, BadAppendsAreRefusedNamingTheArgumentAndWriteNothing) {
+  Shape shape;
+  shape.sequences = {{20, 1}};
+  const Tokens tokens = make_tokens(shape, CacheDType::int8, 73);
+  Paged p = make_paged(shape, {CacheDType::int8, 16, PageLayout::token_major, true}, tokens, 79);
+  const Paged before = p;
+  const Tensor k = new_rows(shape, tokens, false, 0, 0, 3, CacheDType::int8);
+  const Tensor v = new_rows(shape, tokens, true, 0, 0, 3, CacheDType::int8);
+  const auto error_of = [&](const TensorView& kk, const TensorView& vv,
+                            std::vector<std::int64_t> slots) {
+    return error_message([&] { append_pages(kk, vv, slots, p.pool(false), p.pool(true)); });
+  };
+  const auto starts = [](const std::string& text, const std::string& prefix) {
+    return text.rfind(prefix, 0) == 0 ? ::testing::AssertionSuccess()
+                                      : ::testing::AssertionFailure() << text;
+  };
+  const std::int64_t past = p.pages * 16;
+  EXPECT_TRUE(starts(error_of(k.view(), v.view(), {0, 1, past}),
+                     "slots: expected slots below pages * page_size"));
+  EXPECT_TRUE(starts(error_of(k.view(), v.view(), {5, 6, 5}),
+                     "slots: expected each slot at most once, given slot 5 for tokens 0 and 2"));
+  EXPECT_TRUE(
+      starts(error_of(k.view(), v.view(), {0, 1}), "k: expected shape [1, 2 (one per slot)"));
+  EXPECT_TRUE(starts(error_of(k.view(), k.view(), {0, 1, 2}), "v: expected shape [1, 3"));
+  Tensor bad = new_rows(shape, tokens, false, 0, 0, 3, CacheDType::int8);
+  bad.data_as<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(starts(error_of(bad.view(), v.view(), {0, 1, 2}), "k: expected finite values"));
+  EXPECT_EQ(p.key_bytes, before.key_bytes);
+  EXPECT_EQ(p.value_bytes, before.value_bytes);
+  EXPECT_EQ(p.key_scales, before.key_scales);
+  EXPECT_EQ(p.value_scales, before.value_scales);
+}
+
 }  // namespace
 }  // namespace attn::testing

@@ -73,4 +73,15 @@ struct PagedOutput {
 PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
                             const PagedBatch& batch, const Options& options = {});
 
+// Writes new tokens' keys and values into the pools, in place: token i goes to page
+// slots[i] / page_size at slot slots[i] % page_size (vLLM's slot_mapping); a negative slot
+// skips the token (padding). k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv] (engines' [tokens, heads,
+// dim]; any float dtype, any strides with a contiguous last dim), rounded to the pools'
+// dtype. int8 pages are filled in slot order: a token at slot 0 starts its page anew, a
+// later one raises the page's scale of each KV head to cover it and requantises the slots
+// before it (as KVCache). A slot past the pool or given twice, a bad shape, or a value that
+// is not finite for int8 throws attn::Error naming the argument, and nothing is written.
+void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
+                  const PagePool& keys, const PagePool& values);
+
 }  // namespace attn

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/page_pools.hpp"
 #include "api/paged_step.hpp"
 #include "core/argument_checks.hpp"
 
@@ -14,78 +15,6 @@ namespace attn {
 namespace {
 
 using core::fail;
-
-std::size_t element_bytes(CacheDType dtype) {
-  switch (dtype) {
-    case CacheDType::f32:
-      return 4;
-    case CacheDType::f16:
-    case CacheDType::bf16:
-      return 2;
-    case CacheDType::int8:
-      return 1;
-  }
-  return 4;
-}
-
-void check_pool(const char* name, const PagePool& pool) {
-  const std::string n = name;
-  for (const auto& [field, value] : {std::pair{".pages", pool.pages},
-                                     {".page_size", pool.page_size},
-                                     {".heads_kv", pool.heads_kv},
-                                     {".dim", pool.dim}}) {
-    if (value < 1) fail(n + field, "a positive count", std::to_string(value));
-  }
-  if (pool.data == nullptr) fail(n + ".data", "the pool's elements", "null");
-  if (pool.pages > INT32_MAX) {
-    fail(n + ".pages", "at most 2^31 - 1 (pages are int32 in the table)",
-         std::to_string(pool.pages));
-  }
-  if ((pool.dtype == CacheDType::int8) != (pool.scales != nullptr)) {
-    fail(n + ".scales",
-         pool.dtype == CacheDType::int8 ? "[pages, heads_kv] float32 scales for int8"
-                                        : "null (scales are for int8 pools)",
-         pool.scales == nullptr ? "null" : "scales");
-  }
-}
-
-void check_pools(const PagePool& keys, const PagePool& values) {
-  check_pool("keys", keys);
-  check_pool("values", values);
-  const auto agree = [&](const char* field, auto k, auto v, const std::string& shown_k,
-                         const std::string& shown_v) {
-    if (k != v) {
-      fail(std::string("values.") + field, "the key pool's " + shown_k + " (one page holds both)",
-           shown_v);
-    }
-  };
-  agree("dtype", keys.dtype, values.dtype, cache_dtype_name(keys.dtype),
-        cache_dtype_name(values.dtype));
-  agree("layout", keys.layout, values.layout, page_layout_name(keys.layout),
-        page_layout_name(values.layout));
-  agree("pages", keys.pages, values.pages, std::to_string(keys.pages),
-        std::to_string(values.pages));
-  agree("page_size", keys.page_size, values.page_size, std::to_string(keys.page_size),
-        std::to_string(values.page_size));
-  agree("heads_kv", keys.heads_kv, values.heads_kv, std::to_string(keys.heads_kv),
-        std::to_string(values.heads_kv));
-}
-
-cache::PageRows rows_of(const PagePool& pool) {
-  cache::PageRows rows;
-  rows.dtype = pool.dtype;
-  rows.page_size = pool.page_size;
-  rows.heads_kv = pool.heads_kv;
-  rows.dim = pool.dim;
-  rows.data = static_cast<std::byte*>(pool.data);
-  rows.scales = pool.scales;
-  const auto row = pool.dim * static_cast<Index>(element_bytes(pool.dtype));
-  rows.page_bytes = pool.page_size * pool.heads_kv * row;
-  const bool token_major = pool.layout == PageLayout::token_major;
-  rows.head_bytes = token_major ? row : pool.page_size * row;
-  rows.slot_bytes = token_major ? pool.heads_kv * row : row;
-  return rows;
-}
 
 // The batch's offsets, lengths and table, whole and inside the pool; returns S.
 Index check_batch(const PagedBatch& batch, Index total_q, const PagePool& pool) {
@@ -154,13 +83,9 @@ Tensor tokens_first(const Tensor& by_head) {
 
 }  // namespace
 
-const char* page_layout_name(PageLayout layout) {
-  return layout == PageLayout::token_major ? "token_major" : "head_major";
-}
-
 PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
                             const PagedBatch& batch, const Options& options) {
-  check_pools(keys, values);
+  api::check_pools(keys, values);
   core::check_float_dtype("q", q.dtype);
   if (q.shape[0] != 1 || q.shape[2] < 1 || q.shape[3] != keys.dim) {
     fail("q", "shape [1, total_q, Hq, " + std::to_string(keys.dim) + " (the key pool's dim)]",
@@ -185,8 +110,8 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
   p.q_rows.token_stride = q.strides[1];
   p.state_rows.head_stride = total_q;
   p.state_rows.token_stride = 1;
-  p.keys = rows_of(keys);
-  p.values = rows_of(values);
+  p.keys = api::rows_of(keys);
+  p.values = api::rows_of(values);
   for (Index s = 0; s <= sequences; ++s) p.query_start.push_back(batch.query_start[s]);
   for (Index s = 0; s < sequences; ++s) {
     p.tables.push_back(batch.block_table.subspan(static_cast<std::size_t>(s * batch.max_pages),

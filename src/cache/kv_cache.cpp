@@ -13,6 +13,8 @@
 #include <string>
 
 #include "cache/huge_pages.hpp"
+#include "cache/page_rows.hpp"
+#include "cache/page_writes.hpp"
 #include "core/argument_checks.hpp"
 #include "core/rows.hpp"
 
@@ -20,19 +22,6 @@ namespace attn {
 namespace {
 
 using core::fail;
-
-DType storage_dtype(CacheDType dtype) {
-  switch (dtype) {
-    case CacheDType::f16:
-      return DType::f16;
-    case CacheDType::bf16:
-      return DType::bf16;
-    case CacheDType::f32:
-    case CacheDType::int8:
-      return DType::f32;
-  }
-  return DType::f32;
-}
 
 void check_rows(const char* name, const TensorView& t, Index heads, Index dim, Index tokens) {
   const std::string expected = "shape [1, " + std::to_string(heads) + ", n, " +
@@ -162,7 +151,7 @@ KVCache::KVCache(KVCache&& other) noexcept
 KVCache::~KVCache() = default;
 
 std::size_t KVCache::element_size() const {
-  return config_.dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(config_.dtype));
+  return cache::element_bytes(config_.dtype);
 }
 
 std::shared_ptr<KVCache::Sequence> KVCache::find(SequenceId seq, const char* argument) const {
@@ -402,20 +391,8 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
   if (count == 0) return;
   if (config_.dtype == CacheDType::int8) {
     // A non-finite value has no int8 scale; refuse it before anything is written.
-    for (const TensorView* t : {&k, &v}) {
-      std::vector<double> row(static_cast<std::size_t>(t->shape[3]));
-      for (Index h = 0; h < config_.heads_kv; ++h)
-        for (Index i = 0; i < count; ++i) {
-          core::load_row(*t, 0, h, i, row.data());
-          for (const double x : row) {
-            if (!std::isfinite(x)) {
-              fail(t == &k ? "k" : "v", "finite values for an int8 cache",
-                   std::to_string(x) + " at head " + std::to_string(h) + ", token " +
-                       std::to_string(i));
-            }
-          }
-        }
-    }
+    cache::check_finite_for_int8("k", {k, false}, config_.heads_kv);
+    cache::check_finite_for_int8("v", {v, false}, config_.heads_kv);
   }
   // The blocks this append writes are taken under mutex_; the rows are written after it is
   // released, into blocks that only this sequence holds (its lock keeps them so).
@@ -463,61 +440,8 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
 // Writes tokens [first, first + count) of k and v into slots [slot, slot + count) of block.
 void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                          Index first, Index count) {
-  for (const bool is_value : {false, true}) {
-    const TensorView& in = is_value ? v : k;
-    const Index dim = in.shape[3];
-    std::vector<double> row(static_cast<std::size_t>(dim));
-    for (Index h = 0; h < config_.heads_kv; ++h) {
-      std::byte* base = block_data(block, h, is_value);
-      if (config_.dtype != CacheDType::int8) {
-        const DType dtype = storage_dtype(config_.dtype);
-        const MutableTensorView rows(base, dtype, {1, 1, config_.page_size, dim});
-        if (in.dtype == dtype) {
-          // Same dtype: the bits go in unchanged.
-          const std::size_t row_bytes = static_cast<std::size_t>(dim) * dtype_size(dtype);
-          for (Index i = 0; i < count; ++i) {
-            const auto* from =
-                static_cast<const std::byte*>(in.data) +
-                static_cast<std::size_t>(h * in.strides[1] + (first + i) * in.strides[2]) *
-                    dtype_size(dtype);
-            std::memcpy(base + static_cast<std::size_t>(slot + i) * row_bytes, from, row_bytes);
-          }
-          continue;
-        }
-        for (Index i = 0; i < count; ++i) {
-          core::load_row(in, 0, h, first + i, row.data());
-          core::store_row(rows, 0, 0, slot + i, row.data());
-        }
-        continue;
-      }
-      auto* q = reinterpret_cast<std::int8_t*>(base);
-      float& block_scale = scale_of(block, h, is_value);
-      if (slot == 0) block_scale = 0.0f;
-      double largest = 0.0;
-      for (Index i = 0; i < count; ++i) {
-        core::load_row(in, 0, h, first + i, row.data());
-        for (const double x : row) largest = std::max(largest, std::abs(x));
-      }
-      const auto needed = static_cast<float>(largest / 127.0);
-      if (needed > block_scale) {
-        // Requantise the block's earlier tokens of this head to the larger scale.
-        const double ratio = block_scale / static_cast<double>(needed);
-        for (Index e = 0; e < slot * dim; ++e) {
-          q[e] = static_cast<std::int8_t>(std::lround(q[e] * ratio));
-        }
-        block_scale = needed;
-      }
-      for (Index i = 0; i < count; ++i) {
-        core::load_row(in, 0, h, first + i, row.data());
-        std::int8_t* out = q + (slot + i) * dim;
-        for (Index d = 0; d < dim; ++d) {
-          const double x =
-              block_scale > 0.0f ? row[static_cast<std::size_t>(d)] / block_scale : 0.0;
-          out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
-        }
-      }
-    }
-  }
+  cache::write_run(cache::page_rows_of(*this, false), block, slot, {k, false}, first, count);
+  cache::write_run(cache::page_rows_of(*this, true), block, slot, {v, false}, first, count);
 }
 
 Tensor KVCache::dequantise(SequenceId seq, bool values) const {
@@ -539,7 +463,7 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
         for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
         continue;
       }
-      const TensorView rows(base, storage_dtype(config_.dtype), {1, 1, page, dim});
+      const TensorView rows(base, cache::storage_dtype(config_.dtype), {1, 1, page, dim});
       core::load_row(rows, 0, 0, t % page, row.data());
       for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(row[static_cast<std::size_t>(d)]);
     }

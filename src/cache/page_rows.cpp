@@ -4,6 +4,23 @@
 
 namespace attn::cache {
 
+std::size_t element_bytes(CacheDType dtype) {
+  return dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(dtype));
+}
+
+DType storage_dtype(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f16:
+      return DType::f16;
+    case CacheDType::bf16:
+      return DType::bf16;
+    case CacheDType::f32:
+    case CacheDType::int8:
+      return DType::f32;
+  }
+  return DType::f32;
+}
+
 std::byte* PageRows::rows(std::int32_t page, Index head) const {
   if (cache != nullptr) return BlockAccess::writable_rows(*cache, page, head, values);
   return data + page * page_bytes + head * head_bytes;

@@ -11,6 +11,11 @@
 
 namespace attn::cache {
 
+// Bytes of one stored element; the dtype of the stored rows (int8: of their dequantised
+// float32 values).
+std::size_t element_bytes(CacheDType dtype);
+DType storage_dtype(CacheDType dtype);
+
 struct PageRows {
   CacheDType dtype = CacheDType::f32;
   Index page_size = 0, heads_kv = 0, dim = 0;

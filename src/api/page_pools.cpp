@@ -1,0 +1,83 @@
+#include "api/page_pools.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/argument_checks.hpp"
+
+namespace attn {
+
+const char* page_layout_name(PageLayout layout) {
+  return layout == PageLayout::token_major ? "token_major" : "head_major";
+}
+
+namespace api {
+
+using core::fail;
+
+namespace {
+
+void check_pool(const char* name, const PagePool& pool) {
+  const std::string n = name;
+  for (const auto& [field, value] : {std::pair{".pages", pool.pages},
+                                     {".page_size", pool.page_size},
+                                     {".heads_kv", pool.heads_kv},
+                                     {".dim", pool.dim}}) {
+    if (value < 1) fail(n + field, "a positive count", std::to_string(value));
+  }
+  if (pool.data == nullptr) fail(n + ".data", "the pool's elements", "null");
+  if (pool.pages > INT32_MAX) {
+    fail(n + ".pages", "at most 2^31 - 1 (pages are int32 in the table)",
+         std::to_string(pool.pages));
+  }
+  if ((pool.dtype == CacheDType::int8) != (pool.scales != nullptr)) {
+    fail(n + ".scales",
+         pool.dtype == CacheDType::int8 ? "[pages, heads_kv] float32 scales for int8"
+                                        : "null (scales are for int8 pools)",
+         pool.scales == nullptr ? "null" : "scales");
+  }
+}
+
+}  // namespace
+
+void check_pools(const PagePool& keys, const PagePool& values) {
+  check_pool("keys", keys);
+  check_pool("values", values);
+  const auto agree = [&](const char* field, auto k, auto v, const std::string& shown_k,
+                         const std::string& shown_v) {
+    if (k != v) {
+      fail(std::string("values.") + field, "the key pool's " + shown_k + " (one page holds both)",
+           shown_v);
+    }
+  };
+  agree("dtype", keys.dtype, values.dtype, cache_dtype_name(keys.dtype),
+        cache_dtype_name(values.dtype));
+  agree("layout", keys.layout, values.layout, page_layout_name(keys.layout),
+        page_layout_name(values.layout));
+  agree("pages", keys.pages, values.pages, std::to_string(keys.pages),
+        std::to_string(values.pages));
+  agree("page_size", keys.page_size, values.page_size, std::to_string(keys.page_size),
+        std::to_string(values.page_size));
+  agree("heads_kv", keys.heads_kv, values.heads_kv, std::to_string(keys.heads_kv),
+        std::to_string(values.heads_kv));
+}
+
+cache::PageRows rows_of(const PagePool& pool) {
+  cache::PageRows rows;
+  rows.dtype = pool.dtype;
+  rows.page_size = pool.page_size;
+  rows.heads_kv = pool.heads_kv;
+  rows.dim = pool.dim;
+  rows.data = static_cast<std::byte*>(pool.data);
+  rows.scales = pool.scales;
+  const auto row = pool.dim * static_cast<Index>(cache::element_bytes(pool.dtype));
+  rows.page_bytes = pool.page_size * pool.heads_kv * row;
+  const bool token_major = pool.layout == PageLayout::token_major;
+  rows.head_bytes = token_major ? row : pool.page_size * row;
+  rows.slot_bytes = token_major ? pool.heads_kv * row : row;
+  return rows;
+}
+
+}  // namespace api
+}  // namespace attn

@@ -1,0 +1,91 @@
+#include "cache/page_writes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/argument_checks.hpp"
+#include "core/rows.hpp"
+
+namespace attn::cache {
+namespace {
+
+void load(const NewRows& in, Index i, Index h, double* row) {
+  core::load_row(in.rows, 0, in.index1(i, h), in.index2(i, h), row);
+}
+
+}  // namespace
+
+void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) {
+  std::vector<double> row(static_cast<std::size_t>(in.rows.shape[3]));
+  for (Index h = 0; h < heads_kv; ++h)
+    for (Index i = 0; i < in.tokens(); ++i) {
+      load(in, i, h, row.data());
+      for (const double x : row) {
+        if (!std::isfinite(x)) {
+          core::fail(
+              name, "finite values for int8 pages",
+              std::to_string(x) + " at head " + std::to_string(h) + ", token " + std::to_string(i));
+        }
+      }
+    }
+}
+
+void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
+               Index count) {
+  const Index dim = pool.dim;
+  std::vector<double> row(static_cast<std::size_t>(dim));
+  for (Index h = 0; h < pool.heads_kv; ++h) {
+    std::byte* base = pool.rows(page, h);
+    const auto at = [&](Index s) { return base + s * pool.slot_bytes; };
+    if (pool.dtype != CacheDType::int8) {
+      const DType dtype = storage_dtype(pool.dtype);
+      const MutableTensorView out(
+          at(slot), dtype, {1, 1, count, dim},
+          {0, 0, pool.slot_bytes / static_cast<Index>(dtype_size(dtype)), 1});
+      for (Index i = 0; i < count; ++i) {
+        if (in.rows.dtype == dtype) {
+          // Same dtype: the bits go in unchanged.
+          const auto* from = static_cast<const std::byte*>(in.rows.data) +
+                             (in.index1(first + i, h) * in.rows.strides[1] +
+                              in.index2(first + i, h) * in.rows.strides[2]) *
+                                 static_cast<Index>(dtype_size(dtype));
+          std::memcpy(at(slot + i), from, static_cast<std::size_t>(dim) * dtype_size(dtype));
+          continue;
+        }
+        load(in, first + i, h, row.data());
+        core::store_row(out, 0, 0, i, row.data());
+      }
+      continue;
+    }
+    float& scale = pool.scale_ref(page, h);
+    if (slot == 0) scale = 0.0f;
+    double largest = 0.0;
+    for (Index i = 0; i < count; ++i) {
+      load(in, first + i, h, row.data());
+      for (const double x : row) largest = std::max(largest, std::abs(x));
+    }
+    const auto needed = static_cast<float>(largest / 127.0);
+    if (needed > scale) {
+      // Requantise the page's earlier tokens of this head to the larger scale.
+      const double ratio = scale / static_cast<double>(needed);
+      for (Index s = 0; s < slot; ++s) {
+        auto* q = reinterpret_cast<std::int8_t*>(at(s));
+        for (Index d = 0; d < dim; ++d) q[d] = static_cast<std::int8_t>(std::lround(q[d] * ratio));
+      }
+      scale = needed;
+    }
+    for (Index i = 0; i < count; ++i) {
+      load(in, first + i, h, row.data());
+      auto* out = reinterpret_cast<std::int8_t*>(at(slot + i));
+      for (Index d = 0; d < dim; ++d) {
+        const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
+        out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
+      }
+    }
+  }
+}
+
+}  // namespace attn::cache

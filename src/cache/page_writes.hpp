@@ -1,0 +1,35 @@
+// New tokens' rows written into pages: one run of tokens into consecutive slots of one page,
+// for KVCache::append and attn::append_pages alike.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/tensor.hpp"
+#include "cache/page_rows.hpp"
+
+namespace attn::cache {
+
+// The tokens to write: [1, Hkv, n, dim] (KVCache::append) or, tokens_first, [1, n, Hkv, dim]
+// (engines' [tokens, heads, dim]); any float dtype, contiguous last dim.
+struct NewRows {
+  TensorView rows;
+  bool tokens_first = false;
+
+  Index tokens() const { return rows.shape[tokens_first ? 1 : 2]; }
+  // Token i's row of KV head h is rows[0, index1, index2].
+  Index index1(Index i, Index h) const { return tokens_first ? i : h; }
+  Index index2(Index i, Index h) const { return tokens_first ? h : i; }
+};
+
+// int8 pools have no scale for a value that is not finite: throws naming `name`, the head
+// and the token, before anything is written.
+void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv);
+
+// Writes tokens [first, first + count) of `in` into slots [slot, slot + count) of the page,
+// rounded to the pool's dtype. int8: the page's scale of each KV head grows to cover the new
+// values (a page written from slot 0 starts anew), and its tokens [0, slot) are requantised
+// to it, so an element stays within half a scale step per requantisation.
+void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
+               Index count);
+
+}  // namespace attn::cache

@@ -11,6 +11,8 @@
     attn.explain(q, k, v)                      # which kernel runs, and why (before running)
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
+    attn.append_pages(k, v, slots, k_cache, v_cache)            # an engine's own pages (vLLM)
+    out = attn.paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start)
     import attn.dist; out = attn.dist.attention(q_r, k_r, v_r, comm=MPI.COMM_WORLD)  # over MPI
 
 NumPy arrays, torch tensors (CPU) and other DLPack producers go in, in float16, bfloat16,
@@ -26,6 +28,7 @@ from ._attn import version as __version__
 from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
+from ._paged import append_pages, paged_attention
 from ._weights import weights
 from . import viz
 
@@ -36,6 +39,7 @@ __all__ = [
     "KVCache",
     "State",
     "__version__",
+    "append_pages",
     "attention",
     "attention_backward",
     "attention_state",
@@ -46,6 +50,7 @@ __all__ = [
     "explain",
     "finalize",
     "merge",
+    "paged_attention",
     "scaled_dot_product_attention",
     "scores",
     "softmax",

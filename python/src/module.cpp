@@ -17,6 +17,7 @@
 #include "core/memory.hpp"
 #include "errors.hpp"
 #include "generation.hpp"
+#include "paged.hpp"
 #include "options.hpp"
 #include "views.hpp"
 #include "viz/draw.hpp"
@@ -290,4 +291,5 @@ NB_MODULE(_attn, m) {
   m.def("describe_view", &describe_view, "array"_a, "name"_a,
         "The address, dtype, shape and element strides the kernels would read.");
   bind_generation(m);
+  bind_paged(m);
 }

@@ -1,0 +1,137 @@
+"""Attention over key/value pages the caller owns, as serving engines hold their cache
+(vLLM, FlashAttention's block_table, FlashInfer, transformers' continuous batching):
+attn.paged_attention reads the pools in place for a ragged batch of prefill chunks and
+decode steps, attn.append_pages writes new tokens into them. Nothing is copied: pools,
+scales and tables are the caller's NumPy arrays or torch tensors, and the work runs with
+the GIL released.
+
+Batch invariance: a sequence's outputs are the same bits whatever else shares the call,
+in any order, with any thread count, page size or layout, and however its prompt was cut
+into prefill chunks."""
+
+import numpy as np
+
+from . import _arrays, _request
+from ._attn import append_pages as _append_pages
+from ._attn import paged_attention as _paged_attention
+from ._errors import ArgumentTypeError, Error
+
+LAYOUTS = ("token_major", "head_major")
+
+_REFUSES = (
+    ("cu_seqlens_q", "query_start and seq_lens say where each sequence's queries and keys are"),
+    ("cu_seqlens_k", "query_start and seq_lens say where each sequence's queries and keys are"),
+    ("causal_align", "each sequence's queries are its newest tokens (bottom-right)"),
+)
+
+
+def _ints(x, name, dtype, ndim):
+    """x (a sequence, NumPy array or torch tensor of integers) as a C-contiguous NumPy array
+    of dtype with ndim dims; no copy when it already is one."""
+    if _arrays.is_torch(x):
+        _arrays.refuse_gradients(x, name)
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(dtype)  # [] reads as float64
+    if a.dtype.kind not in "iu":
+        raise ArgumentTypeError(f"{name}: expected integers, given dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise Error(f"{name}: expected {ndim} dims, given shape {a.shape}")
+    info = np.iinfo(dtype)
+    if a.size and (a.min() < info.min or a.max() > info.max):
+        raise Error(f"{name}: expected values that fit {np.dtype(dtype).name}, "
+                    f"given {a.min()} to {a.max()}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _layout(layout):
+    if layout not in LAYOUTS:
+        raise Error(f"layout: expected 'token_major' or 'head_major', given {layout!r}")
+    return layout
+
+
+def _pool(x, name):
+    if not (isinstance(x, np.ndarray) or _arrays.is_torch(x)):
+        raise ArgumentTypeError(f"{name}: expected a NumPy array or a torch tensor (written in "
+                                f"place), given {type(x).__name__}")
+    if _arrays.is_torch(x):
+        _arrays.refuse_gradients(x, name)
+    return _arrays.for_extension(x)
+
+
+def _scales(x, name):
+    if x is None:
+        return None
+    if not (isinstance(x, np.ndarray) or _arrays.is_torch(x)) or _arrays.dtype_name(x) != "float32":
+        raise ArgumentTypeError(f"{name}: expected a float32 array [pages, Hkv] (written in place), "
+                                f"given {type(x).__name__}")
+    return x
+
+
+def _rows(x, name, what):
+    """x: [n, H, D] -> the [1, n, H, D] view the extension reads."""
+    x = _arrays.as_array(x, name)
+    if x.ndim != 3:
+        raise Error(f"{name}: expected 3 dims [{what}, H, D], given shape {_arrays.shape(x)}")
+    return _arrays.for_extension(_arrays.readable(_arrays.reshape(x, (1,) + _arrays.shape(x))))
+
+
+def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_start, *,
+                    layout="token_major", key_scales=None, value_scales=None, return_lse=False,
+                    **options):
+    """Attention of a ragged batch of queries over the caller's pages.
+
+    Shapes (S sequences, total_q queries in all):
+        q:           [total_q, Hq, D], any float dtype; Hq a multiple of Hkv
+        key_cache:   [pages, page_size, Hkv, D] (layout="token_major", as vLLM and
+                     FlashAttention) or [pages, Hkv, page_size, D] ("head_major", as
+                     FlashInfer's HND), float32, float16, bfloat16 or int8, C-contiguous
+        value_cache: the same with Dv for D
+        key_scales, value_scales: float32 [pages, Hkv] for int8 pools (x = int8 * scale)
+        block_table: [S, max_pages] int32: sequence s's token t is in page
+                     block_table[s, t // page_size] at slot t % page_size
+        seq_lens:    [S] int32, each sequence's keys (its new tokens' included)
+        query_start: [S + 1] int32: sequence s's queries are q[query_start[s]:query_start[s+1]]
+        out:         [total_q, Hq, Dv] float32 (a torch tensor when q is one)
+        lse:         [total_q, Hq] float32 (with return_lse=True)
+    A sequence's queries are its newest tokens: query i of n_q sits at key position
+    seq_lens[s] - n_q + i (plus position_offset). A sequence may have no query (it only holds
+    keys this call) or more queries than keys (the ones at negative positions see no key
+    under causal: out 0, lse -inf). causal hides each query's later keys; window, softcap,
+    alibi_slopes, sinks and scale act as in attn.attention.
+    """
+    q = _arrays.as_array(q, "q")
+    if q.ndim != 3:
+        raise Error(f"q: expected 3 dims [total_q, Hq, D], given shape {_arrays.shape(q)}")
+    q4 = _arrays.for_extension(_arrays.readable(_arrays.reshape(q, (1,) + _arrays.shape(q))))
+    o = _request.options(q, options, "paged_attention", _REFUSES)
+    out, lse = _paged_attention(
+        q4, _pool(key_cache, "key_cache"), _pool(value_cache, "value_cache"),
+        _ints(block_table, "block_table", np.int32, 2), _ints(seq_lens, "seq_lens", np.int32, 1),
+        _ints(query_start, "query_start", np.int32, 1), layout=_layout(layout),
+        key_scales=_scales(key_scales, "key_scales"),
+        value_scales=_scales(value_scales, "value_scales"), options=o)
+    out, lse = (_arrays.like_kind(x, q)[0] for x in (out, lse))
+    return (out, lse[..., 0]) if _arrays.flag(return_lse, "return_lse") else out
+
+
+def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", key_scales=None,
+                 value_scales=None):
+    """Writes n new tokens' keys and values into the caller's pages, in place: token i goes
+    to page slots[i] // page_size at slot slots[i] % page_size (vLLM's slot_mapping); a
+    negative slot skips the token (padding).
+
+    Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
+    slots [n] integers; pools and scales as in attn.paged_attention. int8 pages are filled in
+    slot order: a token at slot 0 starts its page anew, a later one raises the page's scale
+    of each KV head to cover it and requantises the slots before it. A slot past the pool or
+    given twice is refused, and then nothing is written.
+    """
+    _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
+                  _pool(key_cache, "key_cache"), _pool(value_cache, "value_cache"),
+                  layout=_layout(layout), key_scales=_scales(key_scales, "key_scales"),
+                  value_scales=_scales(value_scales, "value_scales"))
+
+
+paged_attention.__doc__ += _request.OPTIONS_DOC

@@ -1,0 +1,154 @@
+#include "paged.hpp"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "attn/attn.hpp"
+#include "views.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace attn::python {
+namespace {
+
+using Ints = nb::ndarray<const std::int32_t, nb::c_contig, nb::device::cpu>;
+using Slots = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// Pools and scales are written in place by append_pages: bound without conversion (a
+// converted copy would take the writes), their layout checked here.
+using Scales = nb::ndarray<float, nb::ndim<2>, nb::device::cpu>;
+using Pool = nb::ndarray<>;
+
+[[noreturn]] void fail(const std::string& name, const std::string& expected,
+                       const std::string& given) {
+  throw Error(name + ": expected " + expected + ", given " + given);
+}
+
+template <class Array>
+void check_contiguous(const Array& array, const std::string& name) {
+  std::int64_t expected = 1;
+  for (std::size_t axis = array.ndim(); axis-- > 0;) {
+    if (array.shape(axis) > 1 && array.stride(axis) != expected) {
+      fail(name, "a C-contiguous array (it is read and written in place)",
+           "stride " + std::to_string(array.stride(axis)) + " on axis " + std::to_string(axis));
+    }
+    expected *= static_cast<std::int64_t>(array.shape(axis));
+  }
+}
+
+PageLayout layout_of(const std::string& name) {
+  if (name == "token_major") return PageLayout::token_major;
+  if (name == "head_major") return PageLayout::head_major;
+  throw Error("layout: expected 'token_major' or 'head_major', given '" + name + "'");
+}
+
+CacheDType pool_dtype(const Pool& pool, const char* name) {
+  using Code = nb::dlpack::dtype_code;
+  const nb::dlpack::dtype dtype = pool.dtype();
+  const auto code = static_cast<Code>(dtype.code);
+  if (dtype.lanes == 1) {
+    if (code == Code::Float && dtype.bits == 32) return CacheDType::f32;
+    if (code == Code::Float && dtype.bits == 16) return CacheDType::f16;
+    if ((code == Code::Bfloat || code == Code::UInt) && dtype.bits == 16) return CacheDType::bf16;
+    if (code == Code::Int && dtype.bits == 8) return CacheDType::int8;
+  }
+  throw nb::type_error(
+      (std::string(name) + ": expected dtype float32, float16, bfloat16 or int8").c_str());
+}
+
+// A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
+// (head_major), C-contiguous in CPU memory, with its int8 scales [pages, Hkv].
+PagePool pool_of(Pool& array, const char* name, PageLayout layout,
+                 const std::optional<Scales>& scales, const char* scales_name) {
+  if (array.device_type() != nb::device::cpu::value) {
+    fail(name, "an array in CPU memory",
+         "an array on DLPack device type " + std::to_string(array.device_type()));
+  }
+  if (array.ndim() != 4) fail(name, "4 dims", std::to_string(array.ndim()) + " dims");
+  check_contiguous(array, name);
+  PagePool pool;
+  pool.data = array.data();
+  pool.dtype = pool_dtype(array, name);
+  pool.layout = layout;
+  const bool token_major = layout == PageLayout::token_major;
+  pool.pages = static_cast<Index>(array.shape(0));
+  pool.page_size = static_cast<Index>(array.shape(token_major ? 1 : 2));
+  pool.heads_kv = static_cast<Index>(array.shape(token_major ? 2 : 1));
+  pool.dim = static_cast<Index>(array.shape(3));
+  if (scales) {
+    check_contiguous(*scales, scales_name);
+    if (static_cast<Index>(scales->shape(0)) != pool.pages ||
+        static_cast<Index>(scales->shape(1)) != pool.heads_kv) {
+      fail(scales_name,
+           "shape [" + std::to_string(pool.pages) + ", " + std::to_string(pool.heads_kv) +
+               "] (pages, KV heads of " + name + ")",
+           "[" + std::to_string(scales->shape(0)) + ", " + std::to_string(scales->shape(1)) + "]");
+    }
+    pool.scales = scales->data();
+  }
+  return pool;
+}
+
+std::span<const std::int32_t> ints_of(const Ints& array, const char* name, std::size_t ndim) {
+  if (array.ndim() != ndim) {
+    fail(name, std::to_string(ndim) + " dims of int32", std::to_string(array.ndim()) + " dims");
+  }
+  return {array.data(), array.size()};
+}
+
+// q: [1, total_q, Hq, D] -> (context [1, total_q, Hq, Dv], lse [1, total_q, Hq, 1]).
+nb::tuple paged_attention_arrays(const InputArray& q, Pool key_cache, Pool value_cache,
+                                 const Ints& block_table, const Ints& seq_lens,
+                                 const Ints& query_start, const std::string& layout,
+                                 const std::optional<Scales>& key_scales,
+                                 const std::optional<Scales>& value_scales,
+                                 const Options& options) {
+  const TensorView q_view = input_view(q, "q");
+  const PageLayout pages = layout_of(layout);
+  const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
+  const PagePool values = pool_of(value_cache, "value_cache", pages, value_scales, "value_scales");
+  const std::span<const std::int32_t> table = ints_of(block_table, "block_table", 2);
+  const PagedBatch batch{ints_of(query_start, "query_start", 1), ints_of(seq_lens, "seq_lens", 1),
+                         table,
+                         block_table.ndim() == 2 ? static_cast<Index>(block_table.shape(1)) : 0};
+  PagedOutput result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = paged_attention(q_view, keys, values, batch, options);
+  }
+  return nb::make_tuple(to_numpy(std::move(result.context)), to_numpy(std::move(result.lse)));
+}
+
+// k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv]  slots: [n] int64.
+void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& slots,
+                         Pool key_cache, Pool value_cache, const std::string& layout,
+                         const std::optional<Scales>& key_scales,
+                         const std::optional<Scales>& value_scales) {
+  const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
+  const PageLayout pages = layout_of(layout);
+  const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
+  const PagePool values = pool_of(value_cache, "value_cache", pages, value_scales, "value_scales");
+  nb::gil_scoped_release unlocked;
+  append_pages(k_view, v_view, {slots.data(), slots.size()}, keys, values);
+}
+
+}  // namespace
+
+void bind_paged(nb::module_& m) {
+  m.def("paged_attention", &paged_attention_arrays, "q"_a, "key_cache"_a.noconvert(),
+        "value_cache"_a.noconvert(), "block_table"_a, "seq_lens"_a, "query_start"_a, nb::kw_only(),
+        "layout"_a, "key_scales"_a.none().noconvert(), "value_scales"_a.none().noconvert(),
+        "options"_a, "Attention of packed queries over the caller's pages.");
+  m.def("append_pages", &append_pages_arrays, "k"_a, "v"_a, "slots"_a, "key_cache"_a.noconvert(),
+        "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "key_scales"_a.none().noconvert(),
+        "value_scales"_a.none().noconvert(),
+        "New tokens written into the caller's pages at their slots.");
+}
+
+}  // namespace attn::python

@@ -1,0 +1,189 @@
+"""attn.paged_attention and attn.append_pages over pools the test owns (NumPy arrays and
+torch tensors, written and read in place): against the float64 NumPy oracle over a ragged
+batch in both layouts and every storage dtype; chunked prefill bit for bit; bad input
+refused naming the argument, with nothing written."""
+
+import numpy as np
+import pytest
+
+import attn
+import numpy_reference
+
+HQ, HKV, D, DV = 4, 2, 32, 24
+
+
+def make_pools(pages, page_size, layout, dtype):
+    shape = (pages, page_size, HKV) if layout == "token_major" else (pages, HKV, page_size)
+    if dtype == "int8":
+        return (np.zeros(shape + (D,), np.int8), np.zeros(shape + (DV,), np.int8),
+                np.zeros((pages, HKV), np.float32), np.zeros((pages, HKV), np.float32))
+    np_dtype = {"float32": np.float32, "float16": np.float16}.get(dtype)
+    if np_dtype is None:
+        import ml_dtypes
+        np_dtype = ml_dtypes.bfloat16
+    return np.zeros(shape + (D,), np_dtype), np.zeros(shape + (DV,), np_dtype), None, None
+
+
+def scales_kw(key_scales, value_scales):
+    return {} if key_scales is None else {"key_scales": key_scales, "value_scales": value_scales}
+
+
+def gathered(pool, scales, table_row, length, page_size, layout):
+    """A sequence's [H, length, d] float64 rows, read back through its table row."""
+    rows = []
+    for t in range(length):
+        page, slot = table_row[t // page_size], t % page_size
+        row = pool[page, slot] if layout == "token_major" else pool[page, :, slot]
+        row = row.astype(np.float64)
+        if scales is not None:
+            row = row * scales[page][:, None]
+        rows.append(row)
+    return np.stack(rows, axis=1) if rows else np.zeros((HKV, 0, pool.shape[-1]))
+
+
+class Batch:
+    """Sequences of (keys, new queries) appended into pools through shuffled tables."""
+
+    def __init__(self, sequences, page_size, layout, dtype, seed=0):
+        rng = np.random.default_rng(seed)
+        self.page_size, self.layout, self.dtype = page_size, layout, dtype
+        self.lengths = [length for length, _ in sequences]
+        self.queries = [n_q for _, n_q in sequences]
+        pages_of = [-(-length // page_size) for length in self.lengths]
+        self.max_pages = max(pages_of) + 1
+        pages = sum(pages_of) + 2
+        order = rng.permutation(pages).astype(np.int32)
+        self.table = np.full((len(sequences), self.max_pages), -1, np.int32)
+        at = 0
+        for s, n in enumerate(pages_of):
+            self.table[s, :n] = order[at:at + n]
+            at += n
+        self.k_cache, self.v_cache, self.k_scales, self.v_scales = make_pools(
+            pages, page_size, layout, dtype)
+        slots = []
+        for s, length in enumerate(self.lengths):
+            slots += [self.table[s, t // page_size] * page_size + t % page_size for t in range(length)]
+        total = sum(self.lengths)
+        attn.append_pages(rng.standard_normal((total, HKV, D)), rng.standard_normal((total, HKV, DV)),
+                          np.array(slots, np.int64), self.k_cache, self.v_cache, layout=layout,
+                          **scales_kw(self.k_scales, self.v_scales))
+        self.q = rng.standard_normal((sum(self.queries), HQ, D)).astype(np.float32)
+        self.query_start = np.concatenate([[0], np.cumsum(self.queries)]).astype(np.int32)
+        self.seq_lens = np.array(self.lengths, np.int32)
+
+    def run(self, **options):
+        return attn.paged_attention(self.q, self.k_cache, self.v_cache, self.table, self.seq_lens,
+                                    self.query_start, layout=self.layout, return_lse=True,
+                                    **scales_kw(self.k_scales, self.v_scales), **options)
+
+    def reference(self, s, **options):
+        first, n_q = self.query_start[s], self.queries[s]
+        k = gathered(self.k_cache, self.k_scales, self.table[s], self.lengths[s], self.page_size, self.layout)
+        v = gathered(self.v_cache, self.v_scales, self.table[s], self.lengths[s], self.page_size, self.layout)
+        q = self.q[first:first + n_q].astype(np.float64).transpose(1, 0, 2)
+        out, lse, _ = numpy_reference.attention(q[None], k[None], v[None], bottom_right=True, **options)
+        return out[0].transpose(1, 0, 2), lse[0].T
+
+
+def nmse(got, want):
+    return float(np.sum((got - want) ** 2) / max(np.sum(want ** 2), 1e-300))
+
+
+@pytest.mark.parametrize("layout", ["token_major", "head_major"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_ragged_batch_matches_the_reference(layout, dtype, page_size):
+    batch = Batch([(0, 2), (37, 1), (700, 3), (5, 9), (40, 0), (300, 40)], page_size, layout, dtype)
+    for options in ({"causal": True}, {"causal": True, "window": (100, -1), "softcap": 10.0},
+                    {"causal": False, "sinks": [0.5, -1.0, 1.0, 0.0]}):
+        out, lse = batch.run(**options)
+        assert out.shape == (sum(batch.queries), HQ, DV) and out.dtype == np.float32
+        for s in range(len(batch.lengths)):
+            first, n_q = batch.query_start[s], batch.queries[s]
+            want_out, want_lse = batch.reference(s, **options)
+            got_out, got_lse = out[first:first + n_q], lse[first:first + n_q]
+            assert np.array_equal(np.isinf(got_lse), np.isinf(want_lse))
+            finite = np.isfinite(want_lse)
+            assert nmse(got_out, want_out) < 1e-12, (s, options)
+            assert nmse(got_lse[finite], want_lse[finite]) < 1e-12, (s, options)
+
+
+def test_chunked_prefill_gives_the_bits_of_one_shot():
+    batch = Batch([(600, 600), (200, 1)], 16, "token_major", "float16", seed=1)
+    whole = batch.run(causal=True)
+    context, lses = [], []
+    for begin in range(0, 600, 64):
+        n = min(64, 600 - begin)
+        q = np.concatenate([batch.q[begin:begin + n], batch.q[600:]])
+        out, lse = attn.paged_attention(q, batch.k_cache, batch.v_cache, batch.table,
+                                        [begin + n, 200], [0, n, n + 1], return_lse=True,
+                                        causal=True)
+        context.append(out[:n])
+        lses.append(lse[:n])
+    assert np.concatenate(context).tobytes() == whole[0][:600].tobytes()
+    assert np.concatenate(lses).tobytes() == whole[1][:600].tobytes()
+
+
+def test_torch_pools_are_read_and_written_in_place():
+    torch = pytest.importorskip("torch")
+    page_size, pages = 16, 6
+    k_cache = torch.zeros(pages, page_size, HKV, D, dtype=torch.bfloat16)
+    v_cache = torch.zeros(pages, page_size, HKV, DV, dtype=torch.bfloat16)
+    k = torch.randn(40, HKV, D)
+    v = torch.randn(40, HKV, DV)
+    table = torch.tensor([[4, 1, 3]], dtype=torch.int32)
+    slots = torch.tensor([int(table[0, t // page_size]) * page_size + t % page_size for t in range(40)])
+    attn.append_pages(k, v, slots, k_cache, v_cache)
+    assert torch.equal(k_cache[1, 3], k[19].to(torch.bfloat16))
+    assert torch.equal(v_cache[3, 7], v[39].to(torch.bfloat16))
+    q = torch.randn(2, HQ, D)
+    out = attn.paged_attention(q, k_cache, v_cache, table, torch.tensor([40], dtype=torch.int32),
+                               torch.tensor([0, 2], dtype=torch.int32), causal=True)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, HQ, DV)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.double().transpose(0, 1)[None], k.to(torch.bfloat16).double().transpose(0, 1)[None]
+        .repeat_interleave(HQ // HKV, 1), v.to(torch.bfloat16).double().transpose(0, 1)[None]
+        .repeat_interleave(HQ // HKV, 1),
+        attn_mask=torch.ones(2, 40, dtype=torch.bool).tril(38))[0].transpose(0, 1)
+    assert float(((out.double() - want) ** 2).sum() / (want ** 2).sum()) < 1e-12
+
+
+def test_bad_input_is_refused_naming_the_argument_and_writes_nothing():
+    batch = Batch([(20, 1), (40, 2)], 16, "token_major", "int8")
+    before = [x.copy() for x in (batch.k_cache, batch.v_cache, batch.k_scales, batch.v_scales)]
+    kv = dict(key_scales=batch.k_scales, value_scales=batch.v_scales)
+    k, v = np.ones((2, HKV, D)), np.ones((2, HKV, DV))
+    with pytest.raises(ValueError, match="^slots: expected each slot at most once"):
+        attn.append_pages(k, v, [3, 3], batch.k_cache, batch.v_cache, **kv)
+    with pytest.raises(ValueError, match="^slots: expected slots below"):
+        attn.append_pages(k, v, [0, 10**6], batch.k_cache, batch.v_cache, **kv)
+    with pytest.raises(ValueError, match="^key_cache: expected a C-contiguous array"):
+        attn.append_pages(k, v, [0, 1], batch.k_cache[:, ::2], batch.v_cache, **kv)
+    with pytest.raises(ValueError, match="^keys.scales: expected"):
+        attn.append_pages(k, v, [0, 1], batch.k_cache, batch.v_cache)
+    with pytest.raises(ValueError, match="^layout: expected 'token_major' or 'head_major'"):
+        attn.append_pages(k, v, [0, 1], batch.k_cache, batch.v_cache, layout="nhd", **kv)
+    with pytest.raises(TypeError, match="^key_cache: expected a NumPy array or a torch tensor"):
+        attn.append_pages(k, v, [0, 1], batch.k_cache.tolist(), batch.v_cache, **kv)
+    for got, want in zip((batch.k_cache, batch.v_cache, batch.k_scales, batch.v_scales), before):
+        assert np.array_equal(got, want)
+    run = lambda **changes: attn.paged_attention(  # noqa: E731
+        changes.get("q", batch.q), batch.k_cache, batch.v_cache, changes.get("table", batch.table),
+        changes.get("seq_lens", batch.seq_lens), changes.get("query_start", batch.query_start), **kv,
+        **changes.get("options", {}))
+    table = batch.table.copy()
+    table[0, 1] = 99
+    with pytest.raises(ValueError, match=r"^block_table: expected pages in \[0, "):
+        run(table=table)
+    with pytest.raises(ValueError, match="^seq_lens: expected lengths from 0 to max_pages"):
+        run(seq_lens=[20, 1000])
+    with pytest.raises(ValueError, match="^query_start: expected a last offset equal to q's 3 rows"):
+        run(query_start=[0, 1, 2])
+    with pytest.raises(ValueError, match="^seq_lens: expected values that fit int32"):
+        run(seq_lens=[20, 2**40])
+    with pytest.raises(TypeError, match="^block_table: expected integers"):
+        run(table=batch.table.astype(np.float32))
+    with pytest.raises(ValueError, match=r"^q: expected 3 dims \[total_q, Hq, D\]"):
+        run(q=batch.q[None])
+    with pytest.raises(TypeError, match="^causal_align: not an option of paged_attention"):
+        run(options={"causal_align": "top-left"})

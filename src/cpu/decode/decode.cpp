@@ -45,6 +45,7 @@
 #include "cpu/tile/shaping-inl.h"
 #include "cpu/tile/softmax-inl.h"
 #include "cpu/tile/target-inl.h"
+#include "cpu/tile/to_floats-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
@@ -88,13 +89,19 @@ struct Scratch {
         slope(tile::scratch_buffer<float>(rows)),
         first_key(tile::scratch_buffer<Index>(rows)),
         end_key(tile::scratch_buffer<Index>(rows)),
-        position(tile::scratch_buffer<Index>(rows)) {}
+        position(tile::scratch_buffer<Index>(rows)),
+        key_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim)),
+        value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
   hwy::AlignedFreeUniquePtr<float[]> acc;      // [rows][dim_v]: unnormalised context
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, slope;       // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> first_key, end_key, position;  // [rows]
+  // [kKeyTile][dim], [kKeyTile][dim_v]: a tile's keys and values widened, for many rows.
+  hwy::AlignedFreeUniquePtr<float[]> key_floats, value_floats;
+  const float* key_rows[Traits::kKeyTile];
+  const float* value_rows[Traits::kKeyTile];
 };
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
@@ -250,9 +257,38 @@ class TaskKernel {
   void tile(const TileRows<T>& rows, const Lookahead& ahead, Index row_begin, Index row_end) {
     const Index count = rows.count();
     prefetch_values_to_l1(rows.values, count);
+    // Many rows (a prefill run) read each key and value once per block of rows: widened once
+    // per tile, they are not converted again for every block. The kernels' arithmetic after
+    // the exact conversion is the same, so the bits are.
+    if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows) {
+      widen_tile(rows);
+      return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
+    }
+    tile_of(rows, rows.keys, rows.values, ahead, row_begin, row_end);
+  }
+
+  void widen_tile(const TileRows<T>& rows) {
+    for (Index t = 0; t < rows.count(); ++t) {
+      float* key = s_.key_floats.get() + t * p_.dim;
+      float* value = s_.value_floats.get() + t * p_.dim_v;
+      if constexpr (kInt8) {
+        std::copy_n(rows.keys[t], p_.dim, key);
+        std::copy_n(rows.values[t], p_.dim_v, value);
+      } else {
+        to_floats(rows.keys[t], p_.dim, key);
+        to_floats(rows.values[t], p_.dim_v, value);
+      }
+      s_.key_rows[t] = key;
+      s_.value_rows[t] = value;
+    }
+  }
+
+  template <class K>
+  void tile_of(const TileRows<T>& rows, const K* const* keys, const K* const* values,
+               const Lookahead& ahead, Index row_begin, Index row_end) {
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      score_rows(r, block_rows, rows, r == row_begin ? &ahead : nullptr);
+      score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr);
     }
     for (Index step = rows.t0; step < rows.t1; step += Traits::kSoftmaxKeys) {
       for (Index r = row_begin; r < row_end; ++r) {
@@ -260,14 +296,14 @@ class TaskKernel {
       }
       for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
         const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-        accumulate(r, block_rows, rows, step);
+        accumulate(r, block_rows, rows.t0, values, step);
       }
     }
   }
 
-  void score_rows(Index r0, Index block_rows, const TileRows<T>& rows, const Lookahead* ahead) {
-    const T* const* keys = rows.keys;
-    const Index count = rows.count();
+  template <class K>
+  void score_rows(Index r0, Index block_rows, const K* const* keys, Index count,
+                  const Lookahead* ahead) {
     switch (block_rows) {
       case 4:
         return score_rows_n<4>(r0, keys, count, ahead);
@@ -282,8 +318,8 @@ class TaskKernel {
 
   // Scores keys [0, count) for rows [r0, r0 + NR). With `ahead`, asks for its rows as it
   // goes: as many as the keys scored so far, the rest at the end.
-  template <int NR>
-  void score_rows_n(Index r0, const T* const* keys, Index count, const Lookahead* ahead) {
+  template <int NR, class K>
+  void score_rows_n(Index r0, const K* const* keys, Index count, const Lookahead* ahead) {
     constexpr Index kBlockKeys = tile::kDotKeys<NR>;
     const float* q[NR];
     float* out[NR];
@@ -298,15 +334,15 @@ class TaskKernel {
     };
     Index k = 0;
     for (; k + kBlockKeys <= count; k += kBlockKeys) {
-      tile::scores_by_dot<T, NR>(q, keys + k, p_.dim, at(k).data());
+      tile::scores_by_dot<K, NR>(q, keys + k, p_.dim, at(k).data());
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
     if (k < count) {
       // The last keys, the last one repeated to fill the block; the tile's scores have
       // room, since kKeyTile is a multiple of the block.
-      const T* last[kBlockKeys];
+      const K* last[kBlockKeys];
       for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
-      tile::scores_by_dot<T, NR>(q, last, p_.dim, at(k).data());
+      tile::scores_by_dot<K, NR>(q, last, p_.dim, at(k).data());
     }
     if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
   }
@@ -374,11 +410,11 @@ class TaskKernel {
   // Rows whose visible keys in the softmax step are the same range go together; a row at
   // the edge of a causal or window range goes alone, so it never reads a value row it may
   // not see.
-  void accumulate(Index r0, Index block_rows, const TileRows<T>& rows, Index step) {
-    const T* const* values = rows.values;
+  template <class K>
+  void accumulate(Index r0, Index block_rows, Index t0, const K* const* values, Index step) {
     const auto range = [&](Index r) {
       const auto [first, end] = step_keys(r, step);
-      return std::pair{first - rows.t0, end - rows.t0};
+      return std::pair{first - t0, end - t0};
     };
     bool same = true;
     for (Index r = r0 + 1; r < r0 + block_rows; ++r) same = same && range(r) == range(r0);
@@ -387,8 +423,8 @@ class TaskKernel {
     for (Index r = r0; r < r0 + block_rows; ++r) accumulate_n<1>(r, values, range(r));
   }
 
-  template <int NR>
-  void accumulate_n(Index r0, const T* const* values, std::pair<Index, Index> keys) {
+  template <int NR, class K>
+  void accumulate_n(Index r0, const K* const* values, std::pair<Index, Index> keys) {
     if (keys.first >= keys.second) return;
     float* acc[NR];
     const float* p[NR];
@@ -396,7 +432,7 @@ class TaskKernel {
       acc[r] = s_.acc.get() + (r0 + r) * p_.dim_v;
       p[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
     }
-    tile::context_by_rows<T, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
+    tile::context_by_rows<K, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
   }
 
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;

@@ -30,6 +30,9 @@ struct DecodeTraits {
   static constexpr int kSoftmaxKeys = 16;
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
+  // Rows of a KV head above which a tile's 16-bit and int8 keys and values are widened to
+  // float32 once (a prefill run), not once per block of kRowBlock rows.
+  static constexpr int kWidenRows = 16;
   // Key rows (summed over KV heads, and per kRowsPerWork rows of a KV head) per thread below
   // which fewer threads are started: a small step costs less than waking a thread on a busy
   // machine (41 steps of a 3-sequence test took 1 s with 2 threads on the shared 2-core box,

@@ -52,7 +52,7 @@ test-asan: build-asan
 # 4 threads wherever a test leaves the count to ATTN_NUM_THREADS. libomp's Archer tool (loaded
 # by itself under TSan) tells TSan about OpenMP's barriers; ignore_noninstrumented_modules
 # keeps TSan out of libomp's own uninstrumented internals, as Archer requires.
-TSAN_TESTS := test_cpu_forward test_weights test_decode test_kv_cache
+TSAN_TESTS := test_cpu_forward test_weights test_decode test_paged test_kv_cache
 test-tsan: deps
 	@cmake --preset tsan >/dev/null
 	@cmake --build --preset tsan -j $(JOBS)

@@ -3,7 +3,6 @@
 // reads every cached key and value once per step, so bandwidth is its ceiling.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -11,6 +10,7 @@
 
 #include "attn/attn.hpp"
 #include "memory_bandwidth.hpp"
+#include "repetition.hpp"
 
 namespace attn::bench {
 namespace {
@@ -56,20 +56,6 @@ struct StepQueries {
   Index heads_q = 0;
   Tensor q;  // [sequences, heads_q, 1, kDim]
 };
-
-// Decodes for at least 0.2 s; returns the mean seconds per step.
-double time_repetition(const KVCache& cache, const std::vector<KVCache::SequenceId>& ids,
-                       const Tensor& q, const Options& options) {
-  int calls = 0;
-  const auto start = std::chrono::steady_clock::now();
-  double elapsed = 0.0;
-  do {
-    decode(q.view(), cache, ids, options);
-    ++calls;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (elapsed < 0.2);
-  return elapsed / calls;
-}
 
 }  // namespace
 }  // namespace attn::bench
@@ -134,7 +120,8 @@ int main(int argc, char** argv) {
       for (int r = 0; r < repetitions; ++r) {
         probe.trial(threads, bandwidth);
         for (std::size_t i = 0; i < steps.size(); ++i)
-          seconds[i].push_back(time_repetition(cache, ids, steps[i].q, options));
+          seconds[i].push_back(
+              time_repetition([&] { decode(steps[i].q.view(), cache, ids, options); }));
       }
       for (std::size_t i = 0; i < steps.size(); ++i) {
         std::sort(seconds[i].begin(), seconds[i].end());

@@ -7,7 +7,6 @@
 //   same work as one call per sequence and as two calls (the prefill, then the decodes).
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -16,6 +15,7 @@
 
 #include "attn/attn.hpp"
 #include "cache/huge_pages.hpp"
+#include "repetition.hpp"
 
 namespace attn::bench {
 namespace {
@@ -73,19 +73,6 @@ Tensor queries(Index rows, Index heads_q) {
   Tensor q(DType::f32, {1, rows, heads_q, kDim});
   for (Index i = 0; i < q.numel(); ++i) q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
   return q;
-}
-
-// Runs `step` for at least 0.2 s; returns the mean seconds per call.
-double time_repetition(const std::function<void()>& step) {
-  int calls = 0;
-  const auto start = std::chrono::steady_clock::now();
-  double elapsed = 0.0;
-  do {
-    step();
-    ++calls;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (elapsed < 0.2);
-  return elapsed / calls;
 }
 
 // The medians of each way over `repetitions` interleaved repetitions, after one warm-up.

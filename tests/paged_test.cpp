@@ -814,5 +814,174 @@ TEST(Paged, BadAppendsAreRefusedNamingTheArgumentAndWriteNothing) {
   EXPECT_EQ(p.value_scales, before.value_scales);
 }
 
+// Cosine and sine tables [positions, half] of the usual inverse-frequency angles.
+struct RotaryTables {
+  std::vector<float> cos, sin;
+  Index half = 0;
+
+  RotaryTables(Index positions, Index dims) : half(dims / 2) {
+    for (Index p = 0; p < positions; ++p)
+      for (Index j = 0; j < half; ++j) {
+        const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * j / dims);
+        cos.push_back(static_cast<float>(std::cos(angle)));
+        sin.push_back(static_cast<float>(std::sin(angle)));
+      }
+  }
+  // row[0 .. 2 half) rotated at position p: written out here, apart from the library's.
+  void rotate(std::vector<double>& row, Index p, RotaryStyle style) const {
+    for (Index j = 0; j < half; ++j) {
+      const Index a = style == RotaryStyle::neox ? j : 2 * j;
+      const Index b = style == RotaryStyle::neox ? j + half : 2 * j + 1;
+      const double c = cos[static_cast<std::size_t>(p * half + j)];
+      const double s = sin[static_cast<std::size_t>(p * half + j)];
+      const double x = row[a], y = row[b];
+      row[a] = x * c - y * s;
+      row[b] = y * c + x * s;
+    }
+  }
+};
+
+// x rounded once to the dtype (to nearest even): through float rounded to odd, so that the
+// second rounding cannot differ from one.
+double rounded(double x, CacheDType dtype) {
+  float odd = static_cast<float>(x);
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &odd, 4);
+  if (static_cast<double>(odd) != x && bits % 2 == 0) {
+    odd = std::nextafter(odd, x > odd ? std::numeric_limits<float>::infinity()
+                                      : -std::numeric_limits<float>::infinity());
+  }
+  switch (dtype) {
+    case CacheDType::f16:
+      return to_float(to_float16(odd));
+    case CacheDType::bf16:
+      return to_float(to_bfloat16(odd));
+    default:
+      return static_cast<float>(x);
+  }
+}
+
+// Keys rotated as they are appended and queries as they are scored, both styles, partial and
+// whole: the pools hold each key rotated in float64 and rounded once; the context is the
+// float64 reference's over rotated queries and those keys.
+TEST(Paged, RotaryKeysAndQueriesMatchTheReference) {
+  Shape shape;
+  shape.sequences = {{300, 5}, {40, 1}, {9, 9}};
+  for (const RotaryStyle style : {RotaryStyle::neox, RotaryStyle::interleaved}) {
+    for (const Index dims : {Index{16}, shape.dim}) {
+      for (const CacheDType dtype : {CacheDType::f32, CacheDType::bf16}) {
+        for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+          SCOPED_TRACE(std::string(style == RotaryStyle::neox ? "neox" : "interleaved") + " dims " +
+                       std::to_string(dims) + " " + cache_dtype_name(dtype) + " " +
+                       page_layout_name(layout));
+          const Tokens tokens = make_tokens(shape, dtype, 83);
+          Paged p = make_paged(shape, {dtype, 16, layout, false}, tokens, 89);
+          const RotaryTables tables(400, dims);
+          std::fill(p.key_bytes.begin(), p.key_bytes.end(), std::byte{0});
+          std::fill(p.value_bytes.begin(), p.value_bytes.end(), std::byte{0});
+          for (Index s = 0; s < 3; ++s) {
+            const Index length = shape.sequences[s].length;
+            std::vector<std::int64_t> slots;
+            std::vector<std::int32_t> positions;
+            for (Index t = 0; t < length; ++t) {
+              slots.push_back(p.table[s * p.max_pages + t / 16] * 16 + t % 16);
+              positions.push_back(static_cast<std::int32_t>(t));
+            }
+            const Rotary rotary{style, dims == shape.dim ? 0 : dims, tables.cos, tables.sin,
+                                positions};
+            append_pages(new_rows(shape, tokens, false, s, 0, length, dtype).view(),
+                         new_rows(shape, tokens, true, s, 0, length, dtype).view(), slots,
+                         p.pool(false), p.pool(true), rotary);
+            for (Index h = 0; h < shape.heads_kv; ++h)
+              for (Index t = 0; t < length; ++t) {
+                std::vector<double> key(static_cast<std::size_t>(shape.dim));
+                for (Index d = 0; d < shape.dim; ++d)
+                  key[d] = tokens.keys[s][(h * length + t) * shape.dim + d];
+                tables.rotate(key, t, style);
+                for (Index d = 0; d < shape.dim; ++d)
+                  ASSERT_EQ(p.element(false, s, h, t, d), rounded(key[d], dtype)) << d;
+              }
+          }
+          // The reference over the rotated pools and queries rotated in float64.
+          Tokens rotated_q = make_tokens(shape, dtype, 83);
+          for (Index s = 0; s < 3; ++s) {
+            const auto [length, n_q] = shape.sequences[s];
+            for (Index i = 0; i < n_q; ++i)
+              for (Index h = 0; h < shape.heads_q; ++h) {
+                float* row = rotated_q.q.data_as<float>() +
+                             ((p.query_start[s] + i) * shape.heads_q + h) * shape.dim;
+                std::vector<double> q(row, row + shape.dim);
+                tables.rotate(q, length - n_q + i, style);
+                std::copy(q.begin(), q.end(), row);
+              }
+          }
+          Options options;
+          options.causal = true;
+          const std::vector<Expected> want = reference(p, rotated_q, options);
+          const Rotary rotary{style, dims == shape.dim ? 0 : dims, tables.cos, tables.sin, {}};
+          const PagedOutput got = paged_attention(tokens.q.view(), p.pool(false), p.pool(true),
+                                                  p.batch(), options, rotary);
+          expect_matches(p, got, want);
+          // The same positions given explicitly: the same bits.
+          std::vector<std::int32_t> positions;
+          for (Index s = 0; s < 3; ++s)
+            for (Index i = 0; i < shape.sequences[s].queries; ++i)
+              positions.push_back(static_cast<std::int32_t>(shape.sequences[s].length -
+                                                            shape.sequences[s].queries + i));
+          const Rotary given{style, rotary.dims, tables.cos, tables.sin, positions};
+          EXPECT_TRUE(same_bytes(row_bits(paged_attention(tokens.q.view(), p.pool(false),
+                                                          p.pool(true), p.batch(), options, given),
+                                          0, 15),
+                                 row_bits(got, 0, 15)));
+        }
+      }
+    }
+  }
+}
+
+TEST(Paged, BadRotaryIsRefusedNamingTheField) {
+  Shape shape;
+  shape.sequences = {{20, 1}, {40, 2}};
+  const Tokens tokens = make_tokens(shape, CacheDType::f32, 97);
+  Paged p = make_paged(shape, {CacheDType::f32, 16, PageLayout::token_major, false}, tokens, 101);
+  const RotaryTables tables(30, shape.dim);
+  const auto starts = [](const std::string& text, const std::string& prefix) {
+    return text.rfind(prefix, 0) == 0 ? ::testing::AssertionSuccess()
+                                      : ::testing::AssertionFailure() << text;
+  };
+  const auto attend = [&](const Rotary& rotary) {
+    return error_message([&] {
+      paged_attention(tokens.q.view(), p.pool(false), p.pool(true), p.batch(), {}, rotary);
+    });
+  };
+  EXPECT_TRUE(starts(attend({RotaryStyle::neox, 7, tables.cos, tables.sin, {}}),
+                     "rotary.dims: expected an even count from 2 to the head dim 40"));
+  EXPECT_TRUE(starts(attend({RotaryStyle::neox, 0, std::span(tables.cos).first(5), tables.sin, {}}),
+                     "rotary.cos: expected [positions, 20] values"));
+  EXPECT_TRUE(
+      starts(attend({RotaryStyle::neox, 0, tables.cos, std::span(tables.sin).first(20), {}}),
+             "rotary.sin: expected 600 values (as cos)"));
+  EXPECT_TRUE(starts(attend({RotaryStyle::none, 0, tables.cos, tables.sin, {}}),
+                     "rotary.style: expected neox or interleaved"));
+  // Sequence 1's queries sit at positions 38 and 39, past the tables' 30 rows.
+  EXPECT_TRUE(starts(attend({RotaryStyle::neox, 0, tables.cos, tables.sin, {}}),
+                     "rotary.cos: expected a row for every query's position"));
+  const std::vector<std::int32_t> two{1, 2}, far{1, 2, 30};
+  EXPECT_TRUE(starts(attend({RotaryStyle::neox, 0, tables.cos, tables.sin, two}),
+                     "rotary.positions: expected 3 positions (one per row)"));
+  EXPECT_TRUE(starts(attend({RotaryStyle::neox, 0, tables.cos, tables.sin, far}),
+                     "rotary.positions: expected positions in [0, 30)"));
+  const Tensor k = new_rows(shape, tokens, false, 0, 0, 2, CacheDType::f32);
+  const Tensor v = new_rows(shape, tokens, true, 0, 0, 2, CacheDType::f32);
+  const std::vector<std::int64_t> slots{0, 1};
+  const std::vector<std::byte> before = p.key_bytes;
+  EXPECT_TRUE(starts(error_message([&] {
+                       append_pages(k.view(), v.view(), slots, p.pool(false), p.pool(true),
+                                    {RotaryStyle::interleaved, 0, tables.cos, tables.sin, {}});
+                     }),
+                     "rotary.positions: expected 2 positions (one per row)"));
+  EXPECT_EQ(p.key_bytes, before);
+}
+
 }  // namespace
 }  // namespace attn::testing

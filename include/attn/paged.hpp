@@ -57,6 +57,26 @@ struct PagedBatch {
   Index max_pages = 0;
 };
 
+// Rotary position embedding, applied where keys are appended (append_pages) and where
+// queries are scored (paged_attention): the first `dims` elements of a row at position p
+// are rotated by the angles whose cosines and sines are row p of the caller's tables (so
+// the frequencies, and llama3 / YaRN scaling, are the caller's choice). Pairs are (x[j],
+// x[j + dims / 2]) in the NeoX (half-split) style, (x[2j], x[2j + 1]) in the GPT-J
+// (interleaved) style: x' = x cos - y sin, y' = y cos + x sin, in float64, then rounded
+// once (to the pool's dtype for a key, to float32 for a query). The rest of the row is
+// left as it is (partial rotary).
+enum class RotaryStyle : std::uint8_t { none, neox, interleaved };
+
+struct Rotary {
+  RotaryStyle style = RotaryStyle::none;
+  Index dims = 0;  // rotated elements, even; 0: the whole head dim
+  // [positions, dims / 2] float32, row-major: row p for position p.
+  std::span<const float> cos, sin;
+  // A position per row: per new token for append_pages (required), per query row for
+  // paged_attention (optional: else each query's key position, the position offset included).
+  std::span<const std::int32_t> positions;
+};
+
 struct PagedOutput {
   Tensor context;  // [1, total_q, Hq, Dv] float32
   Tensor lse;      // [1, total_q, Hq, 1] float32, sinks included; -inf for a row that sees no key
@@ -70,8 +90,11 @@ struct PagedOutput {
 // causal_align is bottom-right whatever it says, backend must be automatic or fast. A bad
 // argument throws attn::Error naming it (a page index past the pool, a sequence longer than
 // its table, ...).
+// rotary: the queries are rotated at their positions before they are scored (the keys
+// were rotated when they were appended).
 PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
-                            const PagedBatch& batch, const Options& options = {});
+                            const PagedBatch& batch, const Options& options = {},
+                            const Rotary& rotary = {});
 
 // Writes new tokens' keys and values into the pools, in place: token i goes to page
 // slots[i] / page_size at slot slots[i] % page_size (vLLM's slot_mapping); a negative slot
@@ -81,7 +104,8 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
 // later one raises the page's scale of each KV head to cover it and requantises the slots
 // before it (as KVCache). A slot past the pool or given twice, a bad shape, or a value that
 // is not finite for int8 throws attn::Error naming the argument, and nothing is written.
+// rotary: the keys are rotated at rotary.positions (one per token) before they are stored.
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
-                  const PagePool& keys, const PagePool& values);
+                  const PagePool& keys, const PagePool& values, const Rotary& rotary = {});
 
 }  // namespace attn

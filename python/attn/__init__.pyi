@@ -188,7 +188,10 @@ def paged_attention(
     q: Array, key_cache: Array, value_cache: Array, block_table: Array, seq_lens: Array,
     query_start: Array, *, layout: Literal["token_major", "head_major"] = "token_major",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
-    return_lse: bool = False, **options: Unpack[OptionKeywords],
+    return_lse: bool = False, rotary: Optional[Literal["neox", "interleaved"]] = None,
+    rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
+    rotary_dims: Optional[int] = None, positions: Optional[Array] = None,
+    **options: Unpack[OptionKeywords],
 ) -> Union[Array, Tuple[Array, Array]]:
     """q [total_q, Hq, D] over the caller's pages -> out [total_q, Hq, Dv] float32."""
 
@@ -196,5 +199,8 @@ def append_pages(
     k: Array, v: Array, slots: Array, key_cache: Array, value_cache: Array, *,
     layout: Literal["token_major", "head_major"] = "token_major",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
+    rotary: Optional[Literal["neox", "interleaved"]] = None, rotary_cos: Optional[Array] = None,
+    rotary_sin: Optional[Array] = None, rotary_dims: Optional[int] = None,
+    positions: Optional[Array] = None,
 ) -> None:
     """k [n, Hkv, D], v [n, Hkv, Dv] written into the pages at slots [n], in place."""

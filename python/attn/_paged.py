@@ -69,6 +69,33 @@ def _scales(x, name):
     return x
 
 
+def _rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions):
+    """The extension's rotary keywords: the tables as float32 [positions, dims / 2], the
+    positions as int32."""
+    if rotary is not None and rotary not in ("neox", "interleaved"):
+        raise Error(f"rotary: expected 'neox', 'interleaved' or None, given {rotary!r}")
+    tables = []
+    for table, name in ((rotary_cos, "rotary_cos"), (rotary_sin, "rotary_sin")):
+        if table is not None:
+            if _arrays.is_torch(table):
+                table = table.detach().cpu().float().numpy()
+            table = np.ascontiguousarray(np.asarray(table), np.float32)
+            if table.ndim != 2:
+                raise Error(f"{name}: expected 2 dims [positions, rotary_dims / 2], given shape {table.shape}")
+        tables.append(table)
+    dims = 0 if rotary_dims is None else _arrays.integer(rotary_dims, "rotary_dims", "an int")
+    return dict(rotary=rotary, rotary_dims=dims, rotary_cos=tables[0], rotary_sin=tables[1],
+                positions=None if positions is None else _ints(positions, "positions", np.int32, 1))
+
+
+_ROTARY_DOC = """
+    Rotary position embedding (fused): rotary="neox" (half-split pairs x[j], x[j + dims/2])
+    or "interleaved" (GPT-J pairs x[2j], x[2j+1]) rotates the first rotary_dims elements of
+    each row (all of D when None) by the angles whose cosines and sines are row p of
+    rotary_cos and rotary_sin ([positions, rotary_dims / 2], the caller's frequencies and
+    scaling), in float64, rounded once."""
+
+
 def _rows(x, name, what):
     """x: [n, H, D] -> the [1, n, H, D] view the extension reads."""
     x = _arrays.as_array(x, name)
@@ -79,7 +106,8 @@ def _rows(x, name, what):
 
 def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_start, *,
                     layout="token_major", key_scales=None, value_scales=None, return_lse=False,
-                    **options):
+                    rotary=None, rotary_cos=None, rotary_sin=None, rotary_dims=None,
+                    positions=None, **options):
     """Attention of a ragged batch of queries over the caller's pages.
 
     Shapes (S sequences, total_q queries in all):
@@ -99,7 +127,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
     seq_lens[s] - n_q + i (plus position_offset). A sequence may have no query (it only holds
     keys this call) or more queries than keys (the ones at negative positions see no key
     under causal: out 0, lse -inf). causal hides each query's later keys; window, softcap,
-    alibi_slopes, sinks and scale act as in attn.attention.
+    alibi_slopes, sinks and scale act as in attn.attention. With rotary, each query is
+    rotated at positions[row] ([total_q] ints), or at its key position when positions is None
+    (the keys were rotated when they were appended).
     """
     q = _arrays.as_array(q, "q")
     if q.ndim != 3:
@@ -111,13 +141,15 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         _ints(block_table, "block_table", np.int32, 2), _ints(seq_lens, "seq_lens", np.int32, 1),
         _ints(query_start, "query_start", np.int32, 1), layout=_layout(layout),
         key_scales=_scales(key_scales, "key_scales"),
-        value_scales=_scales(value_scales, "value_scales"), options=o)
+        value_scales=_scales(value_scales, "value_scales"), options=o,
+        **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
     out, lse = (_arrays.like_kind(x, q)[0] for x in (out, lse))
     return (out, lse[..., 0]) if _arrays.flag(return_lse, "return_lse") else out
 
 
 def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", key_scales=None,
-                 value_scales=None):
+                 value_scales=None, rotary=None, rotary_cos=None, rotary_sin=None,
+                 rotary_dims=None, positions=None):
     """Writes n new tokens' keys and values into the caller's pages, in place: token i goes
     to page slots[i] // page_size at slot slots[i] % page_size (vLLM's slot_mapping); a
     negative slot skips the token (padding).
@@ -126,12 +158,15 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", k
     slots [n] integers; pools and scales as in attn.paged_attention. int8 pages are filled in
     slot order: a token at slot 0 starts its page anew, a later one raises the page's scale
     of each KV head to cover it and requantises the slots before it. A slot past the pool or
-    given twice is refused, and then nothing is written.
+    given twice is refused, and then nothing is written. With rotary, each key is rotated at
+    positions[i] ([n] ints, required) before it is stored.
     """
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
                   _pool(key_cache, "key_cache"), _pool(value_cache, "value_cache"),
                   layout=_layout(layout), key_scales=_scales(key_scales, "key_scales"),
-                  value_scales=_scales(value_scales, "value_scales"))
+                  value_scales=_scales(value_scales, "value_scales"),
+                  **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
 
 
-paged_attention.__doc__ += _request.OPTIONS_DOC
+paged_attention.__doc__ += _ROTARY_DOC + _request.OPTIONS_DOC
+append_pages.__doc__ += _ROTARY_DOC

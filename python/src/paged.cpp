@@ -95,6 +95,30 @@ PagePool pool_of(Pool& array, const char* name, PageLayout layout,
   return pool;
 }
 
+using Table = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+// The rotary of the keywords: a style name ("neox", "interleaved") or none, its tables
+// [positions, dims / 2] and optional positions.
+Rotary rotary_of(const std::optional<std::string>& style, Index dims,
+                 const std::optional<Table>& cos, const std::optional<Table>& sin,
+                 const std::optional<Ints>& positions) {
+  Rotary rotary;
+  if (style) {
+    if (*style == "neox") {
+      rotary.style = RotaryStyle::neox;
+    } else if (*style == "interleaved") {
+      rotary.style = RotaryStyle::interleaved;
+    } else {
+      throw Error("rotary: expected 'neox', 'interleaved' or None, given '" + *style + "'");
+    }
+  }
+  rotary.dims = dims;
+  if (cos) rotary.cos = {cos->data(), cos->size()};
+  if (sin) rotary.sin = {sin->data(), sin->size()};
+  if (positions) rotary.positions = {positions->data(), positions->size()};
+  return rotary;
+}
+
 std::span<const std::int32_t> ints_of(const Ints& array, const char* name, std::size_t ndim) {
   if (array.ndim() != ndim) {
     fail(name, std::to_string(ndim) + " dims of int32", std::to_string(array.ndim()) + " dims");
@@ -107,8 +131,11 @@ nb::tuple paged_attention_arrays(const InputArray& q, Pool key_cache, Pool value
                                  const Ints& block_table, const Ints& seq_lens,
                                  const Ints& query_start, const std::string& layout,
                                  const std::optional<Scales>& key_scales,
-                                 const std::optional<Scales>& value_scales,
-                                 const Options& options) {
+                                 const std::optional<Scales>& value_scales, const Options& options,
+                                 const std::optional<std::string>& rotary, Index rotary_dims,
+                                 const std::optional<Table>& rotary_cos,
+                                 const std::optional<Table>& rotary_sin,
+                                 const std::optional<Ints>& positions) {
   const TensorView q_view = input_view(q, "q");
   const PageLayout pages = layout_of(layout);
   const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
@@ -117,10 +144,11 @@ nb::tuple paged_attention_arrays(const InputArray& q, Pool key_cache, Pool value
   const PagedBatch batch{ints_of(query_start, "query_start", 1), ints_of(seq_lens, "seq_lens", 1),
                          table,
                          block_table.ndim() == 2 ? static_cast<Index>(block_table.shape(1)) : 0};
+  const Rotary rotation = rotary_of(rotary, rotary_dims, rotary_cos, rotary_sin, positions);
   PagedOutput result;
   {
     nb::gil_scoped_release unlocked;
-    result = paged_attention(q_view, keys, values, batch, options);
+    result = paged_attention(q_view, keys, values, batch, options, rotation);
   }
   return nb::make_tuple(to_numpy(std::move(result.context)), to_numpy(std::move(result.lse)));
 }
@@ -129,13 +157,18 @@ nb::tuple paged_attention_arrays(const InputArray& q, Pool key_cache, Pool value
 void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& slots,
                          Pool key_cache, Pool value_cache, const std::string& layout,
                          const std::optional<Scales>& key_scales,
-                         const std::optional<Scales>& value_scales) {
+                         const std::optional<Scales>& value_scales,
+                         const std::optional<std::string>& rotary, Index rotary_dims,
+                         const std::optional<Table>& rotary_cos,
+                         const std::optional<Table>& rotary_sin,
+                         const std::optional<Ints>& positions) {
   const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
   const PageLayout pages = layout_of(layout);
   const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
   const PagePool values = pool_of(value_cache, "value_cache", pages, value_scales, "value_scales");
+  const Rotary rotation = rotary_of(rotary, rotary_dims, rotary_cos, rotary_sin, positions);
   nb::gil_scoped_release unlocked;
-  append_pages(k_view, v_view, {slots.data(), slots.size()}, keys, values);
+  append_pages(k_view, v_view, {slots.data(), slots.size()}, keys, values, rotation);
 }
 
 }  // namespace
@@ -144,10 +177,13 @@ void bind_paged(nb::module_& m) {
   m.def("paged_attention", &paged_attention_arrays, "q"_a, "key_cache"_a.noconvert(),
         "value_cache"_a.noconvert(), "block_table"_a, "seq_lens"_a, "query_start"_a, nb::kw_only(),
         "layout"_a, "key_scales"_a.none().noconvert(), "value_scales"_a.none().noconvert(),
-        "options"_a, "Attention of packed queries over the caller's pages.");
+        "options"_a, "rotary"_a.none(), "rotary_dims"_a, "rotary_cos"_a.none(),
+        "rotary_sin"_a.none(), "positions"_a.none(),
+        "Attention of packed queries over the caller's pages.");
   m.def("append_pages", &append_pages_arrays, "k"_a, "v"_a, "slots"_a, "key_cache"_a.noconvert(),
         "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "key_scales"_a.none().noconvert(),
-        "value_scales"_a.none().noconvert(),
+        "value_scales"_a.none().noconvert(), "rotary"_a.none(), "rotary_dims"_a,
+        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
         "New tokens written into the caller's pages at their slots.");
 }
 

@@ -9,6 +9,7 @@
 #include "attn/paged.hpp"
 #include "cache/page_writes.hpp"
 #include "core/argument_checks.hpp"
+#include "core/rotary.hpp"
 
 namespace attn {
 namespace {
@@ -52,13 +53,15 @@ void check_slots(std::span<const std::int64_t> slots, const PagePool& pool) {
 }  // namespace
 
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
-                  const PagePool& keys, const PagePool& values) {
+                  const PagePool& keys, const PagePool& values, const Rotary& rotary) {
   api::check_pools(keys, values);
   const auto tokens = static_cast<Index>(slots.size());
   check_tokens("k", k, tokens, keys);
   check_tokens("v", v, tokens, values);
   check_slots(slots, keys);
-  const cache::NewRows new_keys{k, true}, new_values{v, true};
+  core::check_rotary("rotary", rotary, keys.dim, tokens, true);
+  const bool rotate = rotary.style != RotaryStyle::none;
+  const cache::NewRows new_keys{k, true, rotate ? &rotary : nullptr}, new_values{v, true, nullptr};
   if (keys.dtype == CacheDType::int8) {
     cache::check_finite_for_int8("k", new_keys, keys.heads_kv);
     cache::check_finite_for_int8("v", new_values, values.heads_kv);

@@ -10,6 +10,7 @@
 #include "api/page_pools.hpp"
 #include "api/paged_step.hpp"
 #include "core/argument_checks.hpp"
+#include "core/rotary.hpp"
 
 namespace attn {
 namespace {
@@ -84,7 +85,7 @@ Tensor tokens_first(const Tensor& by_head) {
 }  // namespace
 
 PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const PagePool& values,
-                            const PagedBatch& batch, const Options& options) {
+                            const PagedBatch& batch, const Options& options, const Rotary& rotary) {
   api::check_pools(keys, values);
   core::check_float_dtype("q", q.dtype);
   if (q.shape[0] != 1 || q.shape[2] < 1 || q.shape[3] != keys.dim) {
@@ -119,6 +120,19 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
     p.lengths.push_back(batch.seq_lens[s]);
     p.q_rows.seq_base.push_back(batch.query_start[s] * q.strides[1]);
     p.state_rows.seq_base.push_back(batch.query_start[s]);
+  }
+  core::check_rotary("rotary", rotary, keys.dim, total_q, false);
+  if (rotary.style != RotaryStyle::none) {
+    p.rotary = &rotary;
+    for (Index s = 0; s < sequences; ++s)
+      for (Index i = 0; i < p.queries(s); ++i) {
+        const Index position = p.rotary_position(s, i);
+        if (!core::has_position(rotary, keys.dim, position)) {
+          fail("rotary.cos", "a row for every query's position (else give rotary.positions)",
+               "no row for sequence " + std::to_string(s) + "'s query " + std::to_string(i) +
+                   " at position " + std::to_string(position));
+        }
+      }
   }
   const State state = api::run_step(p, 1, total_q);
   const Finalized result = finalize(state, options.sinks);

@@ -391,8 +391,8 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
   if (count == 0) return;
   if (config_.dtype == CacheDType::int8) {
     // A non-finite value has no int8 scale; refuse it before anything is written.
-    cache::check_finite_for_int8("k", {k, false}, config_.heads_kv);
-    cache::check_finite_for_int8("v", {v, false}, config_.heads_kv);
+    cache::check_finite_for_int8("k", {k, false, nullptr}, config_.heads_kv);
+    cache::check_finite_for_int8("v", {v, false, nullptr}, config_.heads_kv);
   }
   // The blocks this append writes are taken under mutex_; the rows are written after it is
   // released, into blocks that only this sequence holds (its lock keeps them so).
@@ -440,8 +440,10 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
 // Writes tokens [first, first + count) of k and v into slots [slot, slot + count) of block.
 void KVCache::write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                          Index first, Index count) {
-  cache::write_run(cache::page_rows_of(*this, false), block, slot, {k, false}, first, count);
-  cache::write_run(cache::page_rows_of(*this, true), block, slot, {v, false}, first, count);
+  cache::write_run(cache::page_rows_of(*this, false), block, slot, {k, false, nullptr}, first,
+                   count);
+  cache::write_run(cache::page_rows_of(*this, true), block, slot, {v, false, nullptr}, first,
+                   count);
 }
 
 Tensor KVCache::dequantise(SequenceId seq, bool values) const {

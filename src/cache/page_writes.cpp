@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/argument_checks.hpp"
+#include "core/rotary.hpp"
 #include "core/rows.hpp"
 
 namespace attn::cache {
@@ -14,6 +15,8 @@ namespace {
 
 void load(const NewRows& in, Index i, Index h, double* row) {
   core::load_row(in.rows, 0, in.index1(i, h), in.index2(i, h), row);
+  if (in.rotary != nullptr)
+    core::rotate(*in.rotary, in.rows.shape[3], in.rotary->positions[i], row);
 }
 
 }  // namespace
@@ -46,7 +49,7 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
           at(slot), dtype, {1, 1, count, dim},
           {0, 0, pool.slot_bytes / static_cast<Index>(dtype_size(dtype)), 1});
       for (Index i = 0; i < count; ++i) {
-        if (in.rows.dtype == dtype) {
+        if (in.rows.dtype == dtype && in.rotary == nullptr) {
           // Same dtype: the bits go in unchanged.
           const auto* from = static_cast<const std::byte*>(in.rows.data) +
                              (in.index1(first + i, h) * in.rows.strides[1] +

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "attn/paged.hpp"
 #include "attn/tensor.hpp"
 #include "cache/page_rows.hpp"
 
@@ -14,6 +15,8 @@ namespace attn::cache {
 struct NewRows {
   TensorView rows;
   bool tokens_first = false;
+  // Rotated at rotary->positions[i] (token i of rows) as they are written, when given.
+  const Rotary* rotary = nullptr;
 
   Index tokens() const { return rows.shape[tokens_first ? 1 : 2]; }
   // Token i's row of KV head h is rows[0, index1, index2].

@@ -67,4 +67,14 @@ T from_float(float value) {
   }
 }
 
+// value exactly, as a double.
+template <class T>
+double to_double(T value) {
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+    return to_float(value);
+  } else {
+    return static_cast<double>(value);
+  }
+}
+
 }  // namespace attn::core

@@ -187,3 +187,48 @@ def test_bad_input_is_refused_naming_the_argument_and_writes_nothing():
         run(q=batch.q[None])
     with pytest.raises(TypeError, match="^causal_align: not an option of paged_attention"):
         run(options={"causal_align": "top-left"})
+
+
+def rotated(x, positions, cos, sin, style, dims):
+    """x [n, H, D] rotated per row at positions [n], in float64 (written from the definition)."""
+    x = np.array(x, np.float64)
+    half = dims // 2
+    c, s = cos[positions][:, None, :].astype(np.float64), sin[positions][:, None, :].astype(np.float64)
+    a = x[..., :half].copy() if style == "neox" else x[..., 0:dims:2].copy()
+    b = x[..., half:dims].copy() if style == "neox" else x[..., 1:dims:2].copy()
+    ra, rb = a * c - b * s, b * c + a * s
+    if style == "neox":
+        x[..., :half], x[..., half:dims] = ra, rb
+    else:
+        x[..., 0:dims:2], x[..., 1:dims:2] = ra, rb
+    return x
+
+
+@pytest.mark.parametrize("style", ["neox", "interleaved"])
+@pytest.mark.parametrize("dims", [16, D])
+def test_rotary_keys_and_queries_match_the_reference(style, dims):
+    rng = np.random.default_rng(3)
+    length, n_q, page_size = 50, 3, 16
+    angles = np.arange(64)[:, None] * 10000.0 ** (-np.arange(dims // 2) * 2.0 / dims)
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    k_cache, v_cache, _, _ = make_pools(5, page_size, "token_major", "float32")
+    table = np.array([[3, 0, 4, 1]], np.int32)
+    slots = np.array([table[0, t // page_size] * page_size + t % page_size for t in range(length)])
+    k, v = rng.standard_normal((length, HKV, D)), rng.standard_normal((length, HKV, DV))
+    rotary = dict(rotary=style, rotary_cos=cos, rotary_sin=sin, rotary_dims=dims)
+    attn.append_pages(k, v, slots, k_cache, v_cache, positions=np.arange(length), **rotary)
+    want_k = rotated(k, np.arange(length), cos, sin, style, dims).astype(np.float32)
+    stored = np.stack([k_cache[table[0, t // page_size], t % page_size] for t in range(length)])
+    assert np.array_equal(stored, want_k)
+    q = rng.standard_normal((n_q, HQ, D)).astype(np.float32)
+    out = attn.paged_attention(q, k_cache, v_cache, table, [length], [0, n_q], causal=True, **rotary)
+    q_rot = rotated(q, np.arange(length - n_q, length), cos, sin, style, dims)
+    want, _, _ = numpy_reference.attention(q_rot.transpose(1, 0, 2)[None],
+                                           want_k.astype(np.float64).transpose(1, 0, 2)[None],
+                                           v.astype(np.float32).astype(np.float64).transpose(1, 0, 2)[None],
+                                           causal=True, bottom_right=True)
+    assert nmse(out, want[0].transpose(1, 0, 2)) < 1e-12
+    with pytest.raises(ValueError, match=r"^rotary.positions: expected 50 positions"):
+        attn.append_pages(k, v, slots, k_cache, v_cache, **rotary)
+    with pytest.raises(ValueError, match="^rotary: expected 'neox', 'interleaved' or None"):
+        attn.paged_attention(q, k_cache, v_cache, table, [length], [0, n_q], rotary="gptj")

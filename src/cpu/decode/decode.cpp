@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/element_type.hpp"
+#include "core/rotary.hpp"
 #include "core/visible_keys.hpp"
 #include "cpu/decode/decode.hpp"
 #include "cpu/decode/parts.hpp"
@@ -91,7 +92,9 @@ struct Scratch {
         end_key(tile::scratch_buffer<Index>(rows)),
         position(tile::scratch_buffer<Index>(rows)),
         key_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim)),
-        value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)) {}
+        value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
+        rotated(tile::scratch_buffer<double>(dim)),
+        rotated_floats(tile::scratch_buffer<float>(dim)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
@@ -102,6 +105,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> key_floats, value_floats;
   const float* key_rows[Traits::kKeyTile];
   const float* value_rows[Traits::kKeyTile];
+  hwy::AlignedFreeUniquePtr<double[]> rotated;        // [dim]: a query row being rotated
+  hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
 };
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
@@ -191,8 +196,17 @@ class TaskKernel {
     // float64 q (the paged kernel has no reference to fall back on) is rounded to float32.
     core::with_float_type(p_.q_dtype, [&](auto tag) {
       using Q = decltype(tag);
-      tile::scaled_query(static_cast<const Q*>(p_.q) + p_.q_rows.at(seq, head, i), p_.dim,
-                         static_cast<float>(p_.rule.scale), s_.queries.get() + r * p_.dim);
+      const Q* q = static_cast<const Q*>(p_.q) + p_.q_rows.at(seq, head, i);
+      const auto scale = static_cast<float>(p_.rule.scale);
+      if (p_.rotary == nullptr) {
+        tile::scaled_query(q, p_.dim, scale, s_.queries.get() + r * p_.dim);
+        return;
+      }
+      // Rotated in float64, rounded once to float32, then scaled as an unrotated row.
+      for (Index d = 0; d < p_.dim; ++d) s_.rotated[d] = core::to_double(q[d]);
+      core::rotate(*p_.rotary, p_.dim, p_.rotary_position(seq, i), s_.rotated.get());
+      for (Index d = 0; d < p_.dim; ++d) s_.rotated_floats[d] = static_cast<float>(s_.rotated[d]);
+      tile::scaled_query(s_.rotated_floats.get(), p_.dim, scale, s_.queries.get() + r * p_.dim);
     });
   }
 

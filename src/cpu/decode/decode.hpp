@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/options.hpp"
+#include "attn/paged.hpp"
 #include "attn/state.hpp"
 #include "cache/page_rows.hpp"
 #include "core/score_rule.hpp"
@@ -37,6 +38,9 @@ struct DecodeProblem {
   Index heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0;
   core::ScoreRule rule;  // causal_align is always bottom-right: the queries are the newest
   int threads = 0;       // Options::threads
+  // Queries are rotated at rotary->positions[query_start[s] + i], or at their key position
+  // when it holds none.
+  const Rotary* rotary = nullptr;
 
   Index sequences() const { return static_cast<Index>(lengths.size()); }
   Index group_size() const { return heads_q / heads_kv; }
@@ -48,6 +52,11 @@ struct DecodeProblem {
   // (bottom-right), moved by the offset; negative when it has more queries than keys.
   Index query_position(Index s, Index i) const {
     return rule.query_position(i, queries(s), lengths[static_cast<std::size_t>(s)]);
+  }
+  Index rotary_position(Index s, Index i) const {
+    if (rotary->positions.empty()) return query_position(s, i);
+    return rotary
+        ->positions[static_cast<std::size_t>(query_start[static_cast<std::size_t>(s)] + i)];
   }
 };
 

@@ -381,7 +381,9 @@ std::vector<float> row_bits(const PagedOutput& out, Index first, Index count) {
 }
 
 bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp may not be given the null data of an empty vector (a sequence with no query).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A batch of the given sequences of `all` (their queries in q order), reading the same pools.

@@ -64,8 +64,11 @@ def _scales(x, name):
     if x is None:
         return None
     if not (isinstance(x, np.ndarray) or _arrays.is_torch(x)) or _arrays.dtype_name(x) != "float32":
+        given = type(x).__name__
+        if isinstance(x, np.ndarray) or _arrays.is_torch(x):
+            given += f" of dtype {_arrays.dtype_name(x)}"
         raise ArgumentTypeError(f"{name}: expected a float32 array [pages, Hkv] (written in place), "
-                                f"given {type(x).__name__}")
+                                f"given {given}")
     return x
 
 

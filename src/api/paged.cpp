@@ -4,7 +4,6 @@
 #include "attn/paged.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "api/page_pools.hpp"

@@ -55,7 +55,7 @@ test-asan: build-asan
 TSAN_TESTS := test_cpu_forward test_weights test_decode test_paged test_kv_cache
 test-tsan: deps
 	@cmake --preset tsan >/dev/null
-	@cmake --build --preset tsan -j $(JOBS)
+	@cmake --build --preset tsan -j $(JOBS) --target $(TSAN_TESTS)
 	@for t in $(TSAN_TESTS); do \
 	  echo "tsan: $$t"; \
 	  ATTN_NUM_THREADS=4 TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" \

@@ -387,8 +387,7 @@ TEST(DistDecodeErrors, BadQueryOnTheRootThrowsTheSameOnEveryRank) {
   rank0.resize(static_cast<std::size_t>(length));
   MPI_Bcast(rank0.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
   EXPECT_EQ(message, rank0);
-  EXPECT_NE(message.find("q: expected shape [1 (one per seq_id), Hq, n_q, 16"),
-            std::string::npos)
+  EXPECT_NE(message.find("q: expected shape [1 (one per seq_id), Hq, n_q, 16"), std::string::npos)
       << message;
 }
 

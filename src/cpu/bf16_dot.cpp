@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif

@@ -45,8 +45,8 @@
 #include "cpu/tile/score_kernels-inl.h"
 #include "cpu/tile/shaping-inl.h"
 #include "cpu/tile/softmax-inl.h"
+#include "cpu/tile/stored_rows-inl.h"
 #include "cpu/tile/target-inl.h"
-#include "cpu/tile/to_floats-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
@@ -272,8 +272,8 @@ class TaskKernel {
     const Index count = rows.count();
     prefetch_values_to_l1(rows.values, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
-    // per tile, they are not converted again for every block. The kernels' arithmetic after
-    // the exact conversion is the same, so the bits are.
+    // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
+    // for every block, and the bits are the same.
     if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
@@ -285,13 +285,8 @@ class TaskKernel {
     for (Index t = 0; t < rows.count(); ++t) {
       float* key = s_.key_floats.get() + t * p_.dim;
       float* value = s_.value_floats.get() + t * p_.dim_v;
-      if constexpr (kInt8) {
-        std::copy_n(rows.keys[t], p_.dim, key);
-        std::copy_n(rows.values[t], p_.dim_v, value);
-      } else {
-        to_floats(rows.keys[t], p_.dim, key);
-        to_floats(rows.values[t], p_.dim_v, value);
-      }
+      tile::widen_row(rows.keys[t], p_.dim, key);
+      tile::widen_row(rows.values[t], p_.dim_v, value);
       s_.key_rows[t] = key;
       s_.value_rows[t] = value;
     }

@@ -44,6 +44,16 @@ HWY_INLINE float load_float(const T* row, Index d) {
   }
 }
 
+// out[0 .. n) = row[0 .. n) as float32, by the reads above: what a micro-kernel reading
+// the row where it lies would see, so kernels given `out` instead compute the same bits.
+template <class T>
+HWY_INLINE void widen_row(const T* HWY_RESTRICT row, Index n, float* HWY_RESTRICT out) {
+  const DF df;
+  const Index step = lanes(), whole = n - n % step;
+  for (Index d = 0; d < whole; d += step) hn::StoreU(load_floats(df, row + d), df, out + d);
+  for (Index d = whole; d < n; ++d) out[d] = load_float(row, d);
+}
+
 }  // namespace tile
 }  // namespace attn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -39,11 +39,14 @@ void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) 
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count) {
   const Index dim = pool.dim;
-  std::vector<double> row(static_cast<std::size_t>(dim));
+  // One row, or for int8 the run's rows of a head: each read (and rotated) once, for the
+  // page's scale and then for the writes.
+  const bool int8 = pool.dtype == CacheDType::int8;
+  std::vector<double> row(static_cast<std::size_t>((int8 ? count : 1) * dim));
   for (Index h = 0; h < pool.heads_kv; ++h) {
     std::byte* base = pool.rows(page, h);
     const auto at = [&](Index s) { return base + s * pool.slot_bytes; };
-    if (pool.dtype != CacheDType::int8) {
+    if (!int8) {
       const DType dtype = storage_dtype(pool.dtype);
       const MutableTensorView out(
           at(slot), dtype, {1, 1, count, dim},
@@ -65,11 +68,9 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
     }
     float& scale = pool.scale_ref(page, h);
     if (slot == 0) scale = 0.0f;
+    for (Index i = 0; i < count; ++i) load(in, first + i, h, row.data() + i * dim);
     double largest = 0.0;
-    for (Index i = 0; i < count; ++i) {
-      load(in, first + i, h, row.data());
-      for (const double x : row) largest = std::max(largest, std::abs(x));
-    }
+    for (const double x : row) largest = std::max(largest, std::abs(x));
     const auto needed = static_cast<float>(largest / 127.0);
     if (needed > scale) {
       // Requantise the page's earlier tokens of this head to the larger scale.
@@ -81,10 +82,9 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       scale = needed;
     }
     for (Index i = 0; i < count; ++i) {
-      load(in, first + i, h, row.data());
       auto* out = reinterpret_cast<std::int8_t*>(at(slot + i));
       for (Index d = 0; d < dim; ++d) {
-        const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
+        const double x = scale > 0.0f ? row[static_cast<std::size_t>(i * dim + d)] / scale : 0.0;
         out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
       }
     }

@@ -527,6 +527,16 @@ TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   });
 }
 
+// An empty KVCache of the shape's heads and dims.
+KVCache cache_of(const Shape& shape, CacheDType dtype) {
+  return KVCache({.heads_kv = shape.heads_kv,
+                  .dim = shape.dim,
+                  .dim_v = shape.dim_v,
+                  .page_size = 16,
+                  .dtype = dtype,
+                  .max_blocks = 0});
+}
+
 // attn::decode over a KVCache is the same kernel: its bits are those of paged_attention over
 // pools holding the cache's tokens.
 TEST(Paged, DecodeOverTheKVCacheGivesPagedAttentionsBits) {
@@ -535,12 +545,7 @@ TEST(Paged, DecodeOverTheKVCacheGivesPagedAttentionsBits) {
   shape.sequences = {{900, 2}, {33, 2}, {1, 2}};
   const Tokens tokens = make_tokens(shape, CacheDType::f16, 37);
   for_each_target([&] {
-    KVCache cache({.heads_kv = shape.heads_kv,
-                   .dim = shape.dim,
-                   .dim_v = shape.dim_v,
-                   .page_size = 16,
-                   .dtype = CacheDType::f16,
-                   .max_blocks = 0});
+    KVCache cache = cache_of(shape, CacheDType::f16);
     std::vector<KVCache::SequenceId> ids;
     Tensor q(DType::f32, {3, shape.heads_q, 2, shape.dim});
     for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
@@ -743,12 +748,7 @@ TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
   shape.dim_v = shape.dim;
   shape.sequences = {{100, 1}};
   const Tokens tokens = make_tokens(shape, CacheDType::int8, 67);
-  KVCache cache({.heads_kv = shape.heads_kv,
-                 .dim = shape.dim,
-                 .dim_v = shape.dim_v,
-                 .page_size = 16,
-                 .dtype = CacheDType::int8,
-                 .max_blocks = 0});
+  KVCache cache = cache_of(shape, CacheDType::int8);
   const KVCache::SequenceId id = cache.add_sequence();
   Paged p = make_paged(shape, {CacheDType::int8, 16, PageLayout::head_major, false}, tokens, 71);
   // Runs of 1, 6, 11, ... tokens: some start mid-page, some cross pages.

@@ -489,6 +489,34 @@ TEST(Paged, SharingPagesChangesNoBit) {
 
 // A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
 // at once: each query's bits are the same (a window, so that the runs' first keys differ).
+// The bits of sequence 0's prompt (its first `prompt` queries) run in chunks of `chunk`
+// queries, each call beside sequence 1's one-token step, in row_bits' order.
+std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Options& options,
+                                        Index prompt, Index chunk) {
+  const Shape& shape = p.shape;
+  const Index heads = shape.heads_q, dim = shape.dim, dim_v = shape.dim_v;
+  const auto other_length = static_cast<std::int32_t>(shape.sequences[1].length);
+  std::vector<float> context, lse;
+  for (Index begin = 0; begin < prompt; begin += chunk) {
+    const Index n = std::min(chunk, prompt - begin);
+    Tensor q(DType::f32, {1, n + 1, heads, dim});
+    std::copy_n(tokens.q.data_as<float>() + begin * heads * dim, n * heads * dim,
+                q.data_as<float>());
+    std::copy_n(tokens.q.data_as<float>() + prompt * heads * dim, heads * dim,
+                q.data_as<float>() + n * heads * dim);
+    const std::vector<std::int32_t> starts{0, static_cast<std::int32_t>(n),
+                                           static_cast<std::int32_t>(n + 1)};
+    const std::vector<std::int32_t> lengths{static_cast<std::int32_t>(begin + n), other_length};
+    const PagedOutput out = paged_attention(q.view(), p.pool(false), p.pool(true),
+                                            {starts, lengths, p.table, p.max_pages}, options);
+    const std::vector<float> bits = row_bits(out, 0, n);
+    context.insert(context.end(), bits.begin(), bits.begin() + n * heads * dim_v);
+    lse.insert(lse.end(), bits.begin() + n * heads * dim_v, bits.end());
+  }
+  context.insert(context.end(), lse.begin(), lse.end());
+  return context;
+}
+
 TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   constexpr Index kPrompt = 1100;
   Shape shape;
@@ -501,30 +529,39 @@ TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   for_each_target([&] {
     Paged p = make_paged(shape, {CacheDType::f16, 16, PageLayout::token_major, true}, tokens, 31);
     const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
-    const Index heads = shape.heads_q, dim = shape.dim, dim_v = shape.dim_v;
     for (const Index chunk : {1, 7, 64}) {
       SCOPED_TRACE("chunks of " + std::to_string(chunk));
-      std::vector<float> context, lse;
-      for (Index begin = 0; begin < kPrompt; begin += chunk) {
-        const Index n = std::min(chunk, kPrompt - begin);
-        Tensor q(DType::f32, {1, n + 1, heads, dim});
-        std::copy_n(tokens.q.data_as<float>() + begin * heads * dim, n * heads * dim,
-                    q.data_as<float>());
-        std::copy_n(tokens.q.data_as<float>() + kPrompt * heads * dim, heads * dim,
-                    q.data_as<float>() + n * heads * dim);
-        const std::vector<std::int32_t> starts{0, static_cast<std::int32_t>(n),
-                                               static_cast<std::int32_t>(n + 1)};
-        const std::vector<std::int32_t> lengths{static_cast<std::int32_t>(begin + n), 600};
-        const PagedOutput out = paged_attention(q.view(), p.pool(false), p.pool(true),
-                                                {starts, lengths, p.table, p.max_pages}, options);
-        const std::vector<float> bits = row_bits(out, 0, n);
-        context.insert(context.end(), bits.begin(), bits.begin() + n * heads * dim_v);
-        lse.insert(lse.end(), bits.begin() + n * heads * dim_v, bits.end());
-      }
-      context.insert(context.end(), lse.begin(), lse.end());
-      EXPECT_TRUE(same_bytes(context, want));
+      EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, chunk), want));
     }
   });
+}
+
+// A prefill run (more than DecodeTraits::kWidenRows rows of a KV head) reads each tile
+// widened to float32 once, a query alone reads the stored rows: one query at a time gives
+// the run's bits for every dtype and every tail of d (d % 16 from 0 to 15, and d below a
+// vector), on every target.
+TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
+  constexpr Index kPrompt = 45;
+  std::vector<Index> dims{1, 2, 3, 5, 128};
+  for (Index dim = 16; dim < 32; ++dim) dims.push_back(dim);
+  Options options;
+  options.causal = true;
+  for (const CacheDType dtype :
+       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+    for (const Index dim : dims) {
+      SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim));
+      Shape shape;
+      shape.dim = dim;
+      shape.dim_v = 24;
+      shape.sequences = {{kPrompt, kPrompt}, {20, 1}};
+      const Tokens tokens = make_tokens(shape, dtype, static_cast<unsigned>(dim));
+      for_each_target([&] {
+        Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 5);
+        const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+        EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, 1), want));
+      });
+    }
+  }
 }
 
 // An empty KVCache of the shape's heads and dims.

@@ -206,20 +206,7 @@ void mixed_batch(CacheDType dtype, Index chunk, Index decodes, Index context, In
               t[1] / t[0], t[2] / t[0]);
 }
 
-}  // namespace
-}  // namespace attn::bench
-
-int main(int argc, char** argv) {
-  using namespace attn;
-  using namespace attn::bench;
-  CLI::App app{"Attention over caller-owned pages against the other ways of the same work"};
-  bool quick = false;
-  int repetitions = 5;
-  app.add_flag("--quick", quick, "leave out the 32k-token decode cases");
-  app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
-      ->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
+void decode_steps(bool quick, int repetitions) {
   std::printf(
       "Decode step: Hkv=%lld d=%lld, fp16, page %lld, one query per sequence; "
       "attn::paged_attention\n"
@@ -237,7 +224,9 @@ int main(int argc, char** argv) {
   for (int threads = 1; threads <= 2; ++threads)
     for (const auto& [name, lengths] : steps)
       for (const Index heads_q : {8, 32}) decode_step(name, lengths, heads_q, threads, repetitions);
+}
 
+void mixed_batches(int repetitions) {
   std::printf(
       "\nMixed batch: one prefill chunk (its newest `chunk` of `context` keys) beside `decodes`\n"
       "one-token steps over `context` keys each, causal, Hkv=%lld d=%lld, page %lld; one call,\n"
@@ -249,5 +238,24 @@ int main(int argc, char** argv) {
   for (int threads = 1; threads <= 2; ++threads)
     for (const CacheDType dtype : {CacheDType::bf16, CacheDType::f16})
       mixed_batch(dtype, 512, 31, 4096, 32, threads, repetitions);
+}
+
+}  // namespace
+}  // namespace attn::bench
+
+int main(int argc, char** argv) {
+  using namespace attn;
+  using namespace attn::bench;
+  CLI::App app{"Attention over caller-owned pages against the other ways of the same work"};
+  bool quick = false, no_decode = false, no_mixed = false;
+  int repetitions = 5;
+  app.add_flag("--quick", quick, "leave out the 32k-token decode cases");
+  app.add_flag("--no-decode", no_decode, "leave out the decode steps");
+  app.add_flag("--no-mixed", no_mixed, "leave out the mixed batches");
+  app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  if (!no_decode) decode_steps(quick, repetitions);
+  if (!no_mixed) mixed_batches(repetitions);
   return 0;
 }

@@ -4,7 +4,8 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
-#include <map>
+#include <utility>
+#include <vector>
 
 #include "cpu/decode/traits.hpp"
 
@@ -47,15 +48,22 @@ DecodeParts make_parts(const DecodeProblem& p) {
   const Index page = p.page_size(), group = p.group_size();
   // Sequences with few queries share a prompt prefix; a long query run is compute-bound and
   // goes in runs of its own.
-  std::map<std::int32_t, std::vector<Index>> by_first_page;
+  // (first page, sequence), sorted: the candidates for sharing, grouped by first page.
+  std::vector<std::pair<std::int32_t, Index>> by_first_page;
   for (Index s = 0; s < p.sequences(); ++s) {
     const Index n_q = p.queries(s);
     if (n_q > 0 && n_q <= Traits::kSplitQueries && p.lengths[s] >= Traits::kSplitKeys)
-      by_first_page[p.tables[s][0]].push_back(s);
+      by_first_page.emplace_back(p.tables[s][0], s);
   }
+  std::sort(by_first_page.begin(), by_first_page.end());
   DecodeParts plan;
   std::vector<Index> prefix(static_cast<std::size_t>(p.sequences()), 0);
-  for (const auto& [first, members] : by_first_page) {
+  for (auto group_begin = by_first_page.begin(); group_begin != by_first_page.end();) {
+    auto group_end = group_begin;
+    std::vector<Index> members;
+    for (; group_end != by_first_page.end() && group_end->first == group_begin->first; ++group_end)
+      members.push_back(group_end->second);
+    group_begin = group_end;
     if (members.size() < 2) continue;
     Index pages = std::numeric_limits<Index>::max();
     for (const Index s : members) pages = std::min(pages, p.lengths[s] / page);

@@ -1,4 +1,4 @@
-// The little of the C, C++, OpenMP and Highway runtimes that the forward kernel reaches,
+// The little of the C, C++, OpenMP and Highway runtimes that the kernels reach,
 // for the emulator, which runs code without an operating system or libraries: memory from a
 // fixed arena, OpenMP's loop on one thread, the CPU seen as having AVX512-BF16, and traps
 // where an exception would be thrown (an emulated test stops there and fails).
@@ -68,6 +68,12 @@ void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
 void operator delete(void*) noexcept {}
 void operator delete(void*, std::size_t) noexcept {}
 
+// Tensor's storage (the paged kernel's states).
+ATTN_EXPORT void* aligned_alloc(std::size_t, std::size_t bytes) {
+  return allocate(bytes);
+}
+ATTN_EXPORT void free(void*) {}
+
 // Backward's scratch: huge pages where the OS gives them, here the arena.
 namespace attn::cache {
 void* allocate_huge_pages(std::size_t bytes) {
@@ -93,8 +99,8 @@ bool has_amx() {
 }
 }  // namespace attn::cpu
 
-// exp and log in double (the state merge and the row's lse): Highway's, within 1 ulp, where
-// the library's come from libm.
+// exp and log in double, exp in float (the state merges and the row's lse): Highway's,
+// within 1 ulp, where the library's come from libm.
 ATTN_EXPORT float nextafterf(float from, float to) {
   if (from != from || to != to) return from + to;
   if (from == to) return to;
@@ -105,6 +111,10 @@ ATTN_EXPORT float nextafterf(float from, float to) {
 
 ATTN_EXPORT double exp(double x) {
   const hwy::HWY_NAMESPACE::CappedTag<double, 1> d;
+  return hwy::HWY_NAMESPACE::GetLane(hwy::HWY_NAMESPACE::Exp(d, hwy::HWY_NAMESPACE::Set(d, x)));
+}
+ATTN_EXPORT float expf(float x) {
+  const hwy::HWY_NAMESPACE::CappedTag<float, 1> d;
   return hwy::HWY_NAMESPACE::GetLane(hwy::HWY_NAMESPACE::Exp(d, hwy::HWY_NAMESPACE::Set(d, x)));
 }
 ATTN_EXPORT double log(double x) {

@@ -1,0 +1,163 @@
+"""The paged kernel (src/cpu/decode/decode.cpp) as Highway's AVX-512 target compiles it, built
+by tests/emulated with a one-thread runtime and run on an emulated Sapphire Rapids
+(tests/python/emulator.py): caller-owned pools in both layouts, every storage dtype, a
+ragged batch, against float64 with tests/paged_test.cpp's bound; and the batch invariance
+tests/paged_test.cpp checks bit for bit on the targets the CPU has, here on AVX-512: each
+sequence alone, and a prefill in chunks, give the batch's (one shot's) state bits. d = 40
+leaves a tail of 8 past the last whole AVX-512 vector."""
+
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numpy_reference
+
+CONTEXT_NMSE = 1e-12  # tests/paged_test.cpp
+DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}  # attn::CacheDType
+STORED = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
+          "int8": np.int8}
+LAYOUTS = {"token_major": 0, "head_major": 1}
+HEADS_Q, HEADS_KV, DIM, DIM_V = 4, 2, 40, 24
+# (keys, queries) per sequence: a decode token, a draft over a split (merged) context, more
+# queries than keys, a sequence holding keys only, an empty one asked for queries, and a
+# prefill run longer than one task's 32 queries (widened tiles).
+SEQUENCES = [(37, 1), (600, 3), (5, 9), (300, 0), (0, 2), (130, 40)]
+
+
+class _Batch:
+    """Pools holding every sequence's tokens on shuffled pages (a table that is not monotone,
+    spare pages between), and the float64 values they hold."""
+
+    def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7):
+        rng = np.random.default_rng(seed)
+        self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
+        self.max_pages = max(1, max(-(-length // page) for length, _ in sequences))
+        self.pages = 2 * len(sequences) * self.max_pages
+        order = rng.permutation(self.pages)
+        self.table = np.zeros((len(sequences), self.max_pages), np.int32)
+        shape = (self.pages, page, HEADS_KV) if layout == "token_major" else (
+            self.pages, HEADS_KV, page)
+        self.keys = np.zeros(shape + (DIM,), STORED[dtype])
+        self.values = np.zeros(shape + (DIM_V,), STORED[dtype])
+        self.key_scales = (0.02 + 0.01 * rng.random((self.pages, HEADS_KV))).astype(np.float32)
+        self.value_scales = (0.02 + 0.01 * rng.random((self.pages, HEADS_KV))).astype(np.float32)
+        self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
+        for s, (length, _) in enumerate(sequences):
+            self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
+            k = np.zeros((HEADS_KV, length, DIM))
+            v = np.zeros((HEADS_KV, length, DIM_V))
+            for t in range(length):
+                page_index, slot = self.table[s][t // page], t % page
+                for h in range(HEADS_KV):
+                    at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
+                    k[h, t] = self._store(self.keys, at, rng.standard_normal(DIM),
+                                          self.key_scales[page_index, h])
+                    v[h, t] = self._store(self.values, at, rng.standard_normal(DIM_V),
+                                          self.value_scales[page_index, h])
+            self.k.append(k)
+            self.v.append(v)
+        self.q = rng.standard_normal((sum(n for _, n in sequences), HEADS_Q, DIM)).astype(
+            np.float32)
+
+    def _store(self, pool, at, x, scale):
+        if self.dtype == "int8":
+            pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
+            return pool[at].astype(np.float64) * scale
+        pool[at] = x.astype(STORED[self.dtype])
+        return pool[at].astype(np.float64)
+
+    def run(self, emulator, q, sequences, table, window_left=-1, softcap=0.0):
+        """The kernel's causal state rows for queries q [total_q, Hq, d] of `sequences`
+        (keys, queries) with `table`: m, l [Hq, total_q] and acc [Hq, total_q, Dv],
+        float32."""
+        total_q = q.shape[0]
+        emulator.reset_data()
+        put = emulator.put
+        starts = np.concatenate([[0], np.cumsum([n for _, n in sequences])]).astype(np.int32)
+        lengths = np.array([length for length, _ in sequences], np.int32)
+        rows = HEADS_Q * total_q
+        m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64)) for n in (rows, rows, rows * DIM_V))
+        int8 = self.dtype == "int8"
+        args = struct.pack(
+            "<QQQQQiiiiQQQqqqqqqqqddQQQ", put(np.ascontiguousarray(q, np.float32).tobytes()),
+            put(self.keys.tobytes()), put(self.values.tobytes()),
+            put(self.key_scales.tobytes()) if int8 else 0,
+            put(self.value_scales.tobytes()) if int8 else 0, DTYPES[self.dtype],
+            LAYOUTS[self.layout], 1, len(sequences), put(starts.tobytes()),
+            put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
+            self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, DIM, DIM_V, window_left,
+            1 / np.sqrt(DIM), softcap, m_at, l_at, acc_at)
+        emulator.call("emulated_paged", put(args))
+
+        def read(at, count):
+            return np.frombuffer(emulator.read(at, 4 * count), np.float32).copy()
+
+        return (read(m_at, rows).reshape(HEADS_Q, total_q), read(l_at, rows).reshape(
+            HEADS_Q, total_q), read(acc_at, rows * DIM_V).reshape(HEADS_Q, total_q, DIM_V))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("page", [16, 5])
+def test_paged_matches_float64(emulator, dtype, layout, page):
+    batch = _Batch(dtype, layout, page)
+    m, l, acc = batch.run(emulator, batch.q, batch.sequences, batch.table)
+    assert np.all(np.isfinite(acc)) and np.all(np.isfinite(l))
+    first = 0
+    for s, (length, n_q) in enumerate(batch.sequences):
+        rows = slice(first, first + n_q)
+        first += n_q
+        if n_q == 0:
+            continue
+        q = np.transpose(batch.q[rows], (1, 0, 2))[None].astype(np.float64)
+        want, want_lse, _ = numpy_reference.attention(
+            q, batch.k[s][None], batch.v[s][None], causal=True, bottom_right=True,
+            scale=1 / np.sqrt(DIM))
+        want, want_lse = want[0], want_lse[0]
+        sees = np.isfinite(want_lse)
+        # A row that sees no key: no weight, no value read.
+        assert np.all(l[:, rows][~sees] == 0) and np.all(acc[:, rows][~sees] == 0)
+        if not sees.any():
+            continue
+        got = acc[:, rows][sees] / l[:, rows][sees][:, None]
+        err = np.sum((got - want[sees]) ** 2) / np.sum(want[sees] ** 2)
+        assert err < CONTEXT_NMSE, f"sequence {s}: NMSE {err:.3g}"
+        lse = m[:, rows][sees] + np.log(l[:, rows][sees].astype(np.float64))
+        assert np.abs(lse - want_lse[sees]).max() < 2e-5
+
+
+def _rows(state, first, count):
+    return [x[:, first:first + count] for x in state]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_each_sequence_alone_gives_the_batchs_bits(emulator, dtype):
+    batch = _Batch(dtype, "token_major", 16)
+    whole = batch.run(emulator, batch.q, batch.sequences, batch.table)
+    first = 0
+    for s, (length, n_q) in enumerate(batch.sequences):
+        if n_q == 0:
+            continue  # attn::paged_attention does not call the kernel for no rows
+        alone = batch.run(emulator, batch.q[first:first + n_q], [(length, n_q)],
+                          batch.table[s:s + 1])
+        for got, want in zip(alone, _rows(whole, first, n_q)):
+            assert got.tobytes() == want.tobytes(), f"sequence {s}"
+        first += n_q
+
+
+@pytest.mark.parametrize("chunk", [1, 7])
+def test_chunked_prefill_gives_one_shots_bits(emulator, chunk):
+    """A 70-query prefill (a run of 32 queries is 64 rows a KV head: widened tiles) in
+    chunks, each chunk's queries the newest of the keys so far, with a window (so a chunk's
+    first visible key is not a tile's) and softcap."""
+    prompt, window, softcap = 70, 23, 20.0
+    batch = _Batch("bfloat16", "head_major", 16, sequences=[(prompt, prompt)])
+    whole = batch.run(emulator, batch.q, batch.sequences, batch.table, window, softcap)
+    for begin in range(0, prompt, chunk):
+        n = min(chunk, prompt - begin)
+        part = batch.run(emulator, batch.q[begin:begin + n], [(begin + n, n)], batch.table,
+                         window, softcap)
+        for got, want in zip(part, _rows(whole, begin, n)):
+            assert got.tobytes() == want.tobytes(), f"chunk at {begin}"

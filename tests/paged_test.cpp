@@ -487,8 +487,6 @@ TEST(Paged, SharingPagesChangesNoBit) {
   });
 }
 
-// A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
-// at once: each query's bits are the same (a window, so that the runs' first keys differ).
 // The bits of sequence 0's prompt (its first `prompt` queries) run in chunks of `chunk`
 // queries, each call beside sequence 1's one-token step, in row_bits' order.
 std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Options& options,
@@ -517,6 +515,8 @@ std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Op
   return context;
 }
 
+// A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
+// at once: each query's bits are the same (a window, so that the runs' first keys differ).
 TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   constexpr Index kPrompt = 1100;
   Shape shape;
@@ -536,10 +536,10 @@ TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   });
 }
 
-// A prefill run (more than DecodeTraits::kWidenRows rows of a KV head) reads each tile
-// widened to float32 once, a query alone reads the stored rows: one query at a time gives
-// the run's bits for every dtype and every tail of d (d % 16 from 0 to 15, and d below a
-// vector), on every target.
+// A prefill run (more than DecodeTraits::kWidenRows rows of a KV head) reads each tile of
+// 16-bit or int8 rows widened to float32 once, a query alone reads the stored rows: one
+// query at a time gives the run's bits for every dtype and every tail of d (d % 16 from 0
+// to 15, and d below a vector), on every target.
 TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
   constexpr Index kPrompt = 45;
   std::vector<Index> dims{1, 2, 3, 5, 128};

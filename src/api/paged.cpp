@@ -104,22 +104,7 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
   cpu::DecodeProblem p;
   api::set_step_options(p, options, heads_q, keys.heads_kv, keys.dim, values.dim,
                         "the batch says which keys a sequence has");
-  p.q = q.data;
-  p.q_dtype = q.dtype;
-  p.q_rows.head_stride = q.strides[2];
-  p.q_rows.token_stride = q.strides[1];
-  p.state_rows.head_stride = total_q;
-  p.state_rows.token_stride = 1;
-  p.keys = api::rows_of(keys);
-  p.values = api::rows_of(values);
-  for (Index s = 0; s <= sequences; ++s) p.query_start.push_back(batch.query_start[s]);
-  for (Index s = 0; s < sequences; ++s) {
-    p.tables.push_back(batch.block_table.subspan(static_cast<std::size_t>(s * batch.max_pages),
-                                                 static_cast<std::size_t>(batch.max_pages)));
-    p.lengths.push_back(batch.seq_lens[s]);
-    p.q_rows.seq_base.push_back(batch.query_start[s] * q.strides[1]);
-    p.state_rows.seq_base.push_back(batch.query_start[s]);
-  }
+  api::set_paged_rows(p, q, keys, values, batch);
   core::check_rotary("rotary", rotary, keys.dim, total_q, false);
   if (rotary.style != RotaryStyle::none) {
     p.rotary = &rotary;

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "api/page_pools.hpp"
 #include "core/argument_checks.hpp"
 
 namespace attn::api {
@@ -25,6 +26,28 @@ void set_step_options(cpu::DecodeProblem& p, const Options& options, Index heads
   p.rule = core::make_score_rule(options, dim);
   p.rule.causal_align = CausalAlign::bottom_right;
   p.threads = options.threads;
+}
+
+void set_paged_rows(cpu::DecodeProblem& p, const TensorView& q, const PagePool& keys,
+                    const PagePool& values, const PagedBatch& batch) {
+  const Index total_q = q.shape[1];
+  const auto sequences = static_cast<Index>(batch.seq_lens.size());
+  p.q = q.data;
+  p.q_dtype = q.dtype;
+  p.q_rows.head_stride = q.strides[2];
+  p.q_rows.token_stride = q.strides[1];
+  p.state_rows.head_stride = total_q;
+  p.state_rows.token_stride = 1;
+  p.keys = rows_of(keys);
+  p.values = rows_of(values);
+  for (Index s = 0; s <= sequences; ++s) p.query_start.push_back(batch.query_start[s]);
+  for (Index s = 0; s < sequences; ++s) {
+    p.tables.push_back(batch.block_table.subspan(static_cast<std::size_t>(s * batch.max_pages),
+                                                 static_cast<std::size_t>(batch.max_pages)));
+    p.lengths.push_back(batch.seq_lens[s]);
+    p.q_rows.seq_base.push_back(batch.query_start[s] * q.strides[1]);
+    p.state_rows.seq_base.push_back(batch.query_start[s]);
+  }
 }
 
 State run_step(const cpu::DecodeProblem& p, Index batch, Index rows_per_entry) {

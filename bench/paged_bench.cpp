@@ -2,7 +2,8 @@
 // against the other ways of doing the same work, interleaved repetition by repetition so
 // that every figure of a row sees the same load:
 // - a decode step through the caller's tables against attn::decode over a KVCache holding
-//   the same tokens (the same kernel; the difference is what the entry point costs);
+//   the same tokens (the same kernel; the difference is what the entry point costs), and
+//   through that cache's own pools (cache_pools);
 // - a mixed batch (one prefill chunk beside one-token decodes) in one call, against the
 //   same work as one call per sequence and as two calls (the prefill, then the decodes).
 #include <CLI/CLI.hpp>
@@ -95,12 +96,15 @@ void decode_step(const std::string& name, const std::vector<Index>& lengths, Ind
                  int threads, int repetitions) {
   Pools token_major(CacheDType::f16, PageLayout::token_major, lengths);
   Pools head_major(CacheDType::f16, PageLayout::head_major, lengths);
+  // max_blocks: the cache's blocks in one slab, which cache_pools shows to paged_attention.
+  Index cache_pages = 0;
+  for (const Index length : lengths) cache_pages += (length + kPage - 1) / kPage;
   KVCache cache({.heads_kv = kHeadsKv,
                  .dim = kDim,
                  .dim_v = kDim,
                  .page_size = kPage,
                  .dtype = CacheDType::f16,
-                 .max_blocks = 0});
+                 .max_blocks = cache_pages});
   std::vector<KVCache::SequenceId> ids;
   Index first_page = 0;
   for (const Index length : lengths) {
@@ -135,12 +139,23 @@ void decode_step(const std::string& name, const std::vector<Index>& lengths, Ind
       paged_attention(q_paged.view(), pools.pool(false), pools.pool(true), batch, options);
     };
   };
-  const std::vector<double> t = medians({paged(token_major), paged(head_major),
-                                         [&] { decode(q_decode.view(), cache, ids, options); }},
-                                        repetitions);
-  std::printf("%-12s %4lld %7d %12.3f %12.3f %10.3f %9.3f %9.3f\n", name.c_str(),
+  // The cache's own pages through its block tables, as an engine holding a KVCache would.
+  const CachePools own = cache_pools(cache);
+  std::vector<std::int32_t> cache_table(
+      static_cast<std::size_t>(sequences * token_major.max_pages));
+  for (std::size_t s = 0; s < ids.size(); ++s) {
+    const std::vector<std::int32_t> row = cache.block_table(ids[s]);
+    std::copy(row.begin(), row.end(),
+              cache_table.begin() + static_cast<std::ptrdiff_t>(s) * token_major.max_pages);
+  }
+  const PagedBatch cache_batch{starts, token_major.lengths, cache_table, token_major.max_pages};
+  const std::vector<double> t = medians(
+      {paged(token_major), paged(head_major), [&] { decode(q_decode.view(), cache, ids, options); },
+       [&] { paged_attention(q_paged.view(), own.keys, own.values, cache_batch, options); }},
+      repetitions);
+  std::printf("%-12s %4lld %7d %12.3f %12.3f %10.3f %12.3f %9.3f %9.3f %9.3f\n", name.c_str(),
               static_cast<long long>(heads_q), threads, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3,
-              t[0] / t[2], t[1] / t[2]);
+              t[3] * 1e3, t[0] / t[2], t[1] / t[2], t[3] / t[2]);
 }
 
 // One prefill chunk of `chunk` queries (the newest of its `context` keys) beside `decodes`
@@ -211,11 +226,12 @@ void decode_steps(bool quick, int repetitions) {
       "Decode step: Hkv=%lld d=%lld, fp16, page %lld, one query per sequence; "
       "attn::paged_attention\n"
       "over the caller's table and token-major or head-major pools, against attn::decode over\n"
-      "a KVCache of the same tokens; medians of %d interleaved repetitions.\n",
+      "a KVCache of the same tokens and paged_attention over that cache's own pools\n"
+      "(cache_pools); medians of %d interleaved repetitions.\n",
       static_cast<long long>(kHeadsKv), static_cast<long long>(kDim), static_cast<long long>(kPage),
       repetitions);
-  std::printf("%-12s %4s %7s %12s %12s %10s %9s %9s\n", "case", "Hq", "threads", "token-major",
-              "head-major", "decode", "tm/dec", "hm/dec");
+  std::printf("%-12s %4s %7s %12s %12s %10s %12s %9s %9s %9s\n", "case", "Hq", "threads",
+              "token-major", "head-major", "decode", "cache-pools", "tm/dec", "hm/dec", "cp/dec");
   std::vector<std::pair<std::string, std::vector<Index>>> steps{{"B1_Lk4096", {4096}}};
   if (!quick) steps.push_back({"B1_Lk32768", {32768}});
   std::vector<Index> mixed;

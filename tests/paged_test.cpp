@@ -619,6 +619,123 @@ TEST(Paged, DecodeOverTheKVCacheGivesPagedAttentionsBits) {
   });
 }
 
+// The rows of sequence s of a [1, total_q, Hq, d] tensor as decode's [1, Hq, n_q, d] q.
+Tensor decode_rows(const Tensor& rows, Index first, Index count) {
+  const Index heads = rows.shape()[2], dim = rows.shape()[3];
+  Tensor out(DType::f32, {1, heads, count, dim});
+  for (Index h = 0; h < heads; ++h)
+    for (Index i = 0; i < count; ++i)
+      std::copy_n(rows.data_as<float>() + ((first + i) * heads + h) * dim, dim,
+                  out.data_as<float>() + (h * count + i) * dim);
+  return out;
+}
+
+// paged_attention over attn's own KVCache (cache_pools and the cache's block tables) for a
+// ragged batch: each sequence's rows are attn::decode's bits for that sequence alone, for
+// every storage dtype, with a forked sequence sharing its parent's pages and a partly filled
+// page copied on write. The pools reserved before the first append are the ones appends fill.
+TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
+  Shape shape;
+  shape.dim_v = 24;
+  // A prefill run (more rows than DecodeTraits::kWidenRows), a decode token, a draft, none.
+  shape.sequences = {{70, 20}, {45, 1}, {51, 3}, {9, 0}};
+  for (const CacheDType dtype :
+       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    const Tokens tokens = make_tokens(shape, dtype, 53);
+    for_each_target([&] {
+      KVCache cache({.heads_kv = shape.heads_kv,
+                     .dim = shape.dim,
+                     .dim_v = shape.dim_v,
+                     .page_size = 16,
+                     .dtype = dtype,
+                     .max_blocks = 40});
+      const CachePools before = cache_pools(cache);
+      const auto append = [&](KVCache::SequenceId id, std::size_t s, Index first, Index count) {
+        const Index length = shape.sequences[s].length;
+        Tensor k(DType::f32, {1, shape.heads_kv, count, shape.dim});
+        Tensor v(DType::f32, {1, shape.heads_kv, count, shape.dim_v});
+        for (Index h = 0; h < shape.heads_kv; ++h) {
+          std::copy_n(tokens.keys[s].data() + (h * length + first) * shape.dim, count * shape.dim,
+                      k.data_as<float>() + h * count * shape.dim);
+          std::copy_n(tokens.values[s].data() + (h * length + first) * shape.dim_v,
+                      count * shape.dim_v, v.data_as<float>() + h * count * shape.dim_v);
+        }
+        cache.append(id, k.view(), v.view());
+      };
+      std::vector<KVCache::SequenceId> ids;
+      for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
+        ids.push_back(cache.add_sequence());
+        append(ids.back(), s, 0, shape.sequences[s].length);
+      }
+      // Sequence 4: a fork of sequence 1 (45 tokens, its last page partly filled and then
+      // copied on write) with 6 tokens of its own.
+      const KVCache::SequenceId forked = cache.fork(ids[1]);
+      append(forked, 2, 0, 6);
+      ids.push_back(forked);
+      const std::vector<Index> lengths = {70, 45, 51, 9, 51};
+      const std::vector<Index> queries = {20, 1, 3, 0, 2};
+      const CachePools pools = cache_pools(cache);
+      EXPECT_EQ(pools.keys.data, before.keys.data);
+      EXPECT_EQ(pools.values.data, before.values.data);
+      EXPECT_EQ(pools.keys.layout, PageLayout::head_major);
+      EXPECT_EQ(pools.keys.pages, 40);
+      EXPECT_EQ(pools.values.dim, shape.dim_v);
+
+      const KVCache::Reading reading = cache.read(ids, "ids");
+      Index max_pages = 0;
+      for (std::size_t s = 0; s < ids.size(); ++s) {
+        max_pages = std::max<Index>(max_pages, static_cast<Index>(reading.block_table(s).size()));
+      }
+      std::vector<std::int32_t> table(ids.size() * static_cast<std::size_t>(max_pages), 0);
+      std::vector<std::int32_t> seq_lens, query_start = {0};
+      for (std::size_t s = 0; s < ids.size(); ++s) {
+        std::copy(reading.block_table(s).begin(), reading.block_table(s).end(),
+                  table.begin() + static_cast<std::ptrdiff_t>(s) * max_pages);
+        EXPECT_EQ(reading.length(s), lengths[s]);
+        seq_lens.push_back(static_cast<std::int32_t>(reading.length(s)));
+        query_start.push_back(query_start.back() + static_cast<std::int32_t>(queries[s]));
+      }
+      Tensor q(DType::f32, {1, query_start.back(), shape.heads_q, shape.dim});
+      std::mt19937_64 rng(59);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (Index i = 0; i < q.numel(); ++i) q.data_as<float>()[i] = normal(rng);
+      Options options;
+      options.causal = true;
+      const PagedOutput paged = paged_attention(q.view(), pools.keys, pools.values,
+                                                {query_start, seq_lens, table, max_pages}, options);
+      for (std::size_t s = 0; s < ids.size(); ++s) {
+        if (queries[s] == 0) continue;
+        const Tensor rows = decode_rows(q, query_start[s], queries[s]);
+        const Decoded alone = decode(rows.view(), cache, {ids[s]}, options);
+        for (Index h = 0; h < shape.heads_q; ++h)
+          for (Index i = 0; i < queries[s]; ++i)
+            EXPECT_EQ(
+                std::memcmp(alone.context.data_as<float>() + (h * queries[s] + i) * shape.dim_v,
+                            paged.context.data_as<float>() +
+                                ((query_start[s] + i) * shape.heads_q + h) * shape.dim_v,
+                            static_cast<std::size_t>(shape.dim_v) * sizeof(float)),
+                0)
+                << "sequence " << s << " head " << h << " query " << i;
+      }
+    });
+  }
+}
+
+TEST(Paged, KVCachePoolsNeedMaxBlocks) {
+  KVCache growing({.heads_kv = 2, .dim = 8, .dim_v = 8, .page_size = 4, .max_blocks = 0});
+  EXPECT_EQ(error_message([&] { cache_pools(growing); }).rfind("max_blocks: expected", 0), 0u);
+  const std::string huge = error_message([] {
+    KVCache({.heads_kv = 1024,
+             .dim = 1024,
+             .dim_v = 1024,
+             .page_size = 4096,
+             .dtype = CacheDType::f32,
+             .max_blocks = INT32_MAX});
+  });
+  EXPECT_EQ(huge.rfind("max_blocks: expected", 0), 0u) << huge;
+}
+
 TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   Shape shape;
   shape.sequences = {{20, 1}, {40, 2}};

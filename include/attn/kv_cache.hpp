@@ -35,7 +35,10 @@ struct KVCacheConfig {
   Index dim_v = 64;  // value head dim
   Index page_size = 16;
   CacheDType dtype = CacheDType::f16;
-  Index max_blocks = 0;  // 0: the pool grows as needed; else appends past it throw
+  // 0: the pool grows as needed, in slabs. Else appends past max_blocks blocks throw, and
+  // the blocks lie in one allocation of max_blocks blocks (reserved at the first append or
+  // cache_pools call, touched as blocks are used), which attn::cache_pools shows whole.
+  Index max_blocks = 0;
 };
 
 namespace cache {
@@ -133,7 +136,8 @@ class KVCache {
   // Blocks live in slabs that are allocated once and never move, so a decode reads its
   // blocks while appends to other sequences allocate new ones. Slab s holds 2^s times as
   // many blocks as slab 0 (a power of two of them, about 2 MiB), so 32 slabs cover every
-  // int32 block index and finding a block's slab is a shift and a bit count.
+  // int32 block index and finding a block's slab is a shift and a bit count. With
+  // max_blocks, slab 0 holds all max_blocks of them.
   struct Slab {
     std::unique_ptr<std::byte, HugePageFree> keys, values;
     std::unique_ptr<float[]> key_scales, value_scales;  // [block][head], int8 only
@@ -145,6 +149,10 @@ class KVCache {
     Index index;  // within the slab
   };
   Place place(std::int32_t block) const;
+  // Slab s, allocated for blocks from `first` on; mutex_ held.
+  void allocate_slab(int s, Index first);
+  // Slab 0 allocated: with max_blocks set, every block (cache_pools, through BlockAccess).
+  void reserve_pool();
 
   std::shared_ptr<Sequence> find(SequenceId seq, const char* argument) const;
   std::int32_t take_block();

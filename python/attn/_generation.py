@@ -64,6 +64,15 @@ class State:
         return f"attn.State(shape={self.acc.shape}, dtype={self.acc.dtype})"
 
 
+def _bfloat16_view(bits):
+    """A uint16 array of bfloat16 bits as ml_dtypes' bfloat16 when it imports, else as it is."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return bits
+    return bits.view(ml_dtypes.bfloat16)
+
+
 def _check_state(state, name):
     if not isinstance(state, State):
         raise ArgumentTypeError(f"{name}: expected an attn.State, given {type(state).__name__}")
@@ -129,7 +138,8 @@ class KVCache:
         "int8" (per block and head scales, dequantised on the fly) are the caller's choice
         and round what does not fit, without a word: float32 keeps float16, bfloat16 and
         float32 data exactly.
-    max_blocks: 0 lets the pool grow; else appends past it raise ValueError. Sizes whose
+    max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
+        lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
         ValueError naming page_size.
 
@@ -295,6 +305,41 @@ class KVCache:
     def block_table(self, seq):
         """The sequence's blocks in token order (token t is in block_table[t // page_size])."""
         return list(self._cache.block_table(_arrays.integer(seq, "seq", "a sequence id (int)")))
+
+    def pools(self):
+        """The cache's pages as attn.paged_attention reads them, in place:
+        (key_cache, value_cache, key_scales, value_scales), read-only NumPy arrays on the
+        cache's memory, head-major: key_cache [max_blocks, heads_kv, page_size, dim],
+        value_cache the same with dim_v, in the storage dtype (bfloat16 as ml_dtypes' when it
+        imports, else its uint16 bits, which paged_attention reads as bfloat16); the scales
+        float32 [max_blocks, heads_kv] for int8, else None. Block numbers are page numbers:
+        with block_tables(ids), a ragged batch over the cache is
+
+            kc, vc, ks, vs = cache.pools()
+            table, seq_lens = cache.block_tables(ids)
+            out = attn.paged_attention(q, kc, vc, table, seq_lens, query_start,
+                                       layout="head_major", key_scales=ks, value_scales=vs)
+
+        Needs max_blocks > 0 (the blocks then lie in one allocation) and a decided dtype.
+        The arrays keep the cache alive and see later appends; append through append(),
+        never into the arrays, and not to a sequence while a paged_attention call reads it.
+        """
+        if self._undecided and self.max_blocks > 0:  # else the extension names max_blocks
+            raise Error("dtype: expected a cache whose storage dtype is known (pass dtype= to "
+                        "KVCache, or append first), given a cache that follows the data and "
+                        "holds none yet")
+        pools = list(self._cache.pools())
+        for i in (0, 1):
+            if self.dtype == "bfloat16":
+                pools[i] = _bfloat16_view(pools[i])
+        return tuple(pools)
+
+    def block_tables(self, seq_ids):
+        """(block_table, seq_lens) of the ids for attn.paged_attention over pools(), read at
+        one moment: block_table int32 [S, max_pages] (each row the sequence's blocks in token
+        order, padded with 0, which is not read), seq_lens int32 [S]."""
+        ids = [_arrays.integer(i, "seq_ids", "sequence ids (ints)") for i in seq_ids]
+        return tuple(self._cache.block_tables(ids))
 
     def ref_count(self, block):
         """How many sequences hold the block (0: free)."""

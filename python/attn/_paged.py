@@ -51,12 +51,15 @@ def _layout(layout):
     return layout
 
 
-def _pool(x, name):
+def _pool(x, name, written=False):
     if not (isinstance(x, np.ndarray) or _arrays.is_torch(x)):
-        raise ArgumentTypeError(f"{name}: expected a NumPy array or a torch tensor (written in "
+        raise ArgumentTypeError(f"{name}: expected a NumPy array or a torch tensor (used in "
                                 f"place), given {type(x).__name__}")
     if _arrays.is_torch(x):
         _arrays.refuse_gradients(x, name)
+    elif written and not x.flags.writeable:
+        raise Error(f"{name}: expected a writable array (append_pages writes in place), given a "
+                    f"read-only one (a KVCache's pools are written through KVCache.append)")
     return _arrays.for_extension(x)
 
 
@@ -165,7 +168,7 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", k
     positions[i] ([n] ints, required) before it is stored.
     """
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
-                  _pool(key_cache, "key_cache"), _pool(value_cache, "value_cache"),
+                  _pool(key_cache, "key_cache", True), _pool(value_cache, "value_cache", True),
                   layout=_layout(layout), key_scales=_scales(key_scales, "key_scales"),
                   value_scales=_scales(value_scales, "value_scales"),
                   **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))

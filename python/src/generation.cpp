@@ -8,7 +8,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -165,6 +167,80 @@ void append_batch(KVCache& cache, const std::vector<KVCache::SequenceId>& seq, c
   }
 }
 
+using ReadOnlyArray = nb::ndarray<nb::numpy, nb::ro>;
+
+// One of cache_pools' pools ([pages, Hkv, page_size, dim], head-major) or its int8 scales
+// ([pages, Hkv]) as a read-only NumPy array on the cache's memory, keeping the cache alive.
+ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
+  const auto pages = static_cast<std::size_t>(pool.pages);
+  const auto heads = static_cast<std::size_t>(pool.heads_kv);
+  if (scales) {
+    const std::size_t shape[2] = {pages, heads};
+    return ReadOnlyArray(pool.scales, 2, shape, owner, nullptr, nb::dtype<float>());
+  }
+  const std::size_t shape[4] = {pages, heads, static_cast<std::size_t>(pool.page_size),
+                                static_cast<std::size_t>(pool.dim)};
+  nb::dlpack::dtype dtype{};
+  switch (pool.dtype) {
+    case CacheDType::f32:
+      dtype = nb::dtype<float>();
+      break;
+    case CacheDType::f16:
+      dtype = nb::dtype<float>(), dtype.bits = 16;
+      break;
+    case CacheDType::bf16:
+      dtype = nb::dtype<std::uint16_t>();  // NumPy has no bfloat16 (the Python layer views it)
+      break;
+    case CacheDType::int8:
+      dtype = nb::dtype<std::int8_t>();
+      break;
+  }
+  return ReadOnlyArray(pool.data, 4, shape, owner, nullptr, dtype);
+}
+
+// (key_cache, value_cache, key_scales, value_scales): scales None unless int8.
+nb::tuple pools_of(KVCache& cache) {
+  const CachePools pools = cache_pools(cache);
+  const nb::handle owner = nb::find(&cache);
+  const bool int8 = cache.config().dtype == CacheDType::int8;
+  const auto scales = [&](const PagePool& pool) {
+    return int8 ? nb::object(nb::cast(pool_array(pool, owner, true))) : nb::none();
+  };
+  return nb::make_tuple(pool_array(pools.keys, owner, false),
+                        pool_array(pools.values, owner, false), scales(pools.keys),
+                        scales(pools.values));
+}
+
+// (block_table [S, max_pages] int32, seq_lens [S] int32) of the ids, read at one moment:
+// rows padded with 0 past a sequence's last page (paged_attention does not read them).
+nb::tuple block_tables_of(const KVCache& cache, const std::vector<KVCache::SequenceId>& ids) {
+  std::vector<std::int32_t> table, seq_lens;
+  std::size_t max_pages = 0;
+  {
+    const KVCache::Reading reading = cache.read(ids, "seq_ids");
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      max_pages = std::max(max_pages, reading.block_table(s).size());
+    }
+    table.assign(ids.size() * max_pages, 0);
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      const std::vector<std::int32_t>& row = reading.block_table(s);
+      std::copy(row.begin(), row.end(), table.begin() + static_cast<std::ptrdiff_t>(s * max_pages));
+      seq_lens.push_back(static_cast<std::int32_t>(reading.length(s)));
+    }
+  }
+  const auto owned = [](std::vector<std::int32_t>&& values, std::size_t ndim,
+                        const std::size_t* shape) {
+    auto* held = new std::vector<std::int32_t>(std::move(values));
+    nb::capsule owner(held,
+                      [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
+    return nb::ndarray<nb::numpy, std::int32_t>(held->data(), ndim, shape, owner);
+  };
+  const std::size_t table_shape[2] = {ids.size(), max_pages};
+  const std::size_t lens_shape[1] = {ids.size()};
+  return nb::make_tuple(owned(std::move(table), 2, table_shape),
+                        owned(std::move(seq_lens), 1, lens_shape));
+}
+
 }  // namespace
 
 void bind_generation(nb::module_& m) {
@@ -209,6 +285,8 @@ void bind_generation(nb::module_& m) {
       .def("sequence_ids", &KVCache::sequence_ids)
       .def("block_table", &KVCache::block_table, "seq"_a)
       .def("ref_count", &KVCache::ref_count, "block"_a)
+      .def("pools", &pools_of)
+      .def("block_tables", &block_tables_of, "seq_ids"_a)
       .def_prop_ro("blocks_allocated", &KVCache::blocks_allocated)
       .def_prop_ro("blocks_free", &KVCache::blocks_free)
       .def_prop_ro("blocks_in_use", &KVCache::blocks_in_use)

@@ -21,9 +21,12 @@ namespace {
 using Ints = nb::ndarray<const std::int32_t, nb::c_contig, nb::device::cpu>;
 using Slots = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 // Pools and scales are written in place by append_pages: bound without conversion (a
-// converted copy would take the writes), their layout checked here.
+// converted copy would take the writes), their layout checked here. paged_attention only
+// reads them, so it also takes read-only arrays (a KVCache's pools).
 using Scales = nb::ndarray<float, nb::ndim<2>, nb::device::cpu>;
 using Pool = nb::ndarray<>;
+using ReadScales = nb::ndarray<const float, nb::ndim<2>, nb::device::cpu>;
+using ReadPool = nb::ndarray<nb::ro>;
 
 [[noreturn]] void fail(const std::string& name, const std::string& expected,
                        const std::string& given) {
@@ -48,7 +51,8 @@ PageLayout layout_of(const std::string& name) {
   throw Error("layout: expected 'token_major' or 'head_major', given '" + name + "'");
 }
 
-CacheDType pool_dtype(const Pool& pool, const char* name) {
+template <class Array>
+CacheDType pool_dtype(const Array& pool, const char* name) {
   using Code = nb::dlpack::dtype_code;
   const nb::dlpack::dtype dtype = pool.dtype();
   const auto code = static_cast<Code>(dtype.code);
@@ -63,9 +67,11 @@ CacheDType pool_dtype(const Pool& pool, const char* name) {
 }
 
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
-// (head_major), C-contiguous in CPU memory, with its int8 scales [pages, Hkv].
-PagePool pool_of(Pool& array, const char* name, PageLayout layout,
-                 const std::optional<Scales>& scales, const char* scales_name) {
+// (head_major), C-contiguous in CPU memory, with its int8 scales [pages, Hkv]. PagePool
+// holds mutable pointers for append_pages; paged_attention's read-only arrays are only read.
+template <class Array, class ScalesArray>
+PagePool pool_of(const Array& array, const char* name, PageLayout layout,
+                 const std::optional<ScalesArray>& scales, const char* scales_name) {
   if (array.device_type() != nb::device::cpu::value) {
     fail(name, "an array in CPU memory",
          "an array on DLPack device type " + std::to_string(array.device_type()));
@@ -73,7 +79,7 @@ PagePool pool_of(Pool& array, const char* name, PageLayout layout,
   if (array.ndim() != 4) fail(name, "4 dims", std::to_string(array.ndim()) + " dims");
   check_contiguous(array, name);
   PagePool pool;
-  pool.data = array.data();
+  pool.data = const_cast<void*>(static_cast<const void*>(array.data()));
   pool.dtype = pool_dtype(array, name);
   pool.layout = layout;
   const bool token_major = layout == PageLayout::token_major;
@@ -90,7 +96,7 @@ PagePool pool_of(Pool& array, const char* name, PageLayout layout,
                "] (pages, KV heads of " + name + ")",
            "[" + std::to_string(scales->shape(0)) + ", " + std::to_string(scales->shape(1)) + "]");
     }
-    pool.scales = scales->data();
+    pool.scales = const_cast<float*>(scales->data());
   }
   return pool;
 }
@@ -127,13 +133,14 @@ std::span<const std::int32_t> ints_of(const Ints& array, const char* name, std::
 }
 
 // q: [1, total_q, Hq, D] -> (context [1, total_q, Hq, Dv], lse [1, total_q, Hq, 1]).
-nb::tuple paged_attention_arrays(const InputArray& q, Pool key_cache, Pool value_cache,
-                                 const Ints& block_table, const Ints& seq_lens,
-                                 const Ints& query_start, const std::string& layout,
-                                 const std::optional<Scales>& key_scales,
-                                 const std::optional<Scales>& value_scales, const Options& options,
-                                 const std::optional<std::string>& rotary, Index rotary_dims,
-                                 const std::optional<Table>& rotary_cos,
+nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
+                                 const ReadPool& value_cache, const Ints& block_table,
+                                 const Ints& seq_lens, const Ints& query_start,
+                                 const std::string& layout,
+                                 const std::optional<ReadScales>& key_scales,
+                                 const std::optional<ReadScales>& value_scales,
+                                 const Options& options, const std::optional<std::string>& rotary,
+                                 Index rotary_dims, const std::optional<Table>& rotary_cos,
                                  const std::optional<Table>& rotary_sin,
                                  const std::optional<Ints>& positions) {
   const TensorView q_view = input_view(q, "q");

@@ -4,12 +4,39 @@
 #include <string>
 #include <utility>
 
+#include "cache/kv_cache_blocks.hpp"
 #include "core/argument_checks.hpp"
 
 namespace attn {
 
 const char* page_layout_name(PageLayout layout) {
   return layout == PageLayout::token_major ? "token_major" : "head_major";
+}
+
+CachePools cache_pools(KVCache& cache) {
+  const KVCacheConfig& config = cache.config();
+  if (config.max_blocks < 1) {
+    core::fail("max_blocks",
+               "a cache made with max_blocks > 0 (its blocks then lie in one allocation, which "
+               "the pools show)",
+               "a cache that grows (max_blocks 0)");
+  }
+  cache::BlockAccess::reserve_pool(cache);
+  const auto pool = [&](bool values) {
+    PagePool p;
+    p.data = cache::BlockAccess::writable_rows(cache, 0, 0, values);
+    p.dtype = config.dtype;
+    p.layout = PageLayout::head_major;
+    p.pages = config.max_blocks;
+    p.page_size = config.page_size;
+    p.heads_kv = config.heads_kv;
+    p.dim = values ? config.dim_v : config.dim;
+    if (config.dtype == CacheDType::int8) {
+      p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, values);
+    }
+    return p;
+  };
+  return {pool(false), pool(true)};
 }
 
 namespace api {

@@ -101,6 +101,15 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
   constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
   const std::size_t largest = std::max(key_block_bytes_, value_block_bytes_);
   while (slab_shift_ < 20 && (largest << (slab_shift_ + 1)) <= kSlabBytes) ++slab_shift_;
+  if (config.max_blocks > 0) {
+    // One slab for all blocks, so that the pools are one array each (cache_pools).
+    const auto blocks = static_cast<std::size_t>(config.max_blocks);
+    std::size_t bytes = 0;
+    if (__builtin_mul_overflow(blocks, largest, &bytes)) {
+      fail("max_blocks", "a count whose blocks fit in memory", std::to_string(config.max_blocks));
+    }
+    slab_shift_ = std::max(slab_shift_, static_cast<int>(std::bit_width(blocks - 1)));
+  }
 }
 
 KVCache::KVCache(const KVCache& other)
@@ -305,30 +314,36 @@ std::int32_t KVCache::take_block() {
   }
   const auto block = static_cast<std::int32_t>(ref_counts_.size());
   const Place at = place(block);
-  Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
-  if (at.index == 0) {
-    // A new slab, as large as all before it, less what max_blocks will never let be used.
-    Index blocks = Index{1} << (at.slab + slab_shift_);
-    if (config_.max_blocks > 0) blocks = std::min<Index>(blocks, config_.max_blocks - block);
-    const auto count = static_cast<std::size_t>(blocks);
-    std::size_t key_bytes = 0, value_bytes = 0;
-    if (__builtin_mul_overflow(count, key_block_bytes_, &key_bytes) ||
-        __builtin_mul_overflow(count, value_block_bytes_, &value_bytes)) {
-      throw std::bad_alloc();
-    }
-    Slab fresh;
-    fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
-    fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
-    if (config_.dtype == CacheDType::int8) {
-      const std::size_t scales = count * static_cast<std::size_t>(config_.heads_kv);
-      fresh.key_scales = std::make_unique<float[]>(scales);
-      fresh.value_scales = std::make_unique<float[]>(scales);
-    }
-    fresh.capacity = blocks;
-    slab = std::move(fresh);
-  }
+  if (slabs_[static_cast<std::size_t>(at.slab)].capacity == 0) allocate_slab(at.slab, block);
   ref_counts_.push_back(1);
   return block;
+}
+
+void KVCache::allocate_slab(int s, Index first) {
+  // As large as all slabs before it, less what max_blocks will never let be used.
+  Index blocks = Index{1} << (s + slab_shift_);
+  if (config_.max_blocks > 0) blocks = std::min<Index>(blocks, config_.max_blocks - first);
+  const auto count = static_cast<std::size_t>(blocks);
+  std::size_t key_bytes = 0, value_bytes = 0;
+  if (__builtin_mul_overflow(count, key_block_bytes_, &key_bytes) ||
+      __builtin_mul_overflow(count, value_block_bytes_, &value_bytes)) {
+    throw std::bad_alloc();
+  }
+  Slab fresh;
+  fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
+  fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
+  if (config_.dtype == CacheDType::int8) {
+    const std::size_t scales = count * static_cast<std::size_t>(config_.heads_kv);
+    fresh.key_scales = std::make_unique<float[]>(scales);
+    fresh.value_scales = std::make_unique<float[]>(scales);
+  }
+  fresh.capacity = blocks;
+  slabs_[static_cast<std::size_t>(s)] = std::move(fresh);
+}
+
+void KVCache::reserve_pool() {
+  const std::unique_lock lock(mutex_);
+  if (slabs_[0].capacity == 0) allocate_slab(0, 0);
 }
 
 void KVCache::release_block(std::int32_t block) {

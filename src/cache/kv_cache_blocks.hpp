@@ -27,6 +27,9 @@ struct BlockAccess {
     return cache.scale_of(block, head, values);
   }
   static std::size_t element_size(const KVCache& cache) { return cache.element_size(); }
+  // For cache_pools (src/api/page_pools.cpp): block 0 allocated, and with it every block of
+  // a cache with max_blocks.
+  static void reserve_pool(KVCache& cache) { cache.reserve_pool(); }
 };
 
 // Rows [0, page_size) of KV head kv_head in the block, contiguous: keys of the cache's dim,

@@ -232,3 +232,71 @@ def test_rotary_keys_and_queries_match_the_reference(style, dims):
         attn.append_pages(k, v, slots, k_cache, v_cache, **rotary)
     with pytest.raises(ValueError, match="^rotary: expected 'neox', 'interleaved' or None"):
         attn.paged_attention(q, k_cache, v_cache, table, [length], [0, n_q], rotary="gptj")
+
+
+def append_tokens(cache, seq, n, rng):
+    cache.append(seq, rng.standard_normal((HKV, n, D)), rng.standard_normal((HKV, n, DV)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+def test_kvcache_pools_serve_a_ragged_batch_with_decodes_bits(dtype):
+    """paged_attention over KVCache.pools() and block_tables(): each sequence's rows are
+    attn.decode's bits for it alone, with a fork sharing its parent's pages."""
+    rng = np.random.default_rng(3)
+    cache = attn.KVCache(HKV, D, DV, page_size=16, dtype=dtype, max_blocks=32)
+    key_cache, value_cache, key_scales, value_scales = cache.pools()  # before any append
+    ids = [cache.add_sequence() for _ in range(3)]
+    for seq, n in zip(ids, (70, 45, 9)):
+        append_tokens(cache, seq, n, rng)
+    ids.append(cache.fork(ids[1]))
+    append_tokens(cache, ids[3], 6, rng)
+    queries = [20, 1, 0, 3]
+    query_start = np.concatenate([[0], np.cumsum(queries)]).astype(np.int32)
+    q = rng.standard_normal((int(query_start[-1]), HQ, D)).astype(np.float32)
+    table, seq_lens = cache.block_tables(ids)
+    assert table.dtype == np.int32 and seq_lens.tolist() == [70, 45, 9, 51]
+    assert table[3, :2].tolist() == table[1, :2].tolist()  # the fork's full pages are shared
+    out = attn.paged_attention(q, key_cache, value_cache, table, seq_lens, query_start,
+                               layout="head_major", key_scales=key_scales,
+                               value_scales=value_scales, causal=True)
+    for s, seq in enumerate(ids):
+        if queries[s] == 0:
+            continue
+        rows = q[query_start[s]:query_start[s + 1]]  # [n_q, Hq, D] -> decode's [1, Hq, n_q, D]
+        alone = attn.decode(rows.transpose(1, 0, 2)[None], cache, [seq], causal=True)
+        assert np.array_equal(out[query_start[s]:query_start[s + 1]], alone[0].transpose(1, 0, 2))
+
+
+def test_kvcache_pools_are_the_caches_memory_read_only():
+    cache = attn.KVCache(HKV, D, DV, page_size=4, dtype="float16", max_blocks=8)
+    key_cache, value_cache, key_scales, value_scales = cache.pools()
+    assert key_cache.shape == (8, HKV, 4, D) and value_cache.shape == (8, HKV, 4, DV)
+    assert key_scales is None and value_scales is None
+    assert not key_cache.flags.writeable and not value_cache.flags.writeable
+    seq = cache.add_sequence()
+    k = np.arange(HKV * 5 * D, dtype=np.float16).reshape(HKV, 5, D) / 64
+    cache.append(seq, k, np.zeros((HKV, 5, DV), np.float16))
+    table = cache.block_table(seq)
+    assert np.array_equal(key_cache[table[0], :, :4], k[:, :4])  # seen after the append
+    assert np.array_equal(key_cache[table[1], :, :1], k[:, 4:])
+    assert np.shares_memory(key_cache, cache.pools()[0])
+    del cache
+    assert np.array_equal(key_cache[table[1], :, :1], k[:, 4:])  # the arrays keep it alive
+    with pytest.raises(ValueError, match="^key_cache: expected a writable array"):
+        attn.append_pages(np.ones((1, HKV, D)), np.ones((1, HKV, DV)), [0], key_cache,
+                          value_cache, layout="head_major")
+
+
+def test_kvcache_pools_refuse_a_cache_that_grows_or_has_no_dtype_yet():
+    with pytest.raises(ValueError, match="^max_blocks: expected a cache made with max_blocks > 0"):
+        attn.KVCache(HKV, D, dtype="float32").pools()
+    with pytest.raises(ValueError, match="^max_blocks: expected"):
+        attn.KVCache(HKV, D).pools()
+    with pytest.raises(ValueError, match="^dtype: expected a cache whose storage dtype is known"):
+        attn.KVCache(HKV, D, max_blocks=4).pools()
+    cache = attn.KVCache(HKV, D, max_blocks=4)
+    seq = cache.add_sequence()
+    cache.append(seq, np.ones((HKV, 1, D), np.float16), np.ones((HKV, 1, D), np.float16))
+    assert cache.pools()[0].dtype == np.float16  # decided by the first append
+    with pytest.raises(ValueError, match="^seq_ids: expected ids of sequences in the cache"):
+        cache.block_tables([seq, 7])

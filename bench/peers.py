@@ -9,16 +9,22 @@ threads; bf16 and fp16 prefill; a grouped-query decode step), each round times
   numpy  plain NumPy/BLAS: S = Q K^T, softmax, O = P V, in float32 (so fp32 cases only;
          K and V repeated per query head for grouped-query cases); for backward, the
          same formulas' gradients with P materialised,
-one after the other, rotating who goes first, so that a noisy machine slows all three
-alike. The figure per peer is the median over rounds of the mean time of one call in a
+  onnxruntime  ONNX Runtime's CPU kernel of the standard ONNX `Attention` op (opset 23;
+         float32 and float16, forward only: it has no bfloat16 kernel on CPU),
+  openvino  OpenVINO's CPU plugin on a one-op `scaled_dot_product_attention` model, compiled
+         with the case's precision hint and thread count (forward only; grouped-query
+         heads folded into a broadcast dim, as its users write it),
+one after the other, rotating who goes first, so that a noisy machine slows all of them
+alike. A peer that does not import is left out; every peer's output is checked against a
+float64 oracle before it is timed. The figure per peer is the median over rounds of the mean time of one call in a
 round (calls repeat for at least --min-time seconds). GFLOP/s use attn_bench's count
 (4 * Lq * Lk * D per head forward, 10 * Lq * Lk * D backward, only the unmasked part for
 causal) for every peer alike, so a peer that computes the masked half too is charged for it.
 Backward cases time the backward alone, from the forward's saved results; dout = q, as in
 attn_bench.
 
-torch and numpy each run in their own worker process so that their thread pools do not
-meet. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, when set, are removed from the numpy
+Each peer but attn runs in its own worker process so that their thread pools do not
+meet. The table ends with attn / the fastest peer of the case and which one that was. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, when set, are removed from the numpy
 worker's environment only: they pin current OpenBLAS builds to an old kernel.
 """
 
@@ -35,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PEERS = ("attn", "torch", "numpy")
+PEERS = ("attn", "torch", "numpy", "onnxruntime", "openvino")
 OPENBLAS_PINNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
@@ -246,6 +252,136 @@ class TorchPeer:
         return [g.numpy() for g in self._backward(q, k, v, dout, causal)()]
 
 
+def _forward_only(_q, _k, _v, _dout, _causal):
+    """check_backward of a peer that has no backward: nothing to compare."""
+    return []
+
+
+class OnnxRuntimePeer:
+    """ONNX Runtime's CPU kernel of the standard ONNX `Attention` op (opset 23): 4-D
+    [B, H, L, D] inputs, grouped-query heads and is_causal as the op has them. One session
+    per case and thread count; no bfloat16 kernel on CPU (ORT 1.31), no backward."""
+
+    def __init__(self):
+        import numpy as np
+        import onnx
+        import onnxruntime
+
+        self.np, self.onnx, self.ort = np, onnx, onnxruntime
+        self.sessions = {}
+        onnxruntime.set_default_logger_severity(3)
+
+    def describe(self):
+        return {"onnxruntime": self.ort.__version__, "onnx": self.onnx.__version__}
+
+    def session(self, shapes, dtype, causal, threads):
+        key = (tuple(map(tuple, shapes)), dtype, causal, threads)
+        if key not in self.sessions:
+            helper, kind = self.onnx.helper, {"float32": 1, "float16": 10}[dtype]
+            inputs = [helper.make_tensor_value_info(name, kind, list(shape))
+                      for name, shape in zip("qkv", shapes)]
+            out_shape = list(shapes[0][:3]) + [shapes[2][3]]
+            graph = helper.make_graph(
+                [helper.make_node("Attention", ["q", "k", "v"], ["o"], is_causal=int(causal))],
+                "attention", inputs, [helper.make_tensor_value_info("o", kind, out_shape)])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+            model.ir_version = 10  # ORT 1.31 reads IR versions up to 13 (onnx 1.23 writes 14)
+            options = self.ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            self.sessions = {key: self.ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"])}
+        return self.sessions[key]
+
+    def prepare(self, case, q, k, v):
+        if case["work"] == "backward" or case["dtype"] not in ("float32", "float16"):
+            return None
+        dtype = self.np.dtype(case["dtype"])
+        feeds = {"q": q.astype(dtype), "k": k.astype(dtype), "v": v.astype(dtype)}
+        session = self.session([q.shape, k.shape, v.shape], case["dtype"], bool(case["causal"]),
+                               case["threads"])
+        return lambda: session.run(None, feeds)
+
+    def with_threads(self, threads):
+        return contextlib.nullcontext()  # each session has its own thread count
+
+    def check(self, q, k, v, causal):
+        return self.session([q.shape, k.shape, v.shape], "float32", causal, 1).run(
+            None, {"q": q, "k": k, "v": v})[0]
+
+    check_backward = staticmethod(_forward_only)
+
+
+class OpenVinoPeer:
+    """OpenVINO's CPU plugin on a one-op model, `opset13.scaled_dot_product_attention`,
+    compiled with the case's precision as INFERENCE_PRECISION_HINT and its thread count.
+    Grouped-query heads as OpenVINO's users fold them: q [B, Hkv, group, L, D] against K and
+    V [B, Hkv, 1, L, D], broadcast by the op. No backward."""
+
+    def __init__(self):
+        import numpy as np
+        import openvino
+
+        self.np, self.ov = np, openvino
+        self.core = openvino.Core()
+        self.capabilities = self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        self.compiled = {}
+
+    def describe(self):
+        return {"openvino": self.ov.__version__, "cpu_capabilities": self.capabilities}
+
+    def request(self, case, q, k, v, dtype, threads):
+        np, ov = self.np, self.ov
+        from openvino import opset13
+
+        group = q.shape[1] // k.shape[1]
+        folded = [q.reshape(q.shape[0], k.shape[1], group, *q.shape[2:]),
+                  k[:, :, None], v[:, :, None]]
+        element = {"float32": ov.Type.f32, "float16": ov.Type.f16, "bfloat16": ov.Type.bf16}[dtype]
+        key = (tuple(x.shape for x in folded), dtype, case["causal"], threads)
+        if key not in self.compiled:
+            params = [opset13.parameter(list(x.shape), element, name=n)
+                      for x, n in zip(folded, "qkv")]
+            out = opset13.scaled_dot_product_attention(*params, causal=bool(case["causal"]))
+            precision = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+            self.compiled = {key: self.core.compile_model(
+                ov.Model([out], params), "CPU",
+                {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,
+                 "PERFORMANCE_HINT": "LATENCY"})}
+        request = self.compiled[key].create_infer_request()
+        for i, x in enumerate(folded):
+            if dtype == "bfloat16":
+                import ml_dtypes
+
+                bits = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
+                request.set_input_tensor(i, ov.Tensor(bits, list(x.shape), ov.Type.bf16))
+            else:
+                request.set_input_tensor(i, ov.Tensor(np.ascontiguousarray(x.astype(dtype))))
+        return request
+
+    def prepare(self, case, q, k, v):
+        if case["work"] == "backward":
+            return None
+        if case["dtype"] == "bfloat16" and "BF16" not in self.capabilities:
+            return None  # OpenVINO 2026.4 crashed on bf16 D128 where the CPU has no BF16
+        request = self.request(case, q, k, v, case["dtype"], case["threads"])
+        return request.infer
+
+    def with_threads(self, threads):
+        return contextlib.nullcontext()  # each compiled model has its own thread count
+
+    def check(self, q, k, v, causal):
+        request = self.request({"causal": causal}, q, k, v, "float32", 1)
+        request.infer()
+        return self.np.asarray(request.get_output_tensor(0).data).reshape(q.shape)
+
+    check_backward = staticmethod(_forward_only)
+
+
+WORKER_PEERS = {"torch": TorchPeer, "numpy": NumpyPeer, "onnxruntime": OnnxRuntimePeer,
+                "openvino": OpenVinoPeer}
+
+
 def self_check(peer):
     """Largest |peer - float64 oracle| over two tiny cases, causal and not, of the forward
     and of each gradient."""
@@ -284,7 +420,7 @@ def worker(kind):
         protocol.flush()
 
     try:
-        peer = TorchPeer() if kind == "torch" else NumpyPeer()
+        peer = WORKER_PEERS[kind]()
     except (ImportError, OSError) as error:  # OSError: a shared library torch links is missing
         answer({"available": False, "reason": str(error)})
         return
@@ -374,7 +510,7 @@ def parse_arguments():
                              "spinning threads (OpenBLAS, OpenMP) have gone to sleep "
                              "(default 0.2)")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
-    parser.add_argument("--worker", choices=("torch", "numpy"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=PEERS[1:], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds: expected at least 1, given {args.rounds}")
@@ -395,7 +531,8 @@ def parse_arguments():
 
 def start_workers():
     numpy_env = {name: value for name, value in os.environ.items() if name not in OPENBLAS_PINNING}
-    workers = {"torch": Worker("torch", os.environ.copy()), "numpy": Worker("numpy", numpy_env)}
+    workers = {kind: Worker(kind, numpy_env if kind == "numpy" else os.environ.copy())
+               for kind in PEERS[1:]}
     if workers["numpy"].hello["available"]:
         workers["numpy"].hello["info"]["openblas_pinning_removed"] = {
             name: os.environ[name] for name in OPENBLAS_PINNING if name in os.environ}
@@ -418,7 +555,8 @@ def measure(args, cases, workers):
     seconds = {case["name"]: {peer: [] for peer in PEERS} for case in cases}
     peaks = {}
     for round_index in range(args.rounds):
-        order = PEERS[round_index % 3:] + PEERS[:round_index % 3]
+        turn = round_index % len(PEERS)
+        order = PEERS[turn:] + PEERS[:turn]
         for case in cases:
             for peer in order:
                 time.sleep(args.settle)
@@ -426,7 +564,12 @@ def measure(args, cases, workers):
                     s, peak = attn_seconds(args.attn_bench, case, args.min_time)
                     peaks[case["name"]] = max(peak, peaks.get(case["name"], 0.0))
                 elif peer in workers:
-                    s = workers[peer].seconds(case, args.min_time)
+                    try:
+                        s = workers[peer].seconds(case, args.min_time)
+                    except RuntimeError as error:  # a peer that crashes ends only its column
+                        print(f"{peer}: {error} on {case['name']}; left out from here on")
+                        workers.pop(peer).process.wait()
+                        continue
                 else:
                     continue
                 if s is not None:
@@ -445,9 +588,12 @@ def summarize(cases, seconds, peaks):
                 row[f"{peer}_seconds"] = statistics.median(times)
                 row[f"{peer}_gflops"] = case["flops"] / row[f"{peer}_seconds"] * 1e-9
         row["attn_peak_fraction"] = row["attn_gflops"] / row["attn_peak_gflops"]
-        for peer in ("torch", "numpy"):
-            if f"{peer}_gflops" in row:
-                row[f"attn_over_{peer}"] = row["attn_gflops"] / row[f"{peer}_gflops"]
+        timed = [peer for peer in PEERS[1:] if f"{peer}_gflops" in row]
+        for peer in timed:
+            row[f"attn_over_{peer}"] = row["attn_gflops"] / row[f"{peer}_gflops"]
+        if timed:
+            row["best_peer"] = max(timed, key=lambda peer: row[f"{peer}_gflops"])
+            row["attn_over_best_peer"] = row[f"attn_over_{row['best_peer']}"]
         rows.append(row)
     return rows
 
@@ -456,15 +602,19 @@ def print_table(rows):
     def cell(row, key, form):
         return format(row[key], form) if key in row else format("-", ">" + form.split(".")[0])
 
-    header = (f"{'case':<55} {'attn':>8} {'of peak':>7} {'torch':>8} {'numpy':>8} "
-              f"{'attn/torch':>10} {'attn/numpy':>10}")
+    short = {"onnxruntime": "ort", "openvino": "ov"}
+    names = [short.get(peer, peer) for peer in PEERS[1:]]
+    header = (f"{'case':<55} {'attn':>8} {'of peak':>7} "
+              + " ".join(f"{name:>8}" for name in names)
+              + f" {'attn/best':>9} {'best':>6}")
     print("\nGFLOP/s (median over rounds; causal counts the unmasked part only)")
     print(header)
     for row in rows:
         print(f"{row['name']:<55} {cell(row, 'attn_gflops', '8.2f')} "
               f"{format(100 * row['attn_peak_fraction'], '6.1f')}% "
-              f"{cell(row, 'torch_gflops', '8.2f')} {cell(row, 'numpy_gflops', '8.2f')} "
-              f"{cell(row, 'attn_over_torch', '10.2f')} {cell(row, 'attn_over_numpy', '10.2f')}")
+              + " ".join(cell(row, f"{peer}_gflops", "8.2f") for peer in PEERS[1:])
+              + f" {cell(row, 'attn_over_best_peer', '9.2f')} "
+              f"{short.get(row.get('best_peer', '-'), row.get('best_peer', '-')):>6}")
 
 
 def main():
@@ -472,7 +622,7 @@ def main():
     if args.worker:
         worker(args.worker)
         return 0
-    workers = {}
+    workers, info = {}, {}
     try:
         cases = list_cases(args.attn_bench, args.quick, args.filter)
         if not cases:
@@ -480,6 +630,7 @@ def main():
                   file=sys.stderr)
             return 2
         workers = start_workers()
+        info = {kind: w.hello["info"] for kind, w in workers.items()}
         seconds, peaks = measure(args, cases, workers)
     except RuntimeError as error:
         print(f"peers.py: {error}", file=sys.stderr)
@@ -490,7 +641,6 @@ def main():
     rows = summarize(cases, seconds, peaks)
     print_table(rows)
     if args.json:
-        info = {kind: w.hello["info"] for kind, w in workers.items()}
         partial = args.json.with_name(args.json.name + ".partial")
         partial.write_text(json.dumps({"peers": info, "cases": rows}, indent=2) + "\n")
         partial.replace(args.json)

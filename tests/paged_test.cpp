@@ -565,13 +565,13 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
 }
 
 // An empty KVCache of the shape's heads and dims.
-KVCache cache_of(const Shape& shape, CacheDType dtype) {
+KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0) {
   return KVCache({.heads_kv = shape.heads_kv,
                   .dim = shape.dim,
                   .dim_v = shape.dim_v,
                   .page_size = 16,
                   .dtype = dtype,
-                  .max_blocks = 0});
+                  .max_blocks = max_blocks});
 }
 
 // attn::decode over a KVCache is the same kernel: its bits are those of paged_attention over
@@ -644,34 +644,30 @@ TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
     SCOPED_TRACE(cache_dtype_name(dtype));
     const Tokens tokens = make_tokens(shape, dtype, 53);
     for_each_target([&] {
-      KVCache cache({.heads_kv = shape.heads_kv,
-                     .dim = shape.dim,
-                     .dim_v = shape.dim_v,
-                     .page_size = 16,
-                     .dtype = dtype,
-                     .max_blocks = 40});
+      KVCache cache = cache_of(shape, dtype, 40);
       const CachePools before = cache_pools(cache);
-      const auto append = [&](KVCache::SequenceId id, std::size_t s, Index first, Index count) {
+      // The first `count` tokens of sequence s's keys and values.
+      const auto append = [&](KVCache::SequenceId id, std::size_t s, Index count) {
         const Index length = shape.sequences[s].length;
         Tensor k(DType::f32, {1, shape.heads_kv, count, shape.dim});
         Tensor v(DType::f32, {1, shape.heads_kv, count, shape.dim_v});
         for (Index h = 0; h < shape.heads_kv; ++h) {
-          std::copy_n(tokens.keys[s].data() + (h * length + first) * shape.dim, count * shape.dim,
+          std::copy_n(tokens.keys[s].data() + h * length * shape.dim, count * shape.dim,
                       k.data_as<float>() + h * count * shape.dim);
-          std::copy_n(tokens.values[s].data() + (h * length + first) * shape.dim_v,
-                      count * shape.dim_v, v.data_as<float>() + h * count * shape.dim_v);
+          std::copy_n(tokens.values[s].data() + h * length * shape.dim_v, count * shape.dim_v,
+                      v.data_as<float>() + h * count * shape.dim_v);
         }
         cache.append(id, k.view(), v.view());
       };
       std::vector<KVCache::SequenceId> ids;
       for (std::size_t s = 0; s < shape.sequences.size(); ++s) {
         ids.push_back(cache.add_sequence());
-        append(ids.back(), s, 0, shape.sequences[s].length);
+        append(ids.back(), s, shape.sequences[s].length);
       }
       // Sequence 4: a fork of sequence 1 (45 tokens, its last page partly filled and then
       // copied on write) with 6 tokens of its own.
       const KVCache::SequenceId forked = cache.fork(ids[1]);
-      append(forked, 2, 0, 6);
+      append(forked, 2, 6);
       ids.push_back(forked);
       const std::vector<Index> lengths = {70, 45, 51, 9, 51};
       const std::vector<Index> queries = {20, 1, 3, 0, 2};

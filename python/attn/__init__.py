@@ -30,7 +30,10 @@ from ._generation import KVCache, State, attention_state, decode, decode_state, 
 from ._lesson import context, scores, softmax
 from ._paged import append_pages, paged_attention
 from ._weights import weights
-from . import viz
+from . import _torch_ops, viz
+
+if _torch_ops.torch_imported():
+    _torch_ops.register()  # torch.compile and torch.export find attn::sdpa from the start
 
 __all__ = [
     "ArgumentTypeError",

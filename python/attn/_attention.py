@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from . import _arrays, _forward, _request
+from . import _arrays, _forward, _request, _torch_ops
 from ._attn import describe_view as _describe_view
 from ._attn import explain as _explain
 from ._attn import forward as _extension_forward
@@ -202,6 +202,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     leading dims sum theirs back). An attn_mask that requires grad is refused
     (NotImplementedError): no gradient flows into a mask.
 
+    torch.compile, torch.export and meta tensors: a call that torch traces (or on meta
+    tensors) goes through the custom ops torch.ops.attn.sdpa and attn.sdpa_backward, which
+    have fake kernels and registered autograd, so torch.compile(fullgraph=True) takes it
+    without a graph break; such a call needs 4-D query, key and value of one batch size.
+    attn registers the ops at import when torch is imported first, else at its first call
+    with torch tensors.
+
     Differences from PyTorch:
         - dropout_p other than 0.0 raises NotImplementedError: attn has no dropout.
         - A NaN in query gives NaN in that output row here (PyTorch's CPU kernel may give
@@ -223,6 +230,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if causal_bias is not None:
         bottom_right, bias_lengths = causal_bias
         is_causal, attn_mask = True, None
+    if _torch_ops.traced((query, key, value, attn_mask)):
+        return _torch_ops.scaled_dot_product_attention(query, key, value, attn_mask, is_causal,
+                                                       bottom_right, scale, enable_gqa)
     records = _arrays.records_gradients(query, key, value)
     _refuse_gradients((("attn_mask", attn_mask),))
     query, key, value, attn_mask = _autocast([query, key, value, attn_mask])

@@ -1,0 +1,121 @@
+"""attn.scaled_dot_product_attention as torch.library custom ops, attn::sdpa and
+attn::sdpa_backward, with fake kernels and registered autograd: what torch.compile
+(fullgraph=True), torch.export and meta tensors need to take attn without a graph break.
+
+Eager calls keep the direct path (_attention.py); a call that torch is tracing (compiling
+or exporting), or whose inputs are meta tensors, goes through the ops, which run the same
+kernels: attn.attention forward, attn.attention_backward for the gradients."""
+
+from typing import Optional
+
+from . import _arrays
+
+
+def traced(tensors):
+    """Whether a call on these arguments must go through the ops: torch is tracing it, or
+    an input is a meta (or fake) tensor, which no kernel can read. Outside a trace, it makes
+    sure the ops exist, so that the next trace finds them."""
+    if not any(_arrays.is_torch(x) for x in tensors):
+        return False
+    if _arrays._torch().compiler.is_compiling():
+        return True
+    register()
+    return any(_arrays.is_torch(x) and x.device.type == "meta" for x in tensors)
+
+
+def torch_imported():
+    return _arrays._torch() is not None
+
+
+_sdpa = None  # attn::sdpa once register() has made it
+
+
+def register():
+    """Registers the ops with torch once (attn's import does it when torch is already
+    imported, else the first call with torch tensors). Not traceable: never call it from a
+    function torch is compiling."""
+    global _sdpa
+    if _sdpa is None:
+        _sdpa = _make_ops()
+    return _sdpa
+
+
+def _make_ops():
+    torch = _arrays._torch()
+    from ._attention import attention
+    from ._backward import attention_backward
+    Tensor = torch.Tensor
+
+    def align(bottom_right):
+        return "bottom-right" if bottom_right else "top-left"
+
+    def lse_dtype(query):
+        return torch.float64 if query.dtype == torch.float64 else torch.float32
+
+    @torch.library.custom_op("attn::sdpa", mutates_args=())
+    def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor],
+             is_causal: bool, bottom_right: bool, scale: Optional[float]) -> tuple[Tensor, Tensor]:
+        """query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev] (Hkv divides Hq)
+        -> (out [B, Hq, L, Ev], lse [B, Hq, L])."""
+        with torch.no_grad():
+            return attention(query, key, value, mask=attn_mask, causal=is_causal, scale=scale,
+                             causal_align=align(bottom_right), return_lse=True)
+
+    @sdpa.register_fake
+    def _(query, key, value, attn_mask, is_causal, bottom_right, scale):
+        out = query.new_empty(query.shape[:-1] + (value.shape[-1],))
+        return out, query.new_empty(query.shape[:-1], dtype=lse_dtype(query))
+
+    @torch.library.custom_op("attn::sdpa_backward", mutates_args=())
+    def sdpa_backward(dout: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor,
+                      lse: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
+                      bottom_right: bool, scale: Optional[float]) -> tuple[Tensor, Tensor, Tensor]:
+        """The gradients of attn::sdpa's out with respect to query, key and value."""
+        return attention_backward(query, key, value, out, lse, dout, mask=attn_mask,
+                                  causal=is_causal, causal_align=align(bottom_right), scale=scale)
+
+    @sdpa_backward.register_fake
+    def _(dout, query, key, value, out, lse, attn_mask, is_causal, bottom_right, scale):
+        return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+    def setup_context(ctx, inputs, output):
+        query, key, value, attn_mask, is_causal, bottom_right, scale = inputs
+        ctx.save_for_backward(query, key, value, output[0], output[1], attn_mask)
+        ctx.is_causal, ctx.bottom_right, ctx.scale = is_causal, bottom_right, scale
+        ctx.mark_non_differentiable(output[1])
+
+    def backward(ctx, dout, _dlse):
+        query, key, value, out, lse, attn_mask = ctx.saved_tensors
+        grads = sdpa_backward(dout.contiguous(), query, key, value, out, lse, attn_mask,
+                              ctx.is_causal, ctx.bottom_right, ctx.scale)
+        return (*grads, None, None, None, None)
+
+    sdpa.register_autograd(backward, setup_context=setup_context)
+    return sdpa
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask, is_causal, bottom_right, scale,
+                                 enable_gqa):
+    """attn::sdpa for 4-D query, key and value of one batch size (the shapes transformers and
+    most models give), its out alone, as torch's SDPA returns it."""
+    from ._errors import Error
+
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4 or x.shape[0] != query.shape[0]:
+            raise Error(f"{name}: expected 4 dims [B, H, L, E] with query's B when torch traces "
+                        f"attn (torch.compile, export, meta tensors), given shape "
+                        f"{tuple(x.shape)}")
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise Error(f"key: expected query's {query.shape[1]} heads, or enable_gqa=True, given "
+                    f"{key.shape[1]}")
+    if attn_mask is not None and attn_mask.requires_grad:
+        raise NotImplementedError("attn_mask: attn computes no gradient for a mask; expected "
+                                  "one that does not require grad")
+    if _sdpa is None:
+        raise Error("attn: expected attn's torch ops to be registered before torch traces it; "
+                    "import torch before attn, or call attn._torch_ops.register() first")
+    if _arrays.is_torch(scale):
+        scale = float(scale)
+    torch = _arrays._torch()
+    return torch.ops.attn.sdpa(query, key, value, attn_mask, bool(is_causal), bool(bottom_right),
+                               scale)[0]

@@ -1,0 +1,84 @@
+"""attn.scaled_dot_product_attention inside torch's tracing: the custom ops attn::sdpa and
+attn::sdpa_backward pass torch.library.opcheck (schema, fake kernel, autograd registration);
+torch.compile(fullgraph=True) of attention and of a training step compiles without a graph
+break and matches eager; meta tensors get the right shapes."""
+
+import pytest
+import torch
+
+import attn
+from attn import _torch_ops
+
+
+def tensors(batch=2, heads=4, heads_kv=2, len_q=9, len_k=13, dim=16, dim_v=8, seed=0,
+            dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, heads, len_q, dim, generator=g, dtype=dtype),
+            torch.randn(batch, heads_kv, len_k, dim, generator=g, dtype=dtype),
+            torch.randn(batch, heads_kv, len_k, dim_v, generator=g, dtype=dtype))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_custom_ops_pass_opcheck(causal):
+    q, k, v = (x.requires_grad_() for x in tensors())
+    mask = None if causal else torch.randn(9, 13) > -1.0
+    torch.library.opcheck(_torch_ops.register(), (q, k, v, mask, causal, causal, 0.3))
+
+
+def test_meta_tensors_get_the_shapes_of_sdpa():
+    q, k, v = (x.to("meta") for x in tensors())
+    out = attn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert out.device.type == "meta" and out.shape == (2, 4, 9, 8) and out.dtype == torch.float32
+
+
+def sdpa(q, k, v, mask=None, causal=False):
+    return attn.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                             enable_gqa=True)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_attention_matches_eager_without_graph_breaks(backend):
+    q, k, v = tensors(dtype=torch.bfloat16)
+
+    def f(q, k, v):
+        return sdpa(q * 2, k, v, causal=True).float().sum(dim=-1)
+
+    assert torch._dynamo.explain(f)(q, k, v).graph_break_count == 0
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    assert torch.equal(compiled(q, k, v), f(q, k, v))
+
+
+def test_a_compiled_training_step_matches_eager():
+    """The loss compiled whole (AOT autograd traces attn::sdpa_backward into the backward
+    graph), its gradients against eager's and a float64 reference."""
+    q, k, v = tensors(seed=1)
+    mask = torch.randn(9, 13) * 0.5  # a float bias, added to the scores
+
+    def loss(q, k, v):
+        out = sdpa(q, k, v, mask=mask)
+        return (out * out).sum()
+
+    def gradients(fn):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        fn(*leaves).backward()
+        return [x.grad for x in leaves]
+
+    want = gradients(loss)
+    torch._dynamo.reset()
+    got = gradients(torch.compile(loss, fullgraph=True, backend="aot_eager"))
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+    reference = [x.clone().to(torch.float64).requires_grad_() for x in (q, k, v)]
+    expanded = [reference[0]] + [x.repeat_interleave(2, dim=1) for x in reference[1:]]
+    out = torch.nn.functional.scaled_dot_product_attention(*expanded, attn_mask=mask.double())
+    for g, w in zip(got, torch.autograd.grad((out * out).sum(), reference)):
+        assert (g.double() - w).abs().max().item() < 1e-4
+
+
+def test_tracing_refuses_a_mask_that_requires_grad_and_shapes_it_cannot_serve():
+    q, k, v = (x.to("meta") for x in tensors())
+    with pytest.raises(NotImplementedError, match="^attn_mask: attn computes no gradient"):
+        sdpa(q, k, v, mask=torch.zeros(9, 13, device="meta", requires_grad=True))
+    with pytest.raises(ValueError, match=r"^query: expected 4 dims \[B, H, L, E\]"):
+        sdpa(q[0], k[0], v[0])

@@ -82,3 +82,15 @@ def test_tracing_refuses_a_mask_that_requires_grad_and_shapes_it_cannot_serve():
         sdpa(q, k, v, mask=torch.zeros(9, 13, device="meta", requires_grad=True))
     with pytest.raises(ValueError, match=r"^query: expected 4 dims \[B, H, L, E\]"):
         sdpa(q[0], k[0], v[0])
+
+
+def test_torch_export_records_the_op_and_its_program_matches_eager():
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return sdpa(q, k, v, causal=True)
+
+    q, k, v = tensors(seed=2)
+    program = torch.export.export(Attention(), (q, k, v))
+    targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
+    assert torch.ops.attn.sdpa.default in targets
+    assert torch.equal(program.module()(q, k, v), Attention()(q, k, v))

@@ -55,11 +55,13 @@ def attention(q, k, v, *, mask=None, layout="bhsd", return_lse=False, return_wei
 
     Autograd: when q, k, v or sinks are torch tensors that require grad while gradients
     are recorded, out has a grad_fn whose backward is attn.attention_backward (lse and
-    weights carry no gradient; a mask or alibi_slopes that requires grad is refused).
+    weights carry no gradient; a float mask that requires grad gets its gradient, the
+    scores' dS summed over the dims it broadcasts over; alibi_slopes that requires grad is
+    refused).
 
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
-    if _arrays.records_gradients(q, k, v, options.get("sinks")):
+    if _arrays.records_gradients(q, k, v, options.get("sinks"), mask):
         return attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights,
                                         options)
     return _forward.attention(q, k, v, mask, layout, return_lse, return_weights, options)
@@ -85,13 +87,6 @@ def explain(q, k, v, *, mask=None, layout="bhsd", **options):
     mask4 = _request.mask_view(mask, (batch, heads), len_q, _arrays.shape(k4)[2])
     ext = _request.ext
     return _explain(ext(q4), ext(k4), ext(v4), mask=ext(mask4), options=o)
-
-
-def _refuse_gradients(arrays):
-    """(name, array) pairs: refuses, before any other check, the tensors that need
-    gradients while autograd records, for arguments attn computes no gradient for."""
-    for name, x in arrays:
-        _arrays.refuse_gradients(x, name)
 
 
 def _causal_bias(mask):
@@ -148,9 +143,10 @@ def _sdpa_shapes(q, k, v, enable_gqa):
     return lead, lead
 
 
-def _sdpa_mask(attn_mask, q, lead, len_q, len_k):
-    """attn_mask broadcastable to lead + [L, S] -> a [B or 1, Hq or 1, L, S] view."""
-    m = _arrays.as_array(attn_mask, "attn_mask", allow_bool=True)
+def _sdpa_mask(attn_mask, q, lead, len_q, len_k, records):
+    """attn_mask broadcastable to lead + [L, S] -> a [B or 1, Hq or 1, L, S] view (of the
+    tensor autograd follows when records)."""
+    m = _arrays.as_array(attn_mask, "attn_mask", allow_bool=True, detach=records)
     mask_dtype, q_dtype = _arrays.dtype_name(m), _arrays.dtype_name(q)
     if mask_dtype not in ("bool", "float32", q_dtype):
         raise ArgumentTypeError(
@@ -162,7 +158,7 @@ def _sdpa_mask(attn_mask, q, lead, len_q, len_k):
         raise Error(f"attn_mask: expected 2 or more dims broadcastable to {full}, given {given}")
     batch_dims, heads = lead[:-1], (lead[-1] if lead else 1)
     padded = (1,) * (len(full) - m.ndim) + given
-    m = _arrays.reshape(m, padded)
+    m = _arrays.reshape(attn_mask if records else m, padded)
     mask_heads = padded[-3] if lead else 1
     if any(d != 1 for d in padded[:-3]):
         m = _arrays.broadcast(m, batch_dims + padded[-3:])
@@ -199,8 +195,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     Autograd: when query, key or value require grad while gradients are recorded, the
     result has a grad_fn (attn.attention_backward computes the gradients; broadcast
-    leading dims sum theirs back). An attn_mask that requires grad is refused
-    (NotImplementedError): no gradient flows into a mask.
+    leading dims sum theirs back). A float attn_mask that requires grad gets its gradient
+    (the scores' dS, summed over the dims it broadcasts over), as in PyTorch, except under
+    torch's tracing (below), where it is refused (NotImplementedError).
 
     torch.compile, torch.export and meta tensors: a call that torch traces (or on meta
     tensors) goes through the custom ops torch.ops.attn.sdpa and attn.sdpa_backward, which
@@ -233,8 +230,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if _torch_ops.traced((query, key, value, attn_mask)):
         return _torch_ops.scaled_dot_product_attention(query, key, value, attn_mask, is_causal,
                                                        bottom_right, scale, enable_gqa)
-    records = _arrays.records_gradients(query, key, value)
-    _refuse_gradients((("attn_mask", attn_mask),))
+    records = _arrays.records_gradients(query, key, value, attn_mask)
     query, key, value, attn_mask = _autocast([query, key, value, attn_mask])
     q = _arrays.as_array(query, "query", detach=records)
     k = _arrays.as_array(key, "key", detach=records)
@@ -269,7 +265,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q4, k4, v4 = to4(q, lead, heads_q), to4(k, lead_kv, heads_kv), to4(v, lead_kv, heads_kv)
     out4 = _arrays.empty_in_layout(q4, (batch, heads_q, len_q, dim_v), dtypes[0])
     out = _arrays.reshape(out4, lead + (len_q, dim_v))  # splits B: a view of out4
-    mask4 = None if attn_mask is None else _sdpa_mask(attn_mask, q, lead, len_q, len_k)
+    mask4 = None if attn_mask is None else _sdpa_mask(attn_mask, q, lead, len_q, len_k, records)
     scale = _arrays.number(scale, "scale", allow_none=True)
     if _arrays.shape(out4).count(0) or len_k == 0:
         if records:  # zeros whose gradient is zeros (an empty sum reads no value)

@@ -54,6 +54,40 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **o
 attention_backward.__doc__ += _request.OPTIONS_DOC
 
 
+def _bhsd(x, layout):
+    """A torch tensor of attn.attention's shapes ([L, D], [H, L, D] or [B, H, L, D] in
+    layout) as a [B, H, L, D] view."""
+    if layout == "bshd" and x.dim() >= 3:
+        x = x.transpose(-3, -2)
+    return x.reshape((1,) * (4 - x.dim()) + tuple(x.shape))
+
+
+def mask_gradient(q, k, v, out, dout, mask, layout, options):
+    """The gradient of a float mask (added to the scores): dS = P (dP - rowsum(dO O)),
+    dP = dO V^T, summed over the dims the mask broadcasts over. P comes from attn.weights
+    (the forward's own weights) one query head at a time, so beside the mask's own size at
+    most [B, Lq, Lk] more is held."""
+    from ._weights import weights
+
+    torch = _arrays._torch()
+    q4, k4, v4, out4, dout4 = (_bhsd(x.detach(), layout) for x in (q, k, v, out, dout))
+    batch, heads, len_q, _ = q4.shape
+    group, len_k = heads // k4.shape[1], k4.shape[2]
+    shape4 = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    dmask = torch.zeros(shape4, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+    delta = (dout4.to(dmask.dtype) * out4.to(dmask.dtype)).sum(-1, keepdim=True)
+    for h in range(heads):
+        p = weights(q.detach(), k.detach(), heads=[h], mask=mask.detach(), layout=layout,
+                    **options).reshape(batch, len_q, len_k)
+        dp = dout4[:, h].to(dmask.dtype) @ v4[:, h // group].to(dmask.dtype).transpose(-1, -2)
+        ds = p * (dp - delta[:, h])
+        for axis, size in ((0, shape4[0]), (1, shape4[2]), (2, shape4[3])):
+            if size == 1:
+                ds = ds.sum(axis, keepdim=True)
+        dmask[:, h if shape4[1] == heads else 0] += ds
+    return dmask.reshape(mask.shape).to(mask.dtype)
+
+
 @functools.cache
 def _attention_function():
     """The autograd Function, made on first use (torch is optional)."""
@@ -61,7 +95,7 @@ def _attention_function():
 
     class AttentionFunction(torch.autograd.Function):
         """attn.attention as one autograd node: forward saves q, k, v, out and lse (and the
-        sinks), backward calls attention_backward."""
+        sinks), backward calls attention_backward (and mask_gradient)."""
 
         @staticmethod
         def forward(ctx, q, k, v, sinks, mask, layout, keywords, return_weights):
@@ -81,18 +115,21 @@ def _attention_function():
             sinks = ctx.sinks if sinks_tensor is None else sinks_tensor
             grads = attention_backward(q, k, v, out, lse, dout, mask=ctx.mask, layout=ctx.layout,
                                        sinks=sinks, **ctx.keywords)
-            dsinks = None
+            dsinks = dmask = None
             if sinks_tensor is not None and ctx.needs_input_grad[3]:
                 dsinks = grads[3].to(sinks_tensor.dtype).reshape(sinks_tensor.shape)
-            return grads[0], grads[1], grads[2], dsinks, None, None, None, None
+            if ctx.needs_input_grad[4]:
+                dmask = mask_gradient(q, k, v, out, dout, ctx.mask, ctx.layout,
+                                      dict(ctx.keywords, sinks=sinks))
+            return grads[0], grads[1], grads[2], dsinks, dmask, None, None, None
 
     return AttentionFunction
 
 
 def attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights, options):
     """attn.attention recorded by autograd: its out has a grad_fn whose backward is
-    attention_backward; lse and weights, when asked for, carry no gradient."""
-    _arrays.refuse_gradients(mask, "mask")
+    attention_backward (and mask_gradient for a float mask that requires grad); lse and
+    weights, when asked for, carry no gradient."""
     _arrays.refuse_gradients(options.get("alibi_slopes"), "alibi_slopes")
     return_lse = _arrays.flag(return_lse, "return_lse")
     keywords = {name: value for name, value in options.items() if name != "sinks"}

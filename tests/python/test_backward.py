@@ -182,7 +182,7 @@ def test_bad_arguments_name_themselves():
         attn.attention_backward(q, k, v, out[:, :, :3], lse, out)
     with pytest.raises(attn.ArgumentTypeError, match="^dout"):
         attn.attention_backward(q, k, v, out, lse, "not an array")
-    mask = torch.zeros(5, 7, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="^mask: requires_grad=True"):
+    slopes = torch.zeros(q.shape[1], dtype=torch.float64, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="^alibi_slopes: requires_grad=True"):
         attn.attention(torch.from_numpy(q).requires_grad_(), torch.from_numpy(k),
-                       torch.from_numpy(v), mask=mask)
+                       torch.from_numpy(v), alibi_slopes=slopes)

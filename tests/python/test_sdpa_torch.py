@@ -73,15 +73,40 @@ def test_other_tensor_subclasses_are_refused_and_parameters_read():
         _side_by_side(torch.nn.Parameter(q), q, q)
 
 
-def test_a_mask_that_requires_grad_is_refused_while_recording():
-    args = dict(query=_randn(2, 5, 4), key=_randn(2, 6, 4), value=_randn(2, 6, 4),
-                attn_mask=_randn(5, 6).requires_grad_(True))
-    with pytest.raises(NotImplementedError, match="attn_mask: requires_grad=True .* no gradient"):
-        attn.scaled_dot_product_attention(**args)
-    with torch.no_grad():
-        _side_by_side(**args)
-    with torch.inference_mode():
-        _side_by_side(**args)
+@pytest.mark.parametrize("mask_shape", [(2, 3, 5, 6), (5, 6), (2, 1, 1, 6), (3, 5, 1)], ids=str)
+@pytest.mark.parametrize("with_qkv_grads", [False, True])
+def test_a_float_mask_that_requires_grad_gets_torchs_gradient(mask_shape, with_qkv_grads):
+    """A learned bias trains through attn as through PyTorch: the mask's gradient is dS,
+    summed over the dims it broadcasts over (float64, so that the two agree closely)."""
+    q, k, v = (_randn(2, 3, n, 4, dtype=torch.float64, seed=s) for s, n in ((0, 5), (1, 6), (2, 6)))
+    mask = _randn(*mask_shape, dtype=torch.float64, seed=3)
+    grads = {}
+    for name, sdpa in (("attn", attn.scaled_dot_product_attention),
+                       ("torch", F.scaled_dot_product_attention)):
+        leaves = [x.clone().requires_grad_(with_qkv_grads) for x in (q, k, v)]
+        bias = mask.clone().requires_grad_()
+        out = sdpa(*leaves, attn_mask=bias)
+        (out * out).sum().backward()
+        grads[name] = [bias.grad] + ([x.grad for x in leaves] if with_qkv_grads else [])
+    for got, want in zip(grads["attn"], grads["torch"]):
+        assert got.shape == want.shape
+        assert (got - want).abs().max().item() < 1e-10
+
+
+def test_attention_gives_a_float_masks_gradient_in_every_layout_with_gqa():
+    """attn.attention, bshd layout, grouped-query heads, a mask per query head, float32."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 7, h, 8, generator=g) for h in (4, 2, 2))  # [B, L, H, D]
+    mask = torch.randn(4, 7, 7, generator=g).requires_grad_()
+    out = attn.attention(q, k, v, mask=mask, layout="bshd", causal=True)
+    (out * out).sum().backward()
+    bias = mask.detach().double().requires_grad_()
+    qt, kt, vt = (x.double().transpose(1, 2) for x in (q, k, v))
+    kt, vt = (x.repeat_interleave(2, dim=1) for x in (kt, vt))
+    hidden = torch.ones(7, 7, dtype=torch.bool).triu(1)
+    want = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias.masked_fill(hidden, -torch.inf))
+    (want * want).sum().backward()
+    assert (mask.grad.double() - bias.grad).abs().max().item() < 1e-5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -200,20 +200,19 @@ def test_a_cache_that_follows_the_data_refuses_what_it_would_round():
 
 
 def test_gradients_attn_does_not_compute_are_refused_while_recorded(tmp_path):
-    """A tensor that needs a gradient attn does not compute (masks, slopes, the scale, the
-    lesson's steps, the cache and decoding) is refused, naming it, rather than given a
-    detached result; under no_grad or inference_mode it is read. (attn.attention and
-    scaled_dot_product_attention differentiate q, k, v and sinks: test_backward.py.)"""
+    """A tensor that needs a gradient attn does not compute (slopes, the scale, the weights'
+    mask, the lesson's steps, the cache and decoding) is refused, naming it, rather than
+    given a detached result; under no_grad or inference_mode it is read. (attn.attention and
+    scaled_dot_product_attention differentiate q, k, v, sinks and a float mask:
+    test_backward.py, test_sdpa_torch.py.)"""
     x = torch.randn(2, 3, 4, requires_grad=True)
     p = torch.zeros(2, requires_grad=True)
     plain = torch.randn(2, 3, 4)
     cache = attn.KVCache(2, 4)
     cache.append(cache.add_sequence(), plain, plain)
     calls = [
-        ("mask", lambda: attn.attention(x, plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
         ("alibi_slopes", lambda: attn.attention(x, plain, plain, alibi_slopes=p)),
-        ("attn_mask", lambda: attn.scaled_dot_product_attention(
-            x, plain, plain, attn_mask=torch.zeros(3, 3, requires_grad=True))),
+        ("mask", lambda: attn.weights(plain, plain, mask=torch.zeros(3, 3, requires_grad=True))),
         ("alibi_slopes", lambda: attn.weights(plain, plain, alibi_slopes=p)),
         ("k", lambda: attn.weights(plain, x)),
         ("scale", lambda: attn.weights(plain, plain, scale=torch.tensor(0.5, requires_grad=True))),

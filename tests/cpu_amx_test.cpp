@@ -164,11 +164,13 @@ TEST(AmxContext, WeightPartsSumToTheWeightExactly) {
 struct ContextCase {
   Index value_blocks = 1, span = 32, first = 0, end = 32;
   int vectors = 1;
-  int value_parts = 1;  // 2: fp16 V as its two bf16 parts (cpu/amx/fp16_parts.hpp)
+  int value_parts = 1;                   // 2: fp16 V as its two bf16 parts (cpu/amx/fp16_parts.hpp)
+  int weight_parts = cpu::kWeightParts;  // 1: P rounded to bf16 (Options::pv_precision bf16)
   std::string name() const {
     return "value dims " + std::to_string(value_blocks * 16) + " span " + std::to_string(span) +
            " keys [" + std::to_string(first) + ", " + std::to_string(end) + ") vectors " +
-           std::to_string(vectors) + " value parts " + std::to_string(value_parts);
+           std::to_string(vectors) + " value parts " + std::to_string(value_parts) +
+           " weight parts " + std::to_string(weight_parts);
   }
 };
 
@@ -190,7 +192,8 @@ ValueParts value_parts(float x, int parts) {
 // out_t[d][r] = start + sum over k in [first, end) of P[k][r] V[k][d] by context_by_amx on
 // Tiles, checked against float64: NaN first, guards (padding rows of out_t, its rows past the
 // value dims), then per element within (3 parts span + 2) ulps of the sum of magnitudes, NMSE.
-// V^T holds NaN past the span, P^T NaN outside [first, end): a read of either shows.
+// V^T holds NaN past the span, P^T NaN outside [first, end): a read of either shows. With one
+// weight part, float64 sums P rounded to bf16 (to_bfloat16: to nearest, ties to even).
 template <class Tiles>
 void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
   constexpr Index kPadding = 3, kValuesGap = 32;
@@ -222,11 +225,12 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
     for (Index r = 0; r < rows; ++r) out[d * out_stride + r] = normal(rng);
   }
   const std::vector<float> start = out;
-  std::vector<std::uint32_t> parts(static_cast<std::size_t>(cpu::kWeightParts * c.span / 2 * rows));
+  std::vector<std::uint32_t> parts(static_cast<std::size_t>(c.weight_parts * c.span / 2 * rows));
   cpu::put_weight_parts(weights_t.data() + c.first * rows, rows, c.first, c.end, c.span, rows, rows,
-                        parts.data());
-  cpu::context_by_amx<Tiles>(values_t.data(), values_stride, c.value_blocks, parts.data(), rows,
-                             c.span, c.vectors, out.data(), out_stride, c.value_parts, value_plane);
+                        c.weight_parts, parts.data());
+  cpu::context_by_amx<Tiles>(values_t.data(), values_stride, c.value_blocks, parts.data(),
+                             c.weight_parts, rows, c.span, c.vectors, out.data(), out_stride,
+                             c.value_parts, value_plane);
   double error = 0, norm = 0;
   for (Index d = 0; d <= dims; ++d) {
     for (Index r = 0; r < out_stride; ++r) {
@@ -238,7 +242,10 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
       ASSERT_TRUE(std::isfinite(out[at])) << "value dim " << d << " row " << r;
       double want = start[at], magnitude = std::abs(start[at]);
       for (Index k = c.first; k < c.end; ++k) {
-        const double term = static_cast<double>(weights_t[k * rows + r]) * values[d * c.span + k];
+        const float weight = weights_t[k * rows + r];
+        const double term =
+            static_cast<double>(c.weight_parts == 1 ? to_float(to_bfloat16(weight)) : weight) *
+            values[d * c.span + k];
         want += term;
         magnitude += std::abs(term);
       }
@@ -253,16 +260,19 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
 }
 
 // Value dims of 1 to 16 tiles (pairs and a lone one), spans of 1 to 4 key blocks with the
-// weights' keys starting and ending inside them, 1 to 3 row vectors; bf16 and fp16 V.
+// weights' keys starting and ending inside them, 1 to 3 row vectors; bf16 and fp16 V; P exact
+// and rounded.
 std::vector<ContextCase> context_cases() {
   std::vector<ContextCase> cases;
-  for (const int value_parts : {1, 2}) {
-    for (const Index value_blocks : {1, 2, 3, 8, 16}) {
-      for (const Index span : {32, 64, 128}) {
-        for (const int vectors : {1, 2, 3}) {
-          const Index first = (span / 32 + vectors) % 3 * 5;
-          cases.push_back(
-              {value_blocks, span, first, span - (vectors - 1) * 7, vectors, value_parts});
+  for (const int weight_parts : {cpu::kWeightParts, 1}) {
+    for (const int value_parts : {1, 2}) {
+      for (const Index value_blocks : {1, 2, 3, 8, 16}) {
+        for (const Index span : {32, 64, 128}) {
+          for (const int vectors : {1, 2, 3}) {
+            const Index first = (span / 32 + vectors) % 3 * 5;
+            cases.push_back({value_blocks, span, first, span - (vectors - 1) * 7, vectors,
+                             value_parts, weight_parts});
+          }
         }
       }
     }
@@ -283,11 +293,14 @@ TEST(AmxContext, ModelRunsOneProductPerTileOfWork) {
   struct CountingTiles : ModelTiles {
     static void release() {}  // keeps the count of this call until read below
   };
-  for (const int value_parts : {1, 2}) {
-    expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3, value_parts}, 11);
-    EXPECT_EQ(ModelTiles::products(), 3 /* value blocks */ * 3 /* row vectors */ *
-                                          2 /* key blocks */ * cpu::kWeightParts * value_parts);
-    ModelTiles::release();
+  for (const int weight_parts : {cpu::kWeightParts, 1}) {
+    for (const int value_parts : {1, 2}) {
+      expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3, value_parts, weight_parts},
+                                                    11);
+      EXPECT_EQ(ModelTiles::products(), 3 /* value blocks */ * 3 /* row vectors */ *
+                                            2 /* key blocks */ * weight_parts * value_parts);
+      ModelTiles::release();
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/problem.hpp"
+#include "cpu/amx/context.hpp"
 #include "cpu/plan/plan.hpp"
 #include "support/cases.hpp"
 
@@ -140,6 +141,20 @@ TEST(Plan, TheAmxContextServesItemsWithoutNarrowChunks) {
   EXPECT_FALSE(Plan(p.problem, kZen4).packs_values());
   const Planned few = problem_of(shaped(2, 2, 20, 100, 64, DType::bf16));  // 20 rows a head
   EXPECT_FALSE(Plan(few.problem, kSapphireRapids).packs_values());
+}
+
+// Options::pv_precision bf16: one rounded part of each weight on AMX tiles, three exact
+// ones by default; the plan says which.
+TEST(Plan, PvPrecisionChoosesTheWeightPartsOfTheAmxContext) {
+  Planned p = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
+  const Plan exact(p.problem, kSapphireRapids);
+  EXPECT_EQ(exact.weight_parts(), cpu::kWeightParts);
+  EXPECT_NE(exact.describe().find("P in three exact bf16 parts"), std::string::npos);
+  p.problem.pv_precision = PvPrecision::bf16;
+  const Plan rounded(p.problem, kSapphireRapids);
+  EXPECT_EQ(rounded.weight_parts(), 1);
+  EXPECT_NE(rounded.describe().find("P rounded to bf16"), std::string::npos);
+  EXPECT_EQ(Plan(p.problem, kZen4).describe().find("P rounded"), std::string::npos);
 }
 
 TEST(Plan, NarrowTilesReadSixteenBitKAndVInPlaceWithoutAMask) {

@@ -22,6 +22,13 @@ enum class Backend : std::uint8_t {
   fast,       // the fast CPU kernel; throws if it does not support the request
 };
 
+// How the weights P enter the product P V. exact: float32 P, on AMX tiles as three exact
+// bf16 parts. bf16: P rounded to bfloat16 once per weight (to nearest, ties to even) where
+// P V runs on AMX tiles (bf16 or fp16 V), as PyTorch's, OpenVINO's and FlashAttention's
+// kernels round it: one tile product where exact takes three, each weight within 2^-9 of
+// itself; elsewhere P stays float32. The weights and lse outputs are exact either way.
+enum class PvPrecision : std::uint8_t { exact, bf16 };
+
 // Keys j with p - left <= j <= p + right are visible to the query at key position p; a
 // negative bound means unbounded on that side.
 struct Window {
@@ -50,6 +57,7 @@ struct Options {
   // and cu_seqlens_k[s] .. cu_seqlens_k[s + 1] of k and v. Both empty means "not packed".
   std::vector<std::int64_t> cu_seqlens_q;
   std::vector<std::int64_t> cu_seqlens_k;
+  PvPrecision pv_precision = PvPrecision::exact;
   Backend backend = Backend::automatic;  // ATTN_BACKEND=reference in the environment wins
   int threads = 0;                       // 0: ATTN_NUM_THREADS, else all cores
 };

@@ -31,6 +31,7 @@ class OptionKeywords(typing.TypedDict, total=False):
     cu_seqlens_k: typing.Any
     position_offset: int
     threads: typing.Optional[int]
+    pv_precision: str
     backend: str
 
 
@@ -57,6 +58,11 @@ OPTIONS_DOC = """
         threads: None follows torch.get_num_threads() when q is a torch tensor, else uses
             ATTN_NUM_THREADS from the environment, else every core; an int bounds the
             kernel's threads. Results do not depend on it.
+        pv_precision: "exact" (float32 weights in P V) or "bf16": the weights rounded to
+            bfloat16 once for the product P V where it runs on AMX tiles (bf16 or fp16 V on
+            a CPU with AMX), as PyTorch's and FlashAttention's kernels round them: one tile
+            product where exact takes three, each weight within 2^-9 of itself. Elsewhere
+            it changes nothing. The weights and lse outputs are exact either way.
         backend: "automatic" (attn's fast CPU kernels, or its float64 reference where they
             do not serve the call, with an attn.FallbackWarning once), "fast" (raise
             instead) or "reference" (the float64 reference, asked for).
@@ -114,6 +120,7 @@ def options(like, keywords, function, refused=()):
     o.position_offset = _arrays.integer(keywords.get("position_offset", 0), "position_offset",
                                         "an int")
     o.threads = threads_of(keywords.get("threads"), like)
+    o.pv_precision = keywords.get("pv_precision", "exact")
     o.backend = keywords.get("backend", "automatic")
     return o
 

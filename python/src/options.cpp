@@ -26,6 +26,12 @@ const char* backend_name(Backend backend) {
   }
 }
 
+PvPrecision pv_precision_of(const std::string& name) {
+  if (name == "exact") return PvPrecision::exact;
+  if (name == "bf16") return PvPrecision::bf16;
+  throw Error("pv_precision: expected 'exact' or 'bf16', given '" + name + "'");
+}
+
 Backend backend_of(const std::string& name) {
   if (name == "automatic") return Backend::automatic;
   if (name == "fast") return Backend::fast;
@@ -59,6 +65,12 @@ void bind_options(nb::module_& m) {
       .def_rw("cu_seqlens_q", &Options::cu_seqlens_q)
       .def_rw("cu_seqlens_k", &Options::cu_seqlens_k)
       .def_rw("threads", &Options::threads)
+      .def_prop_rw(
+          "pv_precision",
+          [](const Options& o) {
+            return std::string(o.pv_precision == PvPrecision::bf16 ? "bf16" : "exact");
+          },
+          [](Options& o, const std::string& name) { o.pv_precision = pv_precision_of(name); })
       .def_prop_rw(
           "backend", [](const Options& o) { return std::string(backend_name(o.backend)); },
           [](Options& o, const std::string& name) { o.backend = backend_of(name); });

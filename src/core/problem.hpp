@@ -38,6 +38,7 @@ struct Problem {
   TensorView mask;  // strides of broadcast dims set to 0
   Outputs outputs;
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
+  PvPrecision pv_precision = PvPrecision::exact;
 
   Index group_size() const { return heads_q / heads_kv; }
   // Key position of query row i (relative to its segment): the rule's, for its lengths.

@@ -127,6 +127,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.rule = make_score_rule(options, p.dim_qk);
   p.sinks = options.sinks;
   p.threads = options.threads;
+  p.pv_precision = options.pv_precision;
 
   add_segments(p, options);
   add_mask(p, options);

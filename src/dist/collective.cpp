@@ -83,6 +83,7 @@ std::vector<Field> option_fields(const Options& options) {
           real_field("scale", options.scale.value_or(0.0)),
           values_field("alibi_slopes", options.alibi_slopes),
           values_field("sinks", options.sinks),
+          {"pv_precision", static_cast<std::int64_t>(options.pv_precision)},
           {"backend", static_cast<std::int64_t>(options.backend)}};
 }
 

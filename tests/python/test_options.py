@@ -143,3 +143,13 @@ def test_backend_names_are_checked():
     q, k, v = _inputs()
     with pytest.raises(ValueError, match="^backend: expected 'automatic', 'fast' or 'reference'"):
         attn.attention(q, k, v, backend="gpu")
+
+
+def test_pv_precision_names_are_checked_and_weights_stay_exact():
+    q, k, v = _inputs()
+    with pytest.raises(ValueError, match="^pv_precision: expected 'exact' or 'bf16'"):
+        attn.attention(q, k, v, pv_precision="fp8")
+    out, lse, weights = attn.attention(q, k, v, pv_precision="bf16", return_lse=True,
+                                       return_weights=True)
+    _, want_lse, want_weights = attn.attention(q, k, v, return_lse=True, return_weights=True)
+    assert np.array_equal(lse, want_lse) and np.array_equal(weights, want_weights)

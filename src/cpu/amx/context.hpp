@@ -2,10 +2,12 @@
 // is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by forward.cpp's
 // pack_values), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
 // of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
-// context. P is never rounded: put_weight_parts cuts each weight into three bf16 parts whose
-// sum is the weight exactly, and each part is multiplied in turn, so the context is float32
-// sums of exact products, as on the float path. fp16 V goes in as its two exact bf16 parts
-// (cpu/amx/fp16_parts.hpp), each a V^T of its own, so six products per tile of work. A template
+// context. By default P is never rounded: put_weight_parts cuts each weight into three bf16
+// parts whose sum is the weight exactly, and each part is multiplied in turn, so the context
+// is float32 sums of exact products, as on the float path; with one part (Options::
+// pv_precision bf16) each weight is rounded to bf16 once, one product where exact takes
+// three. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a V^T of
+// its own, so six products per tile of work (two with one part). A template
 // over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
 #pragma once
 
@@ -26,6 +28,13 @@ inline std::uint32_t high_half(float x) {
   std::uint32_t bits;
   std::memcpy(&bits, &x, 4);
   return bits & 0xFFFF0000u;
+}
+// x rounded to bf16, to nearest with ties to even, as a float pattern with a zero low half
+// (x finite: weights are in [0, 1]).
+inline std::uint32_t rounded_half(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
 }
 inline float float_of(std::uint32_t bits) {
   float x;
@@ -51,10 +60,18 @@ inline WeightParts weight_parts(float w) {
 }
 
 // One pair of keys of put_weight_parts, each key's weights or (not seen) zeros; the
-// loop over rows is straight-line, for the compiler to vectorise.
+// loop over rows is straight-line, for the compiler to vectorise. parts: kWeightParts
+// exact parts, or 1, each weight rounded.
 template <bool kEvenSeen, bool kOddSeen>
-void put_pair_parts(const float* even, const float* odd, Index rows, Index plane,
+void put_pair_parts(const float* even, const float* odd, Index rows, Index plane, int parts,
                     std::uint32_t* pair) {
+  if (parts == 1) {
+    for (Index r = 0; r < rows; ++r) {
+      pair[r] =
+          (rounded_half(kEvenSeen ? even[r] : 0.0f) >> 16) | rounded_half(kOddSeen ? odd[r] : 0.0f);
+    }
+    return;
+  }
   for (Index r = 0; r < rows; ++r) {
     const WeightParts a = weight_parts(kEvenSeen ? even[r] : 0.0f);
     const WeightParts b = weight_parts(kOddSeen ? odd[r] : 0.0f);
@@ -65,9 +82,11 @@ void put_pair_parts(const float* even, const float* odd, Index rows, Index plane
 // parts[q][k / 2][r] (uint32 pairs: key k in the low half, k + 1 in the high) = part q of
 // the weight of key k and row r, for keys [0, span) and `rows` rows, where the weights of
 // keys [first, end) are weights_t ([key][weights_stride] floats at key `first` and the first
-// row) and the others 0. span is even; parts: [kWeightParts][span / 2][rows_stride].
+// row) and the others 0. span is even; parts: [weight_parts][span / 2][rows_stride], the
+// weights in kWeightParts exact parts or (weight_parts 1) rounded to bf16.
 inline void put_weight_parts(const float* weights_t, Index weights_stride, Index first, Index end,
-                             Index span, Index rows, Index rows_stride, std::uint32_t* parts) {
+                             Index span, Index rows, Index rows_stride, int weight_parts,
+                             std::uint32_t* parts) {
   const Index plane = span / 2 * rows_stride;
   for (Index k = 0; k < span; k += 2) {
     const bool even_seen = k >= first && k < end, odd_seen = k + 1 >= first && k + 1 < end;
@@ -75,13 +94,13 @@ inline void put_weight_parts(const float* weights_t, Index weights_stride, Index
     const float* odd = weights_t + (odd_seen ? k + 1 - first : 0) * weights_stride;
     std::uint32_t* pair = parts + k / 2 * rows_stride;
     if (even_seen && odd_seen) {
-      put_pair_parts<true, true>(even, odd, rows, plane, pair);
+      put_pair_parts<true, true>(even, odd, rows, plane, weight_parts, pair);
     } else if (even_seen) {
-      put_pair_parts<true, false>(even, odd, rows, plane, pair);
+      put_pair_parts<true, false>(even, odd, rows, plane, weight_parts, pair);
     } else if (odd_seen) {
-      put_pair_parts<false, true>(even, odd, rows, plane, pair);
+      put_pair_parts<false, true>(even, odd, rows, plane, weight_parts, pair);
     } else {
-      put_pair_parts<false, false>(even, odd, rows, plane, pair);
+      put_pair_parts<false, false>(even, odd, rows, plane, weight_parts, pair);
     }
   }
 }
@@ -89,10 +108,10 @@ inline void put_weight_parts(const float* weights_t, Index weights_stride, Index
 namespace amx {
 
 // Value dims of kValueBlocks blocks of 16 (A: a part of V^T, loaded once per key block for
-// the three weight parts) against every row vector (B: a part's weight pairs), two at a time.
+// the weight parts) against every row vector (B: a part's weight pairs), two at a time.
 template <class Tiles, int kValueBlocks>
 void context_rows(const std::uint16_t* values_t, long values_bytes, int value_parts,
-                  Index value_plane, const std::uint32_t* parts, Index part_plane,
+                  Index value_plane, const std::uint32_t* parts, int weight_parts, Index part_plane,
                   Index rows_stride, Index span, int vectors, float* out, long out_bytes) {
   const long pair_bytes = static_cast<long>(rows_stride) * 4;
   const Index value_block = kAmxRows * values_bytes / 2;  // 16 value dims on, in elements
@@ -102,7 +121,7 @@ void context_rows(const std::uint16_t* values_t, long values_bytes, int value_pa
     for (Index k = 0; k < span; k += kAmxKeyBlock) {
       for (int part = 0; part < value_parts; ++part) {
         Block::load_a(values_t + part * value_plane + k, value_block, values_bytes);
-        for (int q = 0; q < kWeightParts; ++q) {
+        for (int q = 0; q < weight_parts; ++q) {
           Block::load_b(parts + q * part_plane + k / 2 * rows_stride + v * kAmxRows, kAmxRows,
                         pair_bytes);
           Block::multiply();
@@ -122,8 +141,9 @@ void context_rows(const std::uint16_t* values_t, long values_bytes, int value_pa
 // With value_parts 2, V is the sum of two such V^T, the second value_plane elements on.
 template <class Tiles>
 void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
-                    const std::uint32_t* parts, Index rows_stride, Index span, int vectors,
-                    float* out_t, Index out_stride, int value_parts = 1, Index value_plane = 0) {
+                    const std::uint32_t* parts, int weight_parts, Index rows_stride, Index span,
+                    int vectors, float* out_t, Index out_stride, int value_parts = 1,
+                    Index value_plane = 0) {
   static constexpr TileConfig kConfig = full_tiles();
   Tiles::configure(kConfig);
   const long values_bytes = static_cast<long>(values_stride) * 2;
@@ -132,7 +152,8 @@ void context_by_amx(const std::uint16_t* values_t, Index values_stride, Index va
   in_twos(value_blocks, [&](auto blocks, Index d) {
     amx::context_rows<Tiles, decltype(blocks)::value>(
         values_t + d * kAmxRows * values_stride, values_bytes, value_parts, value_plane, parts,
-        part_plane, rows_stride, span, vectors, out_t + d * kAmxRows * out_stride, out_bytes);
+        weight_parts, part_plane, rows_stride, span, vectors, out_t + d * kAmxRows * out_stride,
+        out_bytes);
   });
   Tiles::release();
 }

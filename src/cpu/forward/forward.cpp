@@ -381,11 +381,12 @@ class ItemKernel {
     const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
     put_weight_parts(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
                      chunk.first - span_first, chunk.end - span_first, span_end - span_first, rows,
-                     rows, s_.weight_parts.get());
+                     rows, plan_.weight_parts(), s_.weight_parts.get());
     context_rows_bf16(&packed_->values_t[at.offset + span_first].bits, at.keys_padded,
-                      dim_v_padded_ / kAmxRows, s_.weight_parts.get(), rows, span_end - span_first,
-                      static_cast<int>(chunk.vectors), s_.context.get() + chunk.first_row,
-                      scorer_.rows_padded(), packed_->parts, at.plane);
+                      dim_v_padded_ / kAmxRows, s_.weight_parts.get(), plan_.weight_parts(), rows,
+                      span_end - span_first, static_cast<int>(chunk.vectors),
+                      s_.context.get() + chunk.first_row, scorer_.rows_padded(), packed_->parts,
+                      at.plane);
 #endif
   }
 
@@ -455,7 +456,8 @@ void run_kernel(const Problem& p, const Plan& plan, int threads) {
   const KeyParts key_parts(p, plan, threads);
   // A chunk's weight parts over its key blocks: a tile's keys and a block on either side.
   const Index weight_part_words =
-      packed ? kWeightParts * (plan.key_tile() + 2 * kAmxKeyBlock) / 2 * plan.chunk_rows() : 0;
+      packed ? plan.weight_parts() * (plan.key_tile() + 2 * kAmxKeyBlock) / 2 * plan.chunk_rows()
+             : 0;
   const Index dim_v_padded = round_up(p.dim_v, plan.lanes());
   std::vector<walk::ScorerScratch> scorer_scratch;
   std::vector<ContextScratch> scratch;

@@ -109,6 +109,7 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
   const bool tiles_take_v = (wide_scores_ == ScoreKernel::bf16_tiles && p.v.dtype == DType::bf16) ||
                             (wide_scores_ == ScoreKernel::fp16_parts && p.v.dtype == DType::f16);
   packs_values_ = tiles_take_v && enough_rows && packed_bytes <= kAmxPackedMaxBytes;
+  weight_parts_ = p.pv_precision == PvPrecision::bf16 ? 1 : kWeightParts;
 }
 
 std::vector<ChunkRows> Plan::chunks(Index rows) const {
@@ -152,6 +153,8 @@ std::string Plan::describe() const {
   out += "; context: ";
   out += kernel_name(packs_values_ ? ContextKernel::amx_tiles : ContextKernel::float_rows);
   if (packs_values_) {
+    out += weight_parts_ == 1 ? " (P rounded to bf16, pv_precision bf16)"
+                              : " (P in three exact bf16 parts)";
     out += " for items without narrow chunks, ";
     out += kernel_name(ContextKernel::float_rows);
     out += " for the others";

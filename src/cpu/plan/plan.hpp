@@ -90,6 +90,9 @@ class Plan {
   bool splits_keys() const { return splits_keys_; }
   // Some item multiplies P V on AMX tiles, and V^T is packed before the items.
   bool packs_values() const { return packs_values_; }
+  // bf16 parts of each weight on AMX tiles: kWeightParts (exact), or 1 (rounded) for
+  // Options::pv_precision bf16.
+  int weight_parts() const { return weight_parts_; }
   // An item's context path: on AMX tiles where V^T is packed and no chunk of it is narrow
   // (narrow chunks read V by rows).
   ContextKernel context_of(const WorkItem& item) const;
@@ -108,6 +111,7 @@ class Plan {
   Index lanes_, group_, heads_kv_, key_tile_, chunk_rows_, positions_per_item_, rows_per_item_ = 0;
   ScoreKernel wide_scores_ = ScoreKernel::float_chain;
   bool narrow_in_place_ = false, splits_keys_ = false, packs_values_ = false;
+  int weight_parts_ = 0;
   std::vector<WorkItem> items_;
   std::vector<Index> first_item_;  // [segments * heads_kv]: index of each one's first item
 };

@@ -4,6 +4,25 @@ reference: the oracle every Python test compares with."""
 import numpy as np
 
 
+def positions(len_q, len_k, bottom_right):
+    """(each query's key position [Lq, 1], each key's index [1, Lk])."""
+    return (np.arange(len_q)[:, None] + (len_k - len_q if bottom_right else 0),
+            np.arange(len_k)[None, :])
+
+
+def visible_keys(len_q, len_k, *, causal, window, bottom_right):
+    """[Lq, Lk] bool: the keys causal and the window let each query see."""
+    position, key = positions(len_q, len_k, bottom_right)
+    visible = np.ones((len_q, len_k), bool)
+    if causal:
+        visible &= key <= position
+    if window[0] >= 0:
+        visible &= key >= position - window[0]
+    if window[1] >= 0:
+        visible &= key <= position + window[1]
+    return visible
+
+
 def _dense(q, k, v, *, mask, causal, bottom_right, scale, window, softcap, alibi_slopes, sinks):
     """q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  mask: broadcastable to
     [B, Hq, Lq, Lk] -> out [B, Hq, Lq, Dv], lse [B, Hq, Lq], weights [B, Hq, Lq, Lk]"""
@@ -16,17 +35,11 @@ def _dense(q, k, v, *, mask, causal, bottom_right, scale, window, softcap, alibi
     s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
-    position = np.arange(len_q)[:, None] + (len_k - len_q if bottom_right else 0)
-    key = np.arange(len_k)[None, :]
+    position, key = positions(len_q, len_k, bottom_right)
     if alibi_slopes is not None:
         s = s - np.asarray(alibi_slopes, np.float64)[None, :, None, None] * np.abs(position - key)
-    visible = np.ones(s.shape, bool)
-    if causal:
-        visible &= key <= position
-    if window[0] >= 0:
-        visible &= key >= position - window[0]
-    if window[1] >= 0:
-        visible &= key <= position + window[1]
+    visible = np.broadcast_to(visible_keys(len_q, len_k, causal=causal, window=window,
+                                           bottom_right=bottom_right), s.shape).copy()
     if mask is not None:
         if mask.dtype == bool:
             visible &= mask

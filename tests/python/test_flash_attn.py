@@ -6,6 +6,7 @@ criterion: at most twice the error of the same computation done naively in the i
 
 import math
 
+import numpy_reference
 import pytest
 import torch
 
@@ -29,19 +30,13 @@ def reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=None, s
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
     if softcap:
         s = softcap * torch.tanh(s / softcap)
-    position = torch.arange(len_q)[:, None] + len_k - len_q
-    key = torch.arange(len_k)[None, :]
+    position, key = (torch.from_numpy(x) for x in numpy_reference.positions(len_q, len_k, True))
     if alibi is not None:
         slopes = alibi if alibi.dim() == 2 else alibi[None].expand(q.shape[0], -1)
         s = s - slopes.to(dtype)[:, :, None, None] * (position - key).abs().to(dtype)
-    visible = torch.ones(len_q, len_k, dtype=torch.bool)
-    if causal:
-        visible &= key <= position
-    if window[0] >= 0:
-        visible &= key >= position - window[0]
-    if window[1] >= 0:
-        visible &= key <= position + window[1]
-    s = s.masked_fill(~visible, float("-inf"))
+    visible = numpy_reference.visible_keys(len_q, len_k, causal=causal, window=window,
+                                           bottom_right=True)
+    s = s.masked_fill(~torch.from_numpy(visible), float("-inf"))
     lse = torch.logsumexp(s.to(torch.float64), dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     out = torch.einsum("bhqk,bkhd->bqhd", p, v)

@@ -26,21 +26,28 @@ def _errors(got, want):
     return float(np.sum(diff * diff) / np.sum(want * want)), float(np.abs(diff).max())
 
 
-@pytest.mark.parametrize("dtype, shape, causal", list(itertools.product(DTYPES, SHAPES, (False, True))),
-                         ids=lambda x: str(x).replace("torch.", ""))
-def test_no_less_accurate_than_torch(dtype, shape, causal):
+def _inputs_and_errors(dtype, shape, causal, seed, **options):
+    """q, k, v of the shape, attn's output with options, and the errors (NMSE, max abs) of
+    attn's and of torch's against float64 on the same rounded inputs."""
     batch, heads_q, heads_kv, length, dim = shape
-    generator = torch.Generator().manual_seed(length * 7 + dim)
+    generator = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, h, length, dim, generator=generator).to(dtype)
                for h in (heads_q, heads_kv, heads_kv))
     want, _, _ = numpy_reference.attention(q.double().numpy(), k.double().numpy(),
                                            v.double().numpy(), causal=causal)
-    ours = attn.attention(q, k, v, causal=causal)
+    ours = attn.attention(q, k, v, causal=causal, **options)
     theirs = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=causal, enable_gqa=heads_q != heads_kv)
+    return (q, k, v), ours, _errors(ours.double().numpy(), want), \
+        _errors(theirs.double().numpy(), want)
+
+
+@pytest.mark.parametrize("dtype, shape, causal", list(itertools.product(DTYPES, SHAPES, (False, True))),
+                         ids=lambda x: str(x).replace("torch.", ""))
+def test_no_less_accurate_than_torch(dtype, shape, causal):
+    _, ours, (ours_nmse, ours_max), (theirs_nmse, theirs_max) = _inputs_and_errors(
+        dtype, shape, causal, seed=shape[3] * 7 + shape[4])
     assert ours.dtype == dtype
-    ours_nmse, ours_max = _errors(ours.double().numpy(), want)
-    theirs_nmse, theirs_max = _errors(theirs.double().numpy(), want)
     assert ours_nmse <= theirs_nmse, f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
     assert ours_max <= 1.25 * theirs_max, f"max abs {ours_max:.3g} against torch's {theirs_max:.3g}"
 
@@ -52,18 +59,9 @@ def test_weights_rounded_for_p_v_stay_within_torchs_accuracy(dtype, shape, causa
     as PyTorch's kernel rounds P: its error stays within 2x torch's NMSE and 1.5x its max
     abs error (one more rounding of the same size as the output's own). Where P V does not
     run on AMX tiles it changes no bit."""
-    batch, heads_q, heads_kv, length, dim = shape
-    generator = torch.Generator().manual_seed(length * 5 + dim)
-    q, k, v = (torch.randn(batch, h, length, dim, generator=generator).to(dtype)
-               for h in (heads_q, heads_kv, heads_kv))
-    want, _, _ = numpy_reference.attention(q.double().numpy(), k.double().numpy(),
-                                           v.double().numpy(), causal=causal)
-    ours = attn.attention(q, k, v, causal=causal, pv_precision="bf16")
+    (q, k, v), ours, (ours_nmse, ours_max), (theirs_nmse, theirs_max) = _inputs_and_errors(
+        dtype, shape, causal, seed=shape[3] * 5 + shape[4], pv_precision="bf16")
     if "P rounded to bf16" not in attn.explain(q, k, v, causal=causal, pv_precision="bf16")["plan"]:
         assert torch.equal(ours, attn.attention(q, k, v, causal=causal))
-    theirs = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, enable_gqa=heads_q != heads_kv)
-    ours_nmse, ours_max = _errors(ours.double().numpy(), want)
-    theirs_nmse, theirs_max = _errors(theirs.double().numpy(), want)
     assert ours_nmse <= 2 * theirs_nmse, f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
     assert ours_max <= 1.5 * theirs_max, f"max abs {ours_max:.3g} against torch's {theirs_max:.3g}"

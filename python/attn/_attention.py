@@ -196,11 +196,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Autograd: when query, key or value require grad while gradients are recorded, the
     result has a grad_fn (attn.attention_backward computes the gradients; broadcast
     leading dims sum theirs back). A float attn_mask that requires grad gets its gradient
-    (the scores' dS, summed over the dims it broadcasts over), as in PyTorch, except under
-    torch's tracing (below), where it is refused (NotImplementedError).
+    (the scores' dS, summed over the dims it broadcasts over), as in PyTorch.
 
     torch.compile, torch.export and meta tensors: a call that torch traces (or on meta
-    tensors) goes through the custom ops torch.ops.attn.sdpa and attn.sdpa_backward, which
+    tensors) goes through the custom ops torch.ops.attn.sdpa, sdpa_backward and
+    sdpa_mask_backward, which
     have fake kernels and registered autograd, so torch.compile(fullgraph=True) takes it
     without a graph break; such a call needs 4-D query, key and value of one batch size.
     attn registers the ops at import when torch is imported first, else at its first call

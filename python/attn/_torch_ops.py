@@ -1,10 +1,12 @@
-"""attn.scaled_dot_product_attention as torch.library custom ops, attn::sdpa and
-attn::sdpa_backward, with fake kernels and registered autograd: what torch.compile
-(fullgraph=True), torch.export and meta tensors need to take attn without a graph break.
+"""attn.scaled_dot_product_attention as torch.library custom ops, attn::sdpa,
+attn::sdpa_backward and attn::sdpa_mask_backward (a float mask's gradient), with fake
+kernels and registered autograd: what torch.compile (fullgraph=True), torch.export and meta
+tensors need to take attn without a graph break.
 
 Eager calls keep the direct path (_attention.py); a call that torch is tracing (compiling
 or exporting), or whose inputs are meta tensors, goes through the ops, which run the same
-kernels: attn.attention forward, attn.attention_backward for the gradients."""
+kernels: attn.attention forward, attn.attention_backward and mask_gradient for the
+gradients."""
 
 from typing import Optional
 
@@ -43,7 +45,7 @@ def register():
 def _make_ops():
     torch = _arrays._torch()
     from ._attention import attention
-    from ._backward import attention_backward
+    from ._backward import attention_backward, mask_gradient
     Tensor = torch.Tensor
 
     def align(bottom_right):
@@ -78,6 +80,19 @@ def _make_ops():
     def _(dout, query, key, value, out, lse, attn_mask, is_causal, bottom_right, scale):
         return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
+    @torch.library.custom_op("attn::sdpa_mask_backward", mutates_args=())
+    def sdpa_mask_backward(dout: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor,
+                           attn_mask: Tensor, is_causal: bool, bottom_right: bool,
+                           scale: Optional[float]) -> Tensor:
+        """The gradient of attn::sdpa's out with respect to a float attn_mask."""
+        return mask_gradient(query, key, value, out, dout, attn_mask, "bhsd",
+                             {"causal": is_causal, "causal_align": align(bottom_right),
+                              "scale": scale})
+
+    @sdpa_mask_backward.register_fake
+    def _(dout, query, key, value, out, attn_mask, is_causal, bottom_right, scale):
+        return torch.empty_like(attn_mask)
+
     def setup_context(ctx, inputs, output):
         query, key, value, attn_mask, is_causal, bottom_right, scale = inputs
         ctx.save_for_backward(query, key, value, output[0], output[1], attn_mask)
@@ -86,9 +101,14 @@ def _make_ops():
 
     def backward(ctx, dout, _dlse):
         query, key, value, out, lse, attn_mask = ctx.saved_tensors
-        grads = sdpa_backward(dout.contiguous(), query, key, value, out, lse, attn_mask,
-                              ctx.is_causal, ctx.bottom_right, ctx.scale)
-        return (*grads, None, None, None, None)
+        dout = dout.contiguous()
+        grads = sdpa_backward(dout, query, key, value, out, lse, attn_mask, ctx.is_causal,
+                              ctx.bottom_right, ctx.scale)
+        dmask = None
+        if ctx.needs_input_grad[3]:
+            dmask = sdpa_mask_backward(dout, query, key, value, out, attn_mask, ctx.is_causal,
+                                       ctx.bottom_right, ctx.scale)
+        return (*grads, dmask, None, None, None)
 
     sdpa.register_autograd(backward, setup_context=setup_context)
     return sdpa
@@ -108,9 +128,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask, is_causal, bottom
     if query.shape[1] != key.shape[1] and not enable_gqa:
         raise Error(f"key: expected query's {query.shape[1]} heads, or enable_gqa=True, given "
                     f"{key.shape[1]}")
-    if attn_mask is not None and attn_mask.requires_grad:
-        raise NotImplementedError("attn_mask: attn computes no gradient for a mask; expected "
-                                  "one that does not require grad")
     if _sdpa is None:
         raise Error("attn: expected attn's torch ops to be registered before torch traces it; "
                     "import torch before attn, or call attn._torch_ops.register() first")

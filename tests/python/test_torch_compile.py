@@ -18,10 +18,12 @@ def tensors(batch=2, heads=4, heads_kv=2, len_q=9, len_k=13, dim=16, dim_v=8, se
             torch.randn(batch, heads_kv, len_k, dim_v, generator=g, dtype=dtype))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_custom_ops_pass_opcheck(causal):
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
+def test_the_custom_ops_pass_opcheck(mask_kind):
     q, k, v = (x.requires_grad_() for x in tensors())
-    mask = None if causal else torch.randn(9, 13) > -1.0
+    mask = {None: None, "bool": torch.randn(9, 13) > -1.0,
+            "float": torch.randn(4, 9, 13).requires_grad_()}[mask_kind]
+    causal = mask_kind is None
     torch.library.opcheck(_torch_ops.register(), (q, k, v, mask, causal, causal, 0.3))
 
 
@@ -50,17 +52,18 @@ def test_compiled_attention_matches_eager_without_graph_breaks(backend):
 
 
 def test_a_compiled_training_step_matches_eager():
-    """The loss compiled whole (AOT autograd traces attn::sdpa_backward into the backward
-    graph), its gradients against eager's and a float64 reference."""
+    """The loss compiled whole (AOT autograd traces attn::sdpa_backward and, for the learned
+    bias, attn::sdpa_mask_backward into the backward graph), its gradients against eager's
+    and a float64 reference."""
     q, k, v = tensors(seed=1)
-    mask = torch.randn(9, 13) * 0.5  # a float bias, added to the scores
+    mask = torch.randn(9, 13) * 0.5  # a learned bias, added to the scores
 
-    def loss(q, k, v):
+    def loss(q, k, v, mask):
         out = sdpa(q, k, v, mask=mask)
         return (out * out).sum()
 
     def gradients(fn):
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, mask)]
         fn(*leaves).backward()
         return [x.grad for x in leaves]
 
@@ -69,17 +72,15 @@ def test_a_compiled_training_step_matches_eager():
     got = gradients(torch.compile(loss, fullgraph=True, backend="aot_eager"))
     for g, w in zip(got, want):
         assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
-    reference = [x.clone().to(torch.float64).requires_grad_() for x in (q, k, v)]
-    expanded = [reference[0]] + [x.repeat_interleave(2, dim=1) for x in reference[1:]]
-    out = torch.nn.functional.scaled_dot_product_attention(*expanded, attn_mask=mask.double())
+    reference = [x.clone().to(torch.float64).requires_grad_() for x in (q, k, v, mask)]
+    expanded = [reference[0]] + [x.repeat_interleave(2, dim=1) for x in reference[1:3]]
+    out = torch.nn.functional.scaled_dot_product_attention(*expanded, attn_mask=reference[3])
     for g, w in zip(got, torch.autograd.grad((out * out).sum(), reference)):
         assert (g.double() - w).abs().max().item() < 1e-4
 
 
-def test_tracing_refuses_a_mask_that_requires_grad_and_shapes_it_cannot_serve():
+def test_tracing_refuses_shapes_it_cannot_serve():
     q, k, v = (x.to("meta") for x in tensors())
-    with pytest.raises(NotImplementedError, match="^attn_mask: attn computes no gradient"):
-        sdpa(q, k, v, mask=torch.zeros(9, 13, device="meta", requires_grad=True))
     with pytest.raises(ValueError, match=r"^query: expected 4 dims \[B, H, L, E\]"):
         sdpa(q[0], k[0], v[0])
 

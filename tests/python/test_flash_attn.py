@@ -233,3 +233,26 @@ def test_unserved_arguments_are_refused_naming_them():
         flash_attn_func(q, k, v, alibi_slopes=torch.ones(3))
     with pytest.raises(ValueError, match="^k: expected room in the cache"):
         flash_attn_with_kvcache(q, k.clone(), v.clone(), k=k, v=v, cache_seqlens=2)
+
+
+def test_kvcache_without_new_tokens_rotates_queries_at_the_cache_length_and_takes_2d_alibi():
+    """Not causal and no window: flash-attn rotates every query at cache_seqlens (one
+    position); ALiBi slopes per batch entry; nothing appended."""
+    batch, heads, heads_kv, dim, seqlen_cache, len_q = 2, 4, 2, 32, 24, 3
+    g = torch.Generator().manual_seed(11)
+    k_cache = torch.randn(batch, seqlen_cache, heads_kv, dim, generator=g)
+    v_cache = torch.randn(batch, seqlen_cache, heads_kv, dim, generator=g)
+    before = (k_cache.clone(), v_cache.clone())
+    q = torch.randn(batch, len_q, heads, dim, generator=g)
+    angles = torch.arange(32)[:, None] * 0.2 * torch.arange(1, 17)[None, :]
+    lengths = torch.tensor([10, 17], dtype=torch.int32)
+    alibi = torch.rand(batch, heads, generator=g) * 0.3
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, rotary_cos=angles.cos(),
+                                  rotary_sin=angles.sin(), cache_seqlens=lengths,
+                                  rotary_interleaved=False, alibi_slopes=alibi)
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+    for b in range(batch):
+        length = int(lengths[b])
+        exact = rotate(q[b], angles.cos(), angles.sin(), torch.full((len_q,), length), False)[None]
+        check_accuracy(out[b:b + 1], exact.float(), k_cache[b:b + 1, :length],
+                       v_cache[b:b + 1, :length], q_exact=exact, alibi=alibi[b:b + 1])

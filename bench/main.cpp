@@ -103,13 +103,14 @@ void run_backward(InputCache::Entry& entry, const Options& options) {
                 {entry.dq.mutable_view(), entry.dk.mutable_view(), entry.dv.mutable_view(), {}});
 }
 
-void run_case(benchmark::State& state, const BenchCase& bench_case, InputCache& cache,
-              InterleavedProbes& probes) {
+void run_case(benchmark::State& state, const BenchCase& bench_case, PvPrecision pv_precision,
+              InputCache& cache, InterleavedProbes& probes) {
   InputCache::Entry& entry = cache.get(bench_case.shape);
   const Outputs outputs{entry.output.mutable_view(), std::nullopt, std::nullopt};
   Options options;
   options.causal = bench_case.shape.causal;
   options.threads = bench_case.threads;
+  options.pv_precision = pv_precision;
   const testing::Inputs& in = entry.inputs;
   if (bench_case.work == Work::weights || bench_case.work == Work::top8) {
     prepare_weights(bench_case, entry);
@@ -136,6 +137,7 @@ struct CommandLine {
   bool memory = false;
   bool memory_backward = false;
   std::optional<Index> memory_length;
+  std::string pv_precision = "exact";
   std::vector<std::string> benchmark_flags;
 };
 
@@ -194,15 +196,19 @@ int run_speed_cases(const CommandLine& command_line) {
                 threads, threads == 1 ? "" : "s", amx->gflops);
   }
 
+  const PvPrecision pv_precision =
+      command_line.pv_precision == "bf16" ? PvPrecision::bf16 : PvPrecision::exact;
+  std::printf("pv_precision: %s\n", command_line.pv_precision.c_str());
   InputCache cache;
   InterleavedProbes probes;
   std::map<std::string, BenchCase> cases;
   for (const BenchCase& bench_case : bench_cases(command_line.quick)) {
     cases[bench_case.name()] = bench_case;
-    benchmark::RegisterBenchmark(bench_case.name().c_str(),
-                                 [bench_case, &cache, &probes](benchmark::State& state) {
-                                   run_case(state, bench_case, cache, probes);
-                                 })
+    benchmark::RegisterBenchmark(
+        bench_case.name().c_str(),
+        [bench_case, pv_precision, &cache, &probes](benchmark::State& state) {
+          run_case(state, bench_case, pv_precision, cache, probes);
+        })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
@@ -243,6 +249,10 @@ int main(int argc, char** argv) {
   app.add_option("--memory-length", command_line.memory_length,
                  "L for --memory or --memory-backward")
       ->check(CLI::PositiveNumber);
+  app.add_option("--pv-precision", command_line.pv_precision,
+                 "exact (default) or bf16: Options::pv_precision for every case (bf16 rounds P "
+                 "for P V on AMX tiles)")
+      ->check(CLI::IsMember({"exact", "bf16"}));
   app.allow_extras();
   app.footer(
       "Google Benchmark flags pass through, e.g. --benchmark_filter=REGEX, "

@@ -42,15 +42,20 @@ inline float float_of(std::uint32_t bits) {
   return x;
 }
 
-// The three bf16 parts of w, high to low, as float patterns with a zero low half: each
-// truncates what the ones before left, so w = hi + mid + lo exactly (8 bits of w's 24 each).
-// AMX reads a part below float's normal range (2^-126) as 0: a change below 2^-126 in a
-// weight, against its row's largest weight of 1.
+// The bf16 parts of w, high to low, as float patterns with a zero low half. Three (the
+// default): each truncates what the ones before left, so w = hi + mid + lo exactly (8 bits
+// of w's 24 each); AMX reads a part below float's normal range (2^-126) as 0: a change
+// below 2^-126 in a weight, against its row's largest weight of 1. One: w rounded
+// (rounded_half), for Options::pv_precision bf16.
 struct WeightParts {
   std::uint32_t part[kWeightParts];
 };
-inline WeightParts weight_parts(float w) {
-  WeightParts out;
+inline WeightParts weight_parts(float w, int parts = kWeightParts) {
+  WeightParts out{};
+  if (parts == 1) {
+    out.part[0] = rounded_half(w);
+    return out;
+  }
   float left = w;
   for (int q = 0; q < kWeightParts; ++q) {
     out.part[q] = high_half(left);
@@ -60,22 +65,14 @@ inline WeightParts weight_parts(float w) {
 }
 
 // One pair of keys of put_weight_parts, each key's weights or (not seen) zeros; the
-// loop over rows is straight-line, for the compiler to vectorise. parts: kWeightParts
-// exact parts, or 1, each weight rounded.
+// loop over rows is straight-line, for the compiler to vectorise.
 template <bool kEvenSeen, bool kOddSeen>
 void put_pair_parts(const float* even, const float* odd, Index rows, Index plane, int parts,
                     std::uint32_t* pair) {
-  if (parts == 1) {
-    for (Index r = 0; r < rows; ++r) {
-      pair[r] =
-          (rounded_half(kEvenSeen ? even[r] : 0.0f) >> 16) | rounded_half(kOddSeen ? odd[r] : 0.0f);
-    }
-    return;
-  }
   for (Index r = 0; r < rows; ++r) {
-    const WeightParts a = weight_parts(kEvenSeen ? even[r] : 0.0f);
-    const WeightParts b = weight_parts(kOddSeen ? odd[r] : 0.0f);
-    for (int q = 0; q < kWeightParts; ++q) pair[q * plane + r] = (a.part[q] >> 16) | b.part[q];
+    const WeightParts a = weight_parts(kEvenSeen ? even[r] : 0.0f, parts);
+    const WeightParts b = weight_parts(kOddSeen ? odd[r] : 0.0f, parts);
+    for (int q = 0; q < parts; ++q) pair[q * plane + r] = (a.part[q] >> 16) | b.part[q];
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "cache/page_rows.hpp"
 #include "errors.hpp"
 #include "options.hpp"
 #include "views.hpp"
@@ -180,21 +181,9 @@ ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
   }
   const std::size_t shape[4] = {pages, heads, static_cast<std::size_t>(pool.page_size),
                                 static_cast<std::size_t>(pool.dim)};
-  nb::dlpack::dtype dtype{};
-  switch (pool.dtype) {
-    case CacheDType::f32:
-      dtype = nb::dtype<float>();
-      break;
-    case CacheDType::f16:
-      dtype = nb::dtype<float>(), dtype.bits = 16;
-      break;
-    case CacheDType::bf16:
-      dtype = nb::dtype<std::uint16_t>();  // NumPy has no bfloat16 (the Python layer views it)
-      break;
-    case CacheDType::int8:
-      dtype = nb::dtype<std::int8_t>();
-      break;
-  }
+  const nb::dlpack::dtype dtype = pool.dtype == CacheDType::int8
+                                      ? nb::dtype<std::int8_t>()
+                                      : numpy_dtype(cache::storage_dtype(pool.dtype));
   return ReadOnlyArray(pool.data, 4, shape, owner, nullptr, dtype);
 }
 

@@ -104,13 +104,9 @@ MutableTensorView output_view(const OutputArray& array, const char* name) {
   return MutableTensorView(array.data(), dtype, shape, strides);
 }
 
-NumpyArray to_numpy(Tensor&& tensor) {
-  const Dims dims = tensor.shape();
-  const std::size_t shape[4] = {
-      static_cast<std::size_t>(dims[0]), static_cast<std::size_t>(dims[1]),
-      static_cast<std::size_t>(dims[2]), static_cast<std::size_t>(dims[3])};
+nb::dlpack::dtype numpy_dtype(DType type) {
   nb::dlpack::dtype dtype{};
-  switch (tensor.dtype()) {
+  switch (type) {
     case DType::f16:
       dtype = nb::dtype<float>(), dtype.bits = 16;
       break;
@@ -127,6 +123,15 @@ NumpyArray to_numpy(Tensor&& tensor) {
       dtype = nb::dtype<bool>();
       break;
   }
+  return dtype;
+}
+
+NumpyArray to_numpy(Tensor&& tensor) {
+  const Dims dims = tensor.shape();
+  const std::size_t shape[4] = {
+      static_cast<std::size_t>(dims[0]), static_cast<std::size_t>(dims[1]),
+      static_cast<std::size_t>(dims[2]), static_cast<std::size_t>(dims[3])};
+  const nb::dlpack::dtype dtype = numpy_dtype(tensor.dtype());
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   return NumpyArray(owned->data(), 4, shape, owner, nullptr, dtype);

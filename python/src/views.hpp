@@ -29,6 +29,9 @@ MutableTensorView output_view(const OutputArray& array, const char* name);
 
 // tensor: [B, H, S, D] -> a NumPy array that owns the tensor's storage (no copy);
 // bfloat16 comes back as uint16 bits.
+// The NumPy dtype of a DType: bf16 as its uint16 bits (NumPy has none; the Python layer
+// views it as ml_dtypes' bfloat16 where it wants one).
+nanobind::dlpack::dtype numpy_dtype(DType dtype);
 NumpyArray to_numpy(Tensor&& tensor);
 
 }  // namespace attn::python

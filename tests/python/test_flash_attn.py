@@ -227,8 +227,13 @@ def test_unserved_arguments_are_refused_naming_them():
     q, k, v = inputs(1, 4, 4, 2, 2, 16, torch.float32)
     with pytest.raises(ValueError, match="^dropout_p: expected 0.0"):
         flash_attn_func(q, k, v, dropout_p=0.1)
-    with pytest.raises(ValueError, match="^cache_leftpad: expected None"):
-        flash_attn_with_kvcache(q, k, v, cache_leftpad=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^cache_leftpad: expected None with block_table"):
+        flash_attn_with_kvcache(q, k, v, cache_leftpad=torch.zeros(1, dtype=torch.int32),
+                                block_table=torch.zeros(1, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^cache_leftpad: expected values from 0 to cache_seqlens"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=2, cache_leftpad=torch.tensor([3]))
+    with pytest.raises(ValueError, match=r"^cache_leftpad: expected an int or shape \(1,\)"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=2, cache_leftpad=torch.tensor([0, 1]))
     with pytest.raises(ValueError, match=r"^alibi_slopes: expected shape \(2,\) or \(1, 2\)"):
         flash_attn_func(q, k, v, alibi_slopes=torch.ones(3))
     with pytest.raises(ValueError, match="^k: expected room in the cache"):
@@ -256,3 +261,41 @@ def test_kvcache_without_new_tokens_rotates_queries_at_the_cache_length_and_take
         exact = rotate(q[b], angles.cos(), angles.sin(), torch.full((len_q,), length), False)[None]
         check_accuracy(out[b:b + 1], exact.float(), k_cache[b:b + 1, :length],
                        v_cache[b:b + 1, :length], q_exact=exact, alibi=alibi[b:b + 1])
+
+
+@pytest.mark.parametrize("rotary", [None, "neox"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_kvcache_leftpad_reads_each_row_from_its_pad(rotary, dtype):
+    """cache_leftpad: entry b's keys are rows [leftpad[b], cache_seqlens[b] + new), its new
+    tokens written at cache_seqlens[b] (rotated there: rotary positions count from row 0),
+    causal and ALiBi positions counted from leftpad[b], as flash-attn's kernel and tests."""
+    torch_dtype = DTYPES[dtype]
+    batch, heads, heads_kv, dim, seqlen_cache, new, len_q = 3, 4, 2, 32, 40, 2, 3
+    g = torch.Generator().manual_seed(13)
+    k_cache = torch.randn(batch, seqlen_cache, heads_kv, dim, generator=g).to(torch_dtype)
+    v_cache = torch.randn(batch, seqlen_cache, heads_kv, dim, generator=g).to(torch_dtype)
+    q = torch.randn(batch, len_q, heads, dim, generator=g).to(torch_dtype)
+    k_new = torch.randn(batch, new, heads_kv, dim, generator=g).to(torch_dtype)
+    v_new = torch.randn(batch, new, heads_kv, dim, generator=g).to(torch_dtype)
+    lengths = torch.tensor([9, 30, 4], dtype=torch.int32)
+    leftpad = torch.tensor([3, 0, 4], dtype=torch.int32)
+    alibi = torch.rand(heads, generator=g) * 0.3
+    cos = sin = None
+    if rotary:
+        angles = torch.arange(64)[:, None] * 0.1 * torch.arange(1, 17)[None, :]
+        cos, sin = angles.cos(), angles.sin()
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, rotary_cos=cos,
+                                  rotary_sin=sin, cache_seqlens=lengths, cache_leftpad=leftpad,
+                                  causal=True, rotary_interleaved=False, alibi_slopes=alibi)
+    for b in range(batch):
+        length, pad = int(lengths[b]), int(leftpad[b])
+        want_k = k_new[b] if not rotary else rotate(
+            k_new[b], cos, sin, torch.arange(length, length + new), False).to(torch_dtype)
+        assert torch.equal(k_cache[b, length:length + new], want_k)
+        assert torch.equal(v_cache[b, length:length + new], v_new[b])
+        exact = None
+        if rotary:
+            exact = rotate(q[b], cos, sin, torch.arange(length, length + len_q), False)[None]
+        check_accuracy(out[b:b + 1], q[b:b + 1] if exact is None else exact.to(torch_dtype),
+                       k_cache[b:b + 1, pad:length + new], v_cache[b:b + 1, pad:length + new],
+                       q_exact=exact, causal=True, alibi=alibi)

@@ -14,10 +14,11 @@ kernel: a dense cache [batch_cache, seqlen_cache, nheads_k, headdim] is a pool o
 per batch entry, a paged one [num_blocks, page_block_size, nheads_k, headdim] is read through
 block_table; new k and v are appended at cache_seqlens (rotated first with rotary_cos and
 rotary_sin, GPT-J style when rotary_interleaved, else NeoX), with cache_batch_idx choosing
-each query's cache row.
+each query's cache row and cache_leftpad (dense caches) where each row's keys start.
 
 Not served (each refused with an error naming the argument): dropout_p > 0 (attn has no
-dropout yet), cache_leftpad, and block_table in flash_attn_varlen_func. deterministic and
+dropout yet), cache_leftpad with block_table (as flash-attn), and block_table in
+flash_attn_varlen_func. deterministic and
 num_splits are accepted and change nothing: attn gives the same bits on every run.
 """
 
@@ -175,14 +176,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse, None) if return_attn_probs else out
 
 
-def _as_lengths(cache_seqlens, batch):
+def _as_lengths(cache_seqlens, batch, name="cache_seqlens"):
     if cache_seqlens is None:
         return torch.zeros(batch, dtype=torch.int64)
     if isinstance(cache_seqlens, int):
         return torch.full((batch,), cache_seqlens, dtype=torch.int64)
     lengths = torch.as_tensor(cache_seqlens).to(torch.int64).reshape(-1)
     if lengths.shape != (batch,):
-        raise Error(f"cache_seqlens: expected an int or shape ({batch},), given "
+        raise Error(f"{name}: expected an int or shape ({batch},), given "
                     f"{tuple(lengths.shape)}")
     return lengths
 
@@ -204,14 +205,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         it is stored; q at cache_seqlens + i when causal or windowed, else at cache_seqlens.
     cache_seqlens: int or (batch,) int32, the keys each cache row holds before the append.
     cache_batch_idx: (batch,) int32, the cache row of each batch entry (default: b).
+    cache_leftpad: (batch,) int32, the first row of each entry's keys (default 0; rows before
+        it are padding); positions for causal, windows and ALiBi count from it, rotary
+        positions from row 0. Dense caches only.
     block_table: (batch, max_blocks_per_seq) int32, the pages of each entry's keys.
     Returns out (batch, seqlen_q, nheads, headdim) in q's dtype, and with return_softmax_lse
     also softmax_lse (batch, nheads, seqlen_q) float32.
     """
-    if cache_leftpad is not None:
-        raise Error("cache_leftpad: expected None (attn's paged kernel reads each sequence's "
-                    "keys from its first position)")
     batch, seqlen_q, heads, _ = q.shape
+    if cache_leftpad is not None and block_table is not None:
+        raise Error("cache_leftpad: expected None with block_table (as flash-attn: a paged "
+                    "entry's keys start at its first page)")
     if block_table is None:
         pages = torch.arange(batch, dtype=torch.int32) if cache_batch_idx is None else \
             torch.as_tensor(cache_batch_idx).to(torch.int32).reshape(batch)
@@ -244,6 +248,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         append_pages(k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]), slots,
                      k_cache, v_cache, **extra)
     seq_lens = (lengths + new).to(torch.int32)
+    if cache_leftpad is not None:
+        # Entry b's keys are rows [leftpad[b], cache_seqlens[b] + new) of its cache row, read
+        # as pages of one row: positions (causal, windows, ALiBi) count from leftpad[b].
+        leftpad = _as_lengths(cache_leftpad, batch, "cache_leftpad")
+        if (leftpad < 0).any() or (leftpad > lengths).any():
+            raise Error(f"cache_leftpad: expected values from 0 to cache_seqlens, given "
+                        f"{leftpad.tolist()} against {lengths.tolist()}")
+        seq_lens = (seq_lens - leftpad).to(torch.int32)
+        width = max(int(seq_lens.max()), 1)
+        rows = table[:, :1].to(torch.int64) * page_size + leftpad[:, None]
+        columns = torch.arange(width)[None, :]
+        table = torch.where(columns < seq_lens[:, None], rows + columns, 0).to(torch.int32)
+        k_cache, v_cache = (x.reshape(-1, 1, *x.shape[2:]) for x in (k_cache, v_cache))
     query_start = torch.arange(batch + 1, dtype=torch.int32) * seqlen_q
     options = _options(softmax_scale, causal, window_size, softcap, paged=True)
     if rotary is not None:

@@ -1,7 +1,8 @@
 """attn.scaled_dot_product_attention inside torch's tracing: the custom ops attn::sdpa and
 attn::sdpa_backward pass torch.library.opcheck (schema, fake kernel, autograd registration);
-torch.compile(fullgraph=True) of attention and of a training step compiles without a graph
-break and matches eager; meta tensors get the right shapes."""
+torch.compile(fullgraph=True) of attention, of a training step and of a transformers model
+on attn compiles without a graph break and matches eager; meta tensors get the right
+shapes."""
 
 import pytest
 import torch
@@ -95,3 +96,35 @@ def test_torch_export_records_the_op_and_its_program_matches_eager():
     targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
     assert torch.ops.attn.sdpa.default in targets
     assert torch.equal(program.module()(q, k, v), Attention()(q, k, v))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_compiled_transformers_model_on_attn_matches_eager(backend):
+    """A Llama-style model (GQA, a padded batch) loaded with attn_implementation="attn":
+    its forward compiles whole, attn::sdpa in the graph, and gives eager's logits."""
+    import transformers
+
+    import attn.integrations.transformers as integration
+
+    integration.register()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.set_attn_implementation("attn")
+    ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(1))
+    padding = torch.ones_like(ids)
+    padding[1, :3] = 0
+
+    def logits(ids, padding):
+        return model(input_ids=ids, attention_mask=padding, use_cache=False).logits
+
+    eager = logits(ids, padding)
+    explanation = torch._dynamo.explain(logits)(ids, padding)
+    assert explanation.graph_break_count == 0
+    assert any("attn.sdpa" in str(node.target) for graph in explanation.graphs
+               for node in graph.graph.nodes)
+    torch._dynamo.reset()
+    compiled = torch.compile(logits, fullgraph=True, backend=backend)
+    torch.testing.assert_close(compiled(ids, padding), eager, rtol=1e-5, atol=1e-5)

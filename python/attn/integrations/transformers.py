@@ -20,7 +20,8 @@ import transformers
 import transformers.masking_utils
 
 from .. import viz
-from .._attention import attention
+from .. import _torch_ops
+from .._attention import attention, scaled_dot_product_attention
 from .._errors import ArgumentTypeError, Error
 
 NAME = "attn"
@@ -37,7 +38,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     is_causal (default module.is_causal) applies only without a mask and for L > 1, as in
     transformers' sdpa, which also drops keys past L then (an empty static cache).
     Training works: inputs that require grad give an out with a grad_fn (attn's backward
-    pass); the mask gets no gradient.
+    pass); the mask gets no gradient. Under torch.compile and torch.export (no weights, no
+    softcap) it goes through the custom op attn::sdpa, so a model compiles whole.
     """
     if dropout and module.training:
         raise NotImplementedError(f"dropout: attn has no dropout; expected 0.0, given {dropout}")
@@ -47,6 +49,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if is_causal and key.shape[2] > len_q:
         key, value = key[:, :, :len_q], value[:, :, :len_q]
     want_weights = bool(kwargs.get("output_attentions", False))
+    if not want_weights and not softcap and _torch_ops.traced((query, key, value, attention_mask)):
+        # Under torch.compile or torch.export: the custom op attn::sdpa, the same kernels.
+        out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                           is_causal=is_causal, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
     result = attention(query, key, value, mask=attention_mask, causal=is_causal, scale=scaling,
                        softcap=softcap or 0.0, return_weights=want_weights)
     out, weights = result if want_weights else (result, None)

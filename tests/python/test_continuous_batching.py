@@ -145,15 +145,16 @@ def test_gathered_keys_match_sdpa():
     k, v = torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
     cu_q = torch.tensor([0, 3, 4], dtype=torch.int32)
     cu_k = torch.tensor([0, 3, 7], dtype=torch.int32)
-    out, weights = cb.attention_forward(torch.nn.Module(), torch.cat([q, torch.zeros(1, 4, 2, 8)], 2),
-                                        k, v, None, scaling=0.3, cu_seq_lens_q=cu_q,
-                                        cu_seq_lens_k=cu_k)
+    padded = torch.cat([q, torch.zeros(1, 4, 2, 8)], 2)  # two rows of padding after the batch
+    out, weights = cb.attention_forward(torch.nn.Module(), padded, k, v, None, scaling=0.3,
+                                        cu_seq_lens_q=cu_q, cu_seq_lens_k=cu_k)
     assert weights is None and out.shape == (1, 6, 4, 8)
     assert torch.equal(out[0, 4:], torch.zeros(2, 4, 8))
     for s in range(2):
         qs = q[:, :, cu_q[s]:cu_q[s + 1]]
         ks, vs = (x[:, :, cu_k[s]:cu_k[s + 1]].repeat_interleave(2, 1) for x in (k, v))
-        mask = torch.ones(qs.shape[2], ks.shape[2], dtype=torch.bool).tril(ks.shape[2] - qs.shape[2])
+        len_q, len_k = qs.shape[2], ks.shape[2]
+        mask = torch.ones(len_q, len_k, dtype=torch.bool).tril(len_k - len_q)
         reference = torch.nn.functional.scaled_dot_product_attention(
             qs.double(), ks.double(), vs.double(), attn_mask=mask, scale=0.3)
         torch.testing.assert_close(out[0, cu_q[s]:cu_q[s + 1]].double(),

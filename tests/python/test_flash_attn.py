@@ -1,8 +1,9 @@
 """attn.integrations.flash_attn against a float64 reference written from flash-attn's
 documented semantics (bottom-right causal and windows, softcap, ALiBi 1-D and 2-D, GQA, odd
 head dims, varlen with empty sequences, a KV cache dense and paged with in-place appends,
-rotary in both layouts, +inf lse for rows that see no key), with flash-attn's accuracy
-criterion: at most twice the error of the same computation done naively in the input dtype."""
+left padding, rotary in both layouts, +inf lse for rows that see no key), with flash-attn's
+accuracy criterion: at most twice the error of the same computation done naively in the
+input dtype."""
 
 import math
 

@@ -131,7 +131,8 @@ def register(name=NAME):
     import transformers
 
     if name != NAME:
-        raise Error(f"name: continuous batching under attn is registered as {NAME!r}, given {name!r}")
+        raise Error(f"name: continuous batching under attn is registered as {NAME!r}, "
+                    f"given {name!r}")
     transformers.AttentionInterface.register(NAME, attention_forward)
     _cb_cache.PagedAttentionCache.update = _update
     _cb_api.ContinuousBatchingManager.switch_to_cb_friendly_attn = _switch

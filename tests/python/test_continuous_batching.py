@@ -159,3 +159,21 @@ def test_gathered_keys_match_sdpa():
             qs.double(), ks.double(), vs.double(), attn_mask=mask, scale=0.3)
         torch.testing.assert_close(out[0, cu_q[s]:cu_q[s + 1]].double(),
                                    reference[0].transpose(0, 1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_transformers_without_token_views_is_named():
+    """The one private attribute read (the allocator's token views) is checked, and its
+    absence refused with an error naming transformers, before anything is written."""
+    from types import SimpleNamespace
+
+    allocator = FullAttentionCacheAllocator.__new__(FullAttentionCacheAllocator)
+    allocator.index, allocator.layer_type = 0, "full_attention"
+    cache = SimpleNamespace(config=SimpleNamespace(_attn_implementation=cb.NAME),
+                            layer_to_allocator={0: allocator})
+    cu = torch.tensor([0, 2], dtype=torch.int32)
+    kwargs = dict(cu_seq_lens_q=cu, cu_seq_lens_k={"full_attention": cu},
+                  max_length_k={"full_attention": 2}, write_index=[torch.tensor([0, 1])],
+                  read_index=None)
+    states = torch.zeros(1, 2, 2, 8)
+    with pytest.raises(attn.Error, match="^transformers: attn_paged reads"):
+        cb._update(cache, states, states, 0, kwargs)

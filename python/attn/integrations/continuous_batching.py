@@ -24,8 +24,8 @@ attention layers are read in place; any other layer type (sliding windows, MLA l
 served from transformers' gathered copy, by the same kernel.
 """
 
-import numpy as np
 import torch
+from transformers import __version__ as transformers_version
 from transformers.generation.continuous_batching import cache as _cb_cache
 from transformers.generation.continuous_batching import continuous_api as _cb_api
 from transformers.generation.continuous_batching.cache_allocators.full_attention import (
@@ -104,7 +104,11 @@ def _update(self, key_states, value_states, layer_idx, kwargs):
     read = kwargs["read_index"][allocator.index] if kwargs.get("read_index") else write[:0]
     # The layer's token views: [tokens, Hkv, D], slot i being row i, as pages of one token;
     # the values' view starts a page later, so both are cut to its length.
-    key_view, value_view = allocator._kv_token_views[layer_idx]
+    views = getattr(allocator, "_kv_token_views", None)
+    if views is None:
+        raise Error(f"transformers: {NAME} reads FullAttentionCacheAllocator._kv_token_views "
+                    f"(transformers 5.25), which transformers {transformers_version} lacks")
+    key_view, value_view = views[layer_idx]
     tokens = min(key_view.shape[0], value_view.shape[0])
     key_cache, value_cache = (x[:tokens].unsqueeze(1) for x in (key_view, value_view))
     # Padding tokens (static shapes) past the batch's last query all point at one trash slot:

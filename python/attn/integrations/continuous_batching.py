@@ -25,6 +25,7 @@ served from transformers' gathered copy, by the same kernel.
 """
 
 import torch
+from transformers import AttentionInterface
 from transformers import __version__ as transformers_version
 from transformers.generation.continuous_batching import cache as _cb_cache
 from transformers.generation.continuous_batching import continuous_api as _cb_api
@@ -129,15 +130,10 @@ def _switch(self, model, auto_switch_to_flash=True):
     return _original_switch(self, model, auto_switch_to_flash)
 
 
-def register(name=NAME):
+def register():
     """Registers attention_forward with transformers under NAME and lets continuous batching
     run it over its cache in place (see the module's docstring). Returns NAME."""
-    import transformers
-
-    if name != NAME:
-        raise Error(f"name: continuous batching under attn is registered as {NAME!r}, "
-                    f"given {name!r}")
-    transformers.AttentionInterface.register(NAME, attention_forward)
+    AttentionInterface.register(NAME, attention_forward)
     _cb_cache.PagedAttentionCache.update = _update
     _cb_api.ContinuousBatchingManager.switch_to_cb_friendly_attn = _switch
     return NAME

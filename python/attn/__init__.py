@@ -8,6 +8,7 @@
     attn.viz.blend(w, v, "query3.svg", row=3, tokens=words)      # C as a blend of the values
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
+    c = attn.contributions(q, k, v)        # alpha_ij ||v_j||: what each input adds to C
     attn.explain(q, k, v)                      # which kernel runs, and why (before running)
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
@@ -25,6 +26,7 @@ over an mpi4py communicator) is imported on its own: `import attn` loads no MPI.
 from ._attention import attention, describe_input, explain, scaled_dot_product_attention
 from ._backward import attention_backward
 from ._attn import version as __version__
+from ._contributions import contributions
 from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
@@ -47,6 +49,7 @@ __all__ = [
     "attention_backward",
     "attention_state",
     "context",
+    "contributions",
     "decode",
     "decode_state",
     "describe_input",

@@ -95,6 +95,28 @@ void weights(const InputArray& q, const InputArray& k, const OutputArray& out,
   warn_fallback();
 }
 
+// q: [B, Hq, Lq, D]  k: [B, Hkv, Lk, D]  v: [B, Hkv, Lk, Dv]  projection: [1, Hq, Dv, E]
+// -> [B, heads, rows, Lk]
+NumpyArray contributions(const InputArray& q, const InputArray& k, const InputArray& v,
+                         std::vector<Index> heads, std::vector<Index> rows,
+                         const std::optional<InputArray>& projection,
+                         const std::optional<InputArray>& mask, const Options& options) {
+  const Options with = with_mask(options, mask);
+  const WeightSelection selection{std::move(heads), std::move(rows), std::nullopt};
+  const TensorView q_view = input_view(q, "q"), k_view = input_view(k, "k"),
+                   v_view = input_view(v, "v");
+  std::optional<TensorView> projection_view;
+  if (projection) projection_view = input_view(*projection, "output_projection");
+  Tensor result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = attn::contributions(q_view, k_view, v_view, with, selection,
+                                 projection_view ? &*projection_view : nullptr);
+  }
+  warn_fallback();
+  return to_numpy(std::move(result));
+}
+
 // What attn::explain says of forward(q, k, v) with these options: {backend, reason, plan}.
 nb::dict explain(const InputArray& q, const InputArray& k, const InputArray& v,
                  const std::optional<InputArray>& mask, const Options& options) {
@@ -270,6 +292,9 @@ NB_MODULE(_attn, m) {
   m.def("weights", &weights, "q"_a, "k"_a, nb::kw_only(), "out"_a, "indices"_a.none(), "heads"_a,
         "rows"_a, "top_k"_a.none(), "mask"_a.none(), "options"_a,
         "Softmax weights of 4-D [B, H, S, D] views, written into out (and indices for top_k).");
+  m.def("contributions", &contributions, "q"_a, "k"_a, "v"_a, nb::kw_only(), "heads"_a, "rows"_a,
+        "output_projection"_a.none(), "mask"_a.none(), "options"_a,
+        "Weights of 4-D views times each key's value norm (through W_O by head when given).");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(), "options"_a,
         "The backend forward runs for these 4-D views and options, why, and its plan.");
   m.def("scores", &scores, "q"_a, "k"_a, nb::kw_only(), "kind"_a, "scale"_a.none(),

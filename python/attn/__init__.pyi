@@ -72,6 +72,15 @@ def attention_backward(
     **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, ...]:
     """(dq, dk, dv) in the shapes of q, k, v, or (dq, dk, dv, dsinks [Hq]) with sinks."""
+
+def contributions(
+    q: Array, k: Array, v: Array, *, output_projection: Optional[Array] = None,
+    heads: Optional[Sequence[int]] = None, rows: Optional[Sequence[int]] = None,
+    mask: Optional[Array] = None, layout: Literal["bhsd", "bshd"] = "bhsd",
+    **options: Unpack[OptionKeywords],
+) -> Array:
+    """alpha_ij ||v_j|| (or ||v_j W_O^h||) [B, heads, rows, Lk]: what each input adds to C."""
+
 @overload
 def weights(
     q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,

@@ -17,30 +17,28 @@ namespace {
 
 using core::fail;
 
-// ||v_j|| (no projection) or ||v_j W_O^h||, in float64, for key j of batch entry b as query
-// head h sees it.
-double value_norm(const TensorView& v, const TensorView* projection, Index b, Index head_kv,
-                  Index head, Index j) {
+// The float64 norm of every key's value vector of batch entry b, KV head head_kv:
+// ||v_j||, or ||v_j W_O^head|| with a projection. value: scratch of Dv doubles.
+void key_norms(const TensorView& v, const TensorView* projection, Index b, Index head_kv,
+               Index head, std::vector<double>& value, std::vector<double>& norms) {
   const Index dim_v = v.shape[3];
-  if (projection == nullptr) {
-    double sum = 0.0;
-    for (Index d = 0; d < dim_v; ++d) {
-      const double x = core::load_element(v, b, head_kv, j, d);
-      sum += x * x;
-    }
-    return std::sqrt(sum);
-  }
-  std::vector<double> value(static_cast<std::size_t>(dim_v));
-  for (Index d = 0; d < dim_v; ++d)
-    value[static_cast<std::size_t>(d)] = core::load_element(v, b, head_kv, j, d);
-  double sum = 0.0;
-  for (Index e = 0; e < projection->shape[3]; ++e) {
-    double u = 0.0;
+  for (Index j = 0; j < v.shape[2]; ++j) {
     for (Index d = 0; d < dim_v; ++d)
-      u += value[static_cast<std::size_t>(d)] * core::load_element(*projection, 0, head, d, e);
-    sum += u * u;
+      value[static_cast<std::size_t>(d)] = core::load_element(v, b, head_kv, j, d);
+    double sum = 0.0;
+    if (projection == nullptr) {
+      for (Index d = 0; d < dim_v; ++d)
+        sum += value[static_cast<std::size_t>(d)] * value[static_cast<std::size_t>(d)];
+    } else {
+      for (Index e = 0; e < projection->shape[3]; ++e) {
+        double u = 0.0;
+        for (Index d = 0; d < dim_v; ++d)
+          u += value[static_cast<std::size_t>(d)] * core::load_element(*projection, 0, head, d, e);
+        sum += u * u;
+      }
+    }
+    norms[static_cast<std::size_t>(j)] = std::sqrt(sum);
   }
-  return std::sqrt(sum);
 }
 
 void check_projection(const TensorView& projection, const core::Problem& problem) {
@@ -73,13 +71,18 @@ Tensor contributions(const TensorView& q, const TensorView& k, const TensorView&
   const std::vector<Index> heads =
       selection.heads.empty() ? core::all_indices(problem.heads_q) : selection.heads;
   const MutableTensorView view = out.mutable_view();
-  std::vector<double> norms(static_cast<std::size_t>(shape[3]));
-  for (Index b = 0; b < shape[0]; ++b) {
+  std::vector<double> value(static_cast<std::size_t>(problem.dim_v)),
+      norms(static_cast<std::size_t>(shape[3]));
+  // Without a projection a key's norm is its KV head's, the same for the heads of a group:
+  // computed again only when the next head reads another KV head.
+  Index norms_of = -1;
+  for (Index b = 0; b < shape[0]; ++b, norms_of = -1) {
     for (Index h = 0; h < shape[1]; ++h) {
       const Index head = heads[static_cast<std::size_t>(h)];
       const Index head_kv = head / problem.group_size();
-      for (Index j = 0; j < shape[3]; ++j)
-        norms[static_cast<std::size_t>(j)] = value_norm(v, output_projection, b, head_kv, head, j);
+      const Index source = output_projection == nullptr ? head_kv : head;
+      if (source != norms_of) key_norms(v, output_projection, b, head_kv, head, value, norms);
+      norms_of = source;
       for (Index i = 0; i < shape[2]; ++i) {
         if (out.dtype() == DType::f64) {
           double* row = core::row_of<double>(view, b, h, i);

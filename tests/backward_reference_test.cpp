@@ -162,6 +162,9 @@ std::vector<Case> small_cases() {
     c.softcap = 2.0, c.alibi = true, c.sinks = true, c.mask = testing::MaskCase::additive;
   });
   add(packed, [](Case& c) { c.packed = true, c.sinks = true, c.softcap = 1.0, c.window = {2, 1}; });
+  // Dropout: the mask is fixed by the seed, so the loss is smooth in q, k and v.
+  add(plain, [](Case& c) { c.dropout = 0.4; });
+  add(packed, [](Case& c) { c.packed = true, c.causal = true, c.sinks = true, c.dropout = 0.3; });
   return out;
 }
 

@@ -140,15 +140,19 @@ TEST_P(FastBackward, MatchesReferenceOnEveryTarget) {
   for_each_target([&] { expect_fast_matches(r, want, nmse_bound(GetParam())); });
 }
 
-std::vector<Case> supported_cases() {
+// The cases the fast kernel serves (float64 goes to the reference).
+std::vector<Case> supported(const std::vector<Case>& cases) {
   std::vector<Case> out;
-  for (const Case& c : testing::case_list()) {
+  for (const Case& c : cases) {
     if (c.dtype != DType::f64) out.push_back(c);
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, FastBackward, ::testing::ValuesIn(supported_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, FastBackward, ::testing::ValuesIn(supported(testing::case_list())),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Dropout, FastBackward,
+                         ::testing::ValuesIn(supported(testing::dropout_cases())), case_name);
 
 // Past several key blocks, query tiles and key parts, at head dims with their own copy.
 TEST(FastBackwardLarger, MatchesReferenceOnEveryTarget) {

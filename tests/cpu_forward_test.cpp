@@ -85,9 +85,10 @@ TEST_P(FastForward, MatchesReferenceOnEveryTarget) {
   for_each_target([&] { expect_fast_matches(in, want, context_nmse_bound(GetParam())); });
 }
 
-std::vector<Case> supported_cases() {
+// The cases the fast kernel serves (float64 goes to the reference).
+std::vector<Case> supported(const std::vector<Case>& cases) {
   std::vector<Case> out;
-  for (const Case& c : testing::case_list()) {
+  for (const Case& c : cases) {
     if (c.dtype != DType::f64) out.push_back(c);
   }
   return out;
@@ -108,7 +109,10 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, FastForward, ::testing::ValuesIn(supported_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, FastForward, ::testing::ValuesIn(supported(testing::case_list())),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Dropout, FastForward,
+                         ::testing::ValuesIn(supported(testing::dropout_cases())), case_name);
 
 // Sizes past one key tile and one work item, at the head dims with their own kernel copy.
 std::vector<Case> larger_cases() {

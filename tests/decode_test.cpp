@@ -487,6 +487,10 @@ TEST(Decode, BadInputThrowsNamingTheArgument) {
   Options masked;
   masked.mask = q.view();
   EXPECT_TRUE(starts(error_message([&] { decode(q.view(), f.cache, f.ids, masked); }), "mask: "));
+  Options dropout;
+  dropout.dropout_p = 0.1;
+  EXPECT_TRUE(starts(error_message([&] { decode(q.view(), f.cache, f.ids, dropout); }),
+                     "dropout_p: expected 0 (decode and paged attention serve inference)"));
   Options reference;
   reference.backend = Backend::reference;
   EXPECT_TRUE(

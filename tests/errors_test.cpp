@@ -155,6 +155,12 @@ std::vector<ErrorCase> option_cases() {
                    {"softcap: expected a finite number >= 0 (0 is off), given nan"}),
       forward_case("softcap_infinite", [](Request& r) { r.options.softcap = INFINITY; },
                    {"softcap: expected a finite number >= 0 (0 is off), given inf"}),
+      forward_case("dropout_negative", [](Request& r) { r.options.dropout_p = -0.5; },
+                   {"dropout_p: expected a probability in [0, 1] (0 is off), given -0.500000"}),
+      forward_case("dropout_above_one", [](Request& r) { r.options.dropout_p = 1.5; },
+                   {"dropout_p: expected a probability in [0, 1] (0 is off), given 1.500000"}),
+      forward_case("dropout_nan", [](Request& r) { r.options.dropout_p = NAN; },
+                   {"dropout_p: expected a probability in [0, 1] (0 is off), given nan"}),
       forward_case("alibi_wrong_length",
                    [](Request& r) {
                      r.options.alibi_slopes = {1, 2, 3};

@@ -791,6 +791,9 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   Options masked;
   masked.mask = tokens.q.view();
   EXPECT_TRUE(starts(error_of(keys, values, batch, masked), "mask: "));
+  Options dropout;
+  dropout.dropout_p = 0.1;
+  EXPECT_TRUE(starts(error_of(keys, values, batch, dropout), "dropout_p: expected 0 (decode"));
   Options packed;
   packed.cu_seqlens_q = {0, 1};
   packed.cu_seqlens_k = {0, 1};

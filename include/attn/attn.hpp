@@ -5,6 +5,7 @@
 #include "attn/backward.hpp"
 #include "attn/contributions.hpp"
 #include "attn/decode.hpp"
+#include "attn/dropout.hpp"
 #include "attn/error.hpp"
 #include "attn/explain.hpp"
 #include "attn/half.hpp"

@@ -58,6 +58,15 @@ struct Options {
   std::vector<std::int64_t> cu_seqlens_q;
   std::vector<std::int64_t> cu_seqlens_k;
   PvPrecision pv_precision = PvPrecision::exact;
+  // Dropout on the weights in P V, for training (PyTorch's and FlashAttention's dropout_p):
+  // weight (b, h, i, j) is kept and scaled by 1 / (1 - dropout_p) with probability
+  // 1 - dropout_p, else it is 0. Whether it is kept is a function of dropout_seed and
+  // (b, h, i, j) alone (the rows and columns of q and k, packed ones too; attn/dropout.hpp),
+  // so backward with the same options drops what forward dropped, on any thread count and
+  // CPU. lse and the weights output stay those of the softmax before dropout. Forward and
+  // backward only: decode and paged attention refuse it.
+  double dropout_p = 0.0;
+  std::uint64_t dropout_seed = 0;
   Backend backend = Backend::automatic;  // ATTN_BACKEND=reference in the environment wins
   int threads = 0;                       // 0: ATTN_NUM_THREADS, else all cores
 };

@@ -15,6 +15,10 @@ void set_step_options(cpu::DecodeProblem& p, const Options& options, Index heads
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", std::string("none (") + keys_from + ")", "offsets");
   }
+  if (options.dropout_p != 0.0) {
+    fail("dropout_p", "0 (decode and paged attention serve inference)",
+         std::to_string(options.dropout_p));
+  }
   if (options.backend == Backend::reference) {
     fail("backend", "automatic or fast (paged attention has one kernel)", "reference");
   }

@@ -69,6 +69,9 @@ void check_options(const Options& options, Index heads_q) {
   if (!(std::isfinite(options.softcap) && options.softcap >= 0.0)) {
     fail("softcap", "a finite number >= 0 (0 is off)", std::to_string(options.softcap));
   }
+  if (!(options.dropout_p >= 0.0 && options.dropout_p <= 1.0)) {
+    fail("dropout_p", "a probability in [0, 1] (0 is off)", std::to_string(options.dropout_p));
+  }
   check_per_head("alibi_slopes", options.alibi_slopes, heads_q, false);
   check_sinks(options.sinks, heads_q);
   if (options.threads < 0) {

@@ -7,6 +7,7 @@
 #include "attn/attention.hpp"
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
+#include "core/dropout.hpp"
 #include "core/score_rule.hpp"
 
 namespace attn::core {
@@ -39,6 +40,7 @@ struct Problem {
   Outputs outputs;
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
   PvPrecision pv_precision = PvPrecision::exact;
+  Dropout dropout;  // of P in P V (forward and backward); off by default
 
   Index group_size() const { return heads_q / heads_kv; }
   // Key position of query row i (relative to its segment): the rule's, for its lengths.

@@ -128,6 +128,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.sinks = options.sinks;
   p.threads = options.threads;
   p.pv_precision = options.pv_precision;
+  p.dropout = make_dropout(options.dropout_p, options.dropout_seed);
 
   add_segments(p, options);
   add_mask(p, options);

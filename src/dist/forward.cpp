@@ -64,6 +64,9 @@ void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", "none (packed sequences cannot be split over ranks)", "offsets");
   }
+  if (options.dropout_p != 0.0) {
+    fail("dropout_p", "0 (ring attention serves inference)", std::to_string(options.dropout_p));
+  }
   core::make_problem(q, k, v, options);
   if (sharding == Sharding::zigzag) {
     for (const auto& [name, t] : {std::pair{"q_local", &q}, std::pair{"k_local", &k}}) {

@@ -1,8 +1,9 @@
 // Reference backward, one query row at a time, from the forward reference's weights
 // (row_weights: the same visibility and score rules):
-//   P_j = alpha_j;  dP_j = dO . v_j;  D = sum_j P_j dP_j (= dO . O)
+//   P_j = alpha_j;  dP_j = z_j dO . v_j;  D = sum_j P_j dP_j (= dO . O)
 //   dS_j = P_j (dP_j - D);  dx_j = dS_j * d score_j / d x_j   with x_j = scale q.k_j
-//   dq += scale dx_j k_j;  dk_j += scale dx_j q;  dv_j += P_j dO
+//   dq += scale dx_j k_j;  dk_j += scale dx_j q;  dv_j += P_j z_j dO
+// z_j is dropout's factor for the weight, as forward applied it (1 without dropout).
 //   dsink = -P_sink D      (the sink is a logit with no value: its dP is 0)
 // d score / d x is the softcap's 1 - tanh^2; ALiBi, masks and the scale take no gradient.
 // Hidden keys are skipped, so a NaN in a hidden k or v row never reaches a gradient.
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dropout.hpp"
 #include "core/rows.hpp"
 #include "reference/reference.hpp"
 
@@ -52,17 +54,19 @@ void backward(const core::BackwardProblem& bp) {
         const double lse = row_weights(p, seg, head, i, scratch);
         if (lse == -INFINITY) continue;  // no key, no sink: every weight is 0
         const std::vector<double>& weights = scratch.weights;
+        const core::DropoutRow drop = core::dropout_row(p.dropout.seed, b, head, row);
         core::load_row(bp.dout, b, head, row, dout.data());
         double d_sum = 0.0;
         for (Index j = 0; j < seg.len_k; ++j) {
           if (!scratch.shown[j]) continue;
+          const double z = p.dropout.on() ? p.dropout.factor(drop, seg.k_begin + j) : 1.0;
           core::load_row(p.v, b, kv_head, seg.k_begin + j, v_row.data());
           double dot = 0.0;
           for (Index d = 0; d < p.dim_v; ++d) dot += dout[d] * v_row[d];
-          dp[j] = dot;
-          d_sum += weights[j] * dot;
+          dp[j] = z * dot;
+          d_sum += weights[j] * dp[j];
           double* dv_row = dv.row(b, kv_head, seg.k_begin + j);
-          for (Index d = 0; d < p.dim_v; ++d) dv_row[d] += weights[j] * dout[d];
+          for (Index d = 0; d < p.dim_v; ++d) dv_row[d] += weights[j] * z * dout[d];
         }
         if (!p.sinks.empty()) {
           dsinks[head] -= std::exp(static_cast<double>(p.sinks[head]) - lse) * d_sum;

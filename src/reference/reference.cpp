@@ -1,7 +1,9 @@
 // Reference attention, one query row at a time:
 //   s_j = softcap(scale * q.k_j) - slope * |p - j| + mask_ij   for each visible key j
 //   m = max(s_j, sink);  l = sum_j exp(s_j - m) + exp(sink - m)
-//   alpha_j = exp(s_j - m) / l;  C = sum_j alpha_j v_j;  lse = m + log(l)
+//   alpha_j = exp(s_j - m) / l;  C = sum_j alpha_j z_j v_j;  lse = m + log(l)
+// z_j is dropout's factor (core/dropout.hpp): 1 without dropout, else 0 or 1 / (1 - p); the
+// weights output is alpha, before dropout.
 // Hidden keys are skipped, never multiplied by zero, so NaN in a hidden k or v row cannot
 // reach the output. A row with no visible key and no sink gives C = 0 and lse = -inf.
 #include "reference.hpp"
@@ -10,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dropout.hpp"
 #include "core/rows.hpp"
 
 namespace attn::reference {
@@ -68,11 +71,13 @@ void attend_row(const Problem& p, const Segment& seg, Index head, Index i, RowSc
                 std::vector<double>& v_row, std::vector<double>& out_row) {
   const Index b = seg.batch, row = seg.q_begin + i, kv_head = head / p.group_size();
   const double lse = row_weights(p, seg, head, i, scratch);
+  const core::DropoutRow drop = core::dropout_row(p.dropout.seed, b, head, row);
   std::fill(out_row.begin(), out_row.end(), 0.0);
   for (Index j = 0; j < seg.len_k; ++j) {
     if (!scratch.shown[j]) continue;
+    const double z = p.dropout.on() ? p.dropout.factor(drop, seg.k_begin + j) : 1.0;
     core::load_row(p.v, b, kv_head, seg.k_begin + j, v_row.data());
-    for (Index d = 0; d < p.dim_v; ++d) out_row[d] += scratch.weights[j] * v_row[d];
+    for (Index d = 0; d < p.dim_v; ++d) out_row[d] += scratch.weights[j] * z * v_row[d];
   }
   core::store_row(p.outputs.context, b, head, row, out_row.data());
 

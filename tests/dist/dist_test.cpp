@@ -235,18 +235,20 @@ TEST(DistForwardErrors, BadShapeOnTheLastRankOnlyThrowsTheSameOnEveryRank) {
   EXPECT_TRUE(every_rank_says(message, "rank " + std::to_string(last) + ": " + local)) << message;
 }
 
-// An arbitrary dense mask and packed sequences.
+// An arbitrary dense mask, packed sequences and dropout.
 TEST(DistForwardErrors, WhatCannotBeShardedIsRefusedOnEveryRank) {
-  Case mask = small_case(), packed = small_case();
+  Case mask = small_case(), packed = small_case(), dropout = small_case();
   mask.mask = MaskCase::boolean;
   packed.packed = true;
+  dropout.dropout = 0.1;
   const std::pair<Case, std::string> refusals[] = {
       {mask,
        "rank 0: mask: expected none (an arbitrary dense mask cannot be split over ranks), "
        "given a mask"},
       {packed,
        "rank 0: cu_seqlens: expected none (packed sequences cannot be split over ranks), "
-       "given offsets"}};
+       "given offsets"},
+      {dropout, "rank 0: dropout_p: expected 0 (ring attention serves inference), given 0.100000"}};
   for (const auto& [c, expected] : refusals) {
     const Inputs in = make_inputs(c);
     const std::string message =

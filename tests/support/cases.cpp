@@ -31,6 +31,7 @@ std::string Case::name() const {
   if (packed) out << "_packed";
   if (dtype != DType::f32) out << "_" << dtype_name(dtype);
   if (bshd) out << "_bshd";
+  if (dropout > 0) out << "_dropout" << dropout;
   // The name is also a gtest parameter name, which allows only letters, digits and '_'.
   std::string name = out.str();
   for (char& ch : name) {
@@ -188,6 +189,12 @@ std::vector<Case> case_list() {
   return full != nullptr && full[0] == '1' ? full_cases() : quick_cases();
 }
 
+std::vector<Case> dropout_cases() {
+  std::vector<Case> out = case_list();
+  for (Case& c : out) c.dropout = 0.3;
+  return out;
+}
+
 namespace {
 
 // An owning tensor in [b, h, s, d] or [b, s, h, d] storage, with its [b, h, s, d] view.
@@ -227,6 +234,8 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   o.causal_align = c.align;
   o.window = c.window;
   o.softcap = c.softcap;
+  o.dropout_p = c.dropout;
+  o.dropout_seed = 0x5EED0000u + seed;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   if (c.alibi) {
     for (Index h = 0; h < c.heads_q; ++h)

@@ -23,7 +23,8 @@ struct Case {
   MaskCase mask = MaskCase::none;
   bool packed = false;  // split each batch entry's rows into uneven packed sequences
   DType dtype = DType::f32;
-  bool bshd = false;  // inputs laid out [B, S, H, D] and passed as strided views
+  bool bshd = false;     // inputs laid out [B, S, H, D] and passed as strided views
+  double dropout = 0.0;  // Options::dropout_p (the seed follows make_inputs' seed)
 
   std::string name() const;
 };
@@ -35,6 +36,8 @@ void PrintTo(const Case& c, std::ostream* out);
 std::vector<Case> case_list();
 std::vector<Case> quick_cases();
 std::vector<Case> full_cases();
+// case_list() with dropout 0.3 on every case: every tail and chunk shape drops weights.
+std::vector<Case> dropout_cases();
 
 // Random inputs for a case, owned here, with views in the case's layout.
 struct Inputs {

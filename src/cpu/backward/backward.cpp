@@ -10,8 +10,10 @@
 // summed in part order at the end. So every sum has a fixed order, there are no atomics,
 // and any thread count gives the same bits. Keys hidden from a row have P = 0 and dS = 0
 // (selected, never 0 * NaN), and a key block holding NaN or infinity adds to dQ only where
-// dS is not 0. Extra memory: D and lse (O(L) per head), the partial dQs (parts x L x d per
-// head, float32) and per-thread tiles; never L x L.
+// dS is not 0. With dropout (the factor z: 0, or 1 / (1 - p) where forward kept the weight;
+// cpu/tile/dropout-inl.h), dP = z dO V^T, dV takes P z and D = dO . O is of the dropped
+// output, as forward made it. Extra memory: D and lse (O(L) per head), the partial dQs (parts x L x
+// d per head, float32) and per-thread tiles; never L x L.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/backward/backward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -39,6 +41,7 @@
 #include "cpu/threads.hpp"
 
 #include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/dropout-inl.h"
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/score_kernels-inl.h"
 #include "cpu/tile/shaping-inl.h"
@@ -176,13 +179,14 @@ void accumulate(const float* a, Index a_key_stride, Index a_row_stride, const fl
 }
 
 // The shaped score's weight and dS for one vector: P = exp(s - shift) and
-// dS = P (dP - D) d score / d x, exactly 0 where P is 0 (a hidden key's dP may be NaN).
+// dS = P (z dP - D) d score / d x, exactly 0 where P is 0 (a hidden key's dP may be NaN);
+// s becomes P z, the weight dV takes. z: dropout's factor (1 without dropout: exact).
 HWY_INLINE void weights_and_ds(DF df, float* HWY_RESTRICT s, float* HWY_RESTRICT dp,
-                               const float* HWY_RESTRICT slope, VF shift, VF d) {
+                               const float* HWY_RESTRICT slope, VF shift, VF d, VF z) {
   const VF p = tile::softmax_weight(df, hn::Load(df, s), shift);
-  VF ds = hn::Mul(p, hn::Sub(hn::Load(df, dp), d));
+  VF ds = hn::Mul(p, hn::Sub(hn::Mul(z, hn::Load(df, dp)), d));
   if (slope != nullptr) ds = hn::Mul(ds, hn::Load(df, slope));
-  hn::Store(p, df, s);
+  hn::Store(hn::Mul(p, z), df, s);
   hn::Store(hn::IfThenZeroElse(hn::Eq(p, hn::Zero(df)), ds), df, dp);
 }
 
@@ -321,14 +325,22 @@ class KeyBlockKernel {
     scores(rows);
     shape(i0, rows);
     const Index n = tile::lanes();
+    const tile::DU du;
+    const tile::VU lanes = hn::Iota(du, 0);
     for (Index t = 0; t < rows; ++t) {
-      const std::size_t at =
-          static_cast<std::size_t>(stats_.at(seg_->batch, head_, seg_->q_begin + i0 + t));
+      const Index row = seg_->q_begin + i0 + t;
+      const std::size_t at = static_cast<std::size_t>(stats_.at(seg_->batch, head_, row));
       const VF shift = hn::Set(df_, stats_.shift[at]), d = hn::Set(df_, stats_.d[at]);
+      const core::DropoutRow drop = core::dropout_row(p_.dropout.seed, seg_->batch, head_, row);
+      const tile::VU low = hn::Set(du, drop.low), high = hn::Set(du, drop.high);
       for (Index c = 0; c < block_; c += n) {
         const Index x = t * block_ + c;
+        const auto key = static_cast<std::uint32_t>(seg_->k_begin + first_ + c);
+        const VF z = p_.dropout.on() ? tile::dropout_factor(
+                                           low, high, hn::Add(lanes, hn::Set(du, key)), p_.dropout)
+                                     : hn::Set(df_, 1.0f);
         weights_and_ds(df_, s_.s.get() + x, s_.dp.get() + x,
-                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d);
+                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d, z);
       }
     }
     // dV += P^T dO and dK += dS^T (scale q): keys are the output rows, query rows the sum.

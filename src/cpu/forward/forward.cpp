@@ -15,7 +15,9 @@
 // is skipped row by row instead of multiplied by 0. Extra memory: per thread, O(rows x (d +
 // dv + key tile)) floats. A float32 weights output holds each row's shaped scores, the
 // same scorer's as the weights pass's, until the row's lse makes them its weights (by the
-// weights pass's rule); other dtypes go to the weights pass with this kernel's lse.
+// weights pass's rule); other dtypes go to the weights pass with this kernel's lse. With
+// dropout, each chunk's weights are dropped (cpu/tile/dropout-inl.h) after the softmax has
+// summed them into l and before any context path reads them, so every path drops alike.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/forward/forward.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -43,6 +45,7 @@
 #include "cpu/amx/key_parts-inl.h"
 #include "cpu/amx/packed_values-inl.h"
 #include "cpu/tile/context_kernels-inl.h"
+#include "cpu/tile/dropout-inl.h"
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/target-inl.h"
 #include "cpu/tile/to_floats-inl.h"
@@ -62,6 +65,7 @@ using walk::Chunk;
 using walk::TileChunks;
 using walk::WideScores;
 using Traits = ContextTraits;
+namespace hn = hwy::HWY_NAMESPACE;
 
 // A block of kContextRows rows and the keys any of them may see.
 struct RowBlock {
@@ -75,7 +79,9 @@ struct ContextScratch {
       : context(scratch_buffer<float>(plan.rows_per_item() * dim_v_padded)),
         values(scratch_buffer<float>(plan.key_tile() * spread_row_stride(dim_v_padded))),
         blocks(scratch_buffer<RowBlock>(plan.rows_per_item())),
-        weight_parts(scratch_buffer<std::uint32_t>(weight_part_words)) {}
+        weight_parts(scratch_buffer<std::uint32_t>(weight_part_words)),
+        drop_low(scratch_buffer<std::uint32_t>(plan.rows_per_item())),
+        drop_high(scratch_buffer<std::uint32_t>(plan.rows_per_item())) {}
 
   // [rows][dim_v_padded]: unnormalised O; [dim_v_padded][rows] (O^T) for an AMX context
   hwy::AlignedFreeUniquePtr<float[]> context;
@@ -85,6 +91,8 @@ struct ContextScratch {
   hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
   // A chunk's weights as the AMX context takes them (put_weight_parts), with an AMX context
   hwy::AlignedFreeUniquePtr<std::uint32_t[]> weight_parts;
+  // Each row's dropout bits (core::dropout_row), by row of the item, with dropout
+  hwy::AlignedFreeUniquePtr<std::uint32_t[]> drop_low, drop_high;
 };
 
 // kKeep: the problem has a float32 weights output, which holds each row's shaped scores
@@ -103,6 +111,7 @@ class ItemKernel {
   void run(const WorkItem& item) {
     scorer_.start(item);
     slot_ = item.segment * p_.heads_kv + item.kv_head;
+    if (p_.dropout.on()) start_dropout();
     if constexpr (kWide != WideScores::float_chain) {
       if (plan_.context_of(item) == ContextKernel::amx_tiles) {
         return walk_item<ContextKernel::amx_tiles>();
@@ -142,11 +151,45 @@ class ItemKernel {
     after_scores(chunk);
   }
 
-  // Shaping, the scores kept for a weights output, then the softmax (P overwrites S).
+  // Shaping, the scores kept for a weights output, then the softmax (P overwrites S), then
+  // dropout.
   void after_scores(const Chunk& chunk) {
     scorer_.shape(chunk);
     if constexpr (kKeep) keep_scores(chunk);
     scorer_.softmax(chunk);
+    if (p_.dropout.on()) drop(chunk);
+  }
+
+  // The item's rows' dropout bits; padding rows get zeros (their weights are never read).
+  void start_dropout() {
+    const Index batch = scorer_.segment().batch;
+    for (Index r = 0; r < scorer_.rows_padded(); ++r) {
+      core::DropoutRow row;
+      if (r < scorer_.rows()) {
+        row = core::dropout_row(p_.dropout.seed, batch, scorer_.head(r), scorer_.query_row(r));
+      }
+      s_.drop_low[r] = row.low;
+      s_.drop_high[r] = row.high;
+    }
+  }
+
+  // P of the chunk times dropout's factor: P V takes a kept weight times 1 / (1 - p) and
+  // no dropped one, while l (summed by the softmax) keeps every weight.
+  void drop(const Chunk& chunk) const {
+    const tile::DF df;
+    const tile::DU du;
+    const auto k_begin = static_cast<std::uint32_t>(scorer_.segment().k_begin);
+    for (Index c = 0; c < chunk.vectors; ++c) {
+      const Index row = chunk.first_row + c * lanes_;
+      const tile::VU low = hn::Load(du, s_.drop_low.get() + row);
+      const tile::VU high = hn::Load(du, s_.drop_high.get() + row);
+      for (Index j = chunk.first; j < chunk.end; ++j) {
+        float* p = scores_at(j, row);
+        const tile::VU key = hn::Set(du, k_begin + static_cast<std::uint32_t>(j));
+        hn::Store(hn::Mul(hn::Load(df, p), tile::dropout_factor(low, high, key, p_.dropout)), df,
+                  p);
+      }
+    }
   }
 
   // Row r of the weights output at the segment's key 0.

@@ -10,6 +10,7 @@
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
     c = attn.contributions(q, k, v)        # alpha_ij ||v_j||: what each input adds to C
     attn.explain(q, k, v)                      # which kernel runs, and why (before running)
+    out = attn.attention(q, k, v, dropout_p=0.1)  # training; attn.dropout_mask shows it
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
     cache = attn.KVCache(heads_kv, dim); out = attn.decode(q_step, cache, ids)   # generation
     attn.append_pages(k, v, slots, k_cache, v_cache)            # an engine's own pages (vLLM)
@@ -27,6 +28,7 @@ from ._attention import attention, describe_input, explain, scaled_dot_product_a
 from ._backward import attention_backward
 from ._attn import version as __version__
 from ._contributions import contributions
+from ._dropout import dropout_mask
 from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
@@ -53,6 +55,7 @@ __all__ = [
     "decode",
     "decode_state",
     "describe_input",
+    "dropout_mask",
     "explain",
     "finalize",
     "merge",

@@ -81,6 +81,9 @@ def contributions(
 ) -> Array:
     """alpha_ij ||v_j|| (or ||v_j W_O^h||) [B, heads, rows, Lk]: what each input adds to C."""
 
+def dropout_mask(shape: Sequence[int], dropout_p: float, dropout_seed: int) -> Array:
+    """bool [B, Hq, Lq, Lk]: True where dropout with this seed keeps the weight."""
+
 @overload
 def weights(
     q: Array, k: Array, *, heads: Optional[Sequence[int]] = None,

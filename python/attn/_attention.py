@@ -61,6 +61,7 @@ def attention(q, k, v, *, mask=None, layout="bhsd", return_lse=False, return_wei
 
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
+    options = _request.draw_dropout_seed(options, q)  # one seed for forward and backward
     if _arrays.records_gradients(q, k, v, options.get("sinks"), mask):
         return attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights,
                                         options)
@@ -206,18 +207,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     attn registers the ops at import when torch is imported first, else at its first call
     with torch tensors.
 
+    dropout_p > 0 drops weights as PyTorch does (whatever the module's training flag: a
+    model passes 0.0 in eval), from a seed drawn from torch's default generator, so
+    torch.manual_seed repeats it; which weights attn drops differs from PyTorch's (their
+    generators differ), not how often (attn.attention's dropout_p and dropout_seed).
+
     Differences from PyTorch:
-        - dropout_p other than 0.0 raises NotImplementedError: attn has no dropout.
         - A NaN in query gives NaN in that output row here (PyTorch's CPU kernel may give
           zeros); a row that a mask hides entirely gives zeros in both.
         - torch tensor subclasses other than the causal biases and nn.Parameter are
           refused, not interpreted.
     """
     dropout_p = _arrays.number(dropout_p, "dropout_p")
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"dropout_p: attn has no dropout; expected 0.0, given {dropout_p}"
-        )
     is_causal = _arrays.flag(is_causal, "is_causal")
     enable_gqa = _arrays.flag(enable_gqa, "enable_gqa")
     if is_causal and attn_mask is not None:
@@ -229,7 +230,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         is_causal, attn_mask = True, None
     if _torch_ops.traced((query, key, value, attn_mask)):
         return _torch_ops.scaled_dot_product_attention(query, key, value, attn_mask, is_causal,
-                                                       bottom_right, scale, enable_gqa)
+                                                       bottom_right, scale, enable_gqa,
+                                                       dropout_p)
     records = _arrays.records_gradients(query, key, value, attn_mask)
     query, key, value, attn_mask = _autocast([query, key, value, attn_mask])
     q = _arrays.as_array(query, "query", detach=records)
@@ -276,13 +278,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dim == 0:  # every score is 0 (PyTorch's too, whatever the scale): uniform weights
         q4, k4 = (_arrays.zeros(x, _arrays.shape(x)[:3] + (1,), dtypes[0]) for x in (q4, k4))
         scale = 1.0
+    keywords = _request.draw_dropout_seed(
+        {"scale": scale, "causal": is_causal, "dropout_p": dropout_p,
+         "causal_align": "bottom-right" if bottom_right else "top-left"}, query)
     if records:
-        out4.copy_(attention(q4, k4, v4, mask=mask4, causal=is_causal, scale=scale,
-                             causal_align="bottom-right" if bottom_right else "top-left"))
+        out4.copy_(attention(q4, k4, v4, mask=mask4, **keywords))
         return out4.reshape(lead + (len_q, dim_v))
-    options = _request.options(query, {"scale": scale, "causal": is_causal,
-                                       "causal_align": "bottom-right" if bottom_right else "top-left"},
-                               "scaled_dot_product_attention")
+    options = _request.options(query, keywords, "scaled_dot_product_attention")
     ext = _request.ext
     _extension_forward(ext(q4), ext(k4), ext(v4), out=ext(out4), lse=None, weights=None,
                        mask=ext(mask4), options=options)

@@ -63,10 +63,12 @@ def _bhsd(x, layout):
 
 
 def mask_gradient(q, k, v, out, dout, mask, layout, options):
-    """The gradient of a float mask (added to the scores): dS = P (dP - rowsum(dO O)),
-    dP = dO V^T, summed over the dims the mask broadcasts over. P comes from attn.weights
-    (the forward's own weights) one query head at a time, so beside the mask's own size at
-    most [B, Lq, Lk] more is held."""
+    """The gradient of a float mask (added to the scores): dS = P (z dP - rowsum(dO O)),
+    dP = dO V^T, summed over the dims the mask broadcasts over; z is dropout's factor (1
+    without dropout). P comes from attn.weights (the forward's own weights) one query head at
+    a time, so beside the mask's own size at most [B, Lq, Lk] more is held (with dropout, its
+    [B, Hq, Lq, Lk] booleans too)."""
+    from ._dropout import dropout_mask
     from ._weights import weights
 
     torch = _arrays._torch()
@@ -76,10 +78,16 @@ def mask_gradient(q, k, v, out, dout, mask, layout, options):
     shape4 = (1,) * (4 - mask.dim()) + tuple(mask.shape)
     dmask = torch.zeros(shape4, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
     delta = (dout4.to(dmask.dtype) * out4.to(dmask.dtype)).sum(-1, keepdim=True)
+    dropout_p = options.get("dropout_p", 0.0)
+    if dropout_p:
+        kept = torch.from_numpy(dropout_mask((batch, heads, len_q, len_k), dropout_p,
+                                             options["dropout_seed"]))
     for h in range(heads):
         p = weights(q.detach(), k.detach(), heads=[h], mask=mask.detach(), layout=layout,
                     **options).reshape(batch, len_q, len_k)
         dp = dout4[:, h].to(dmask.dtype) @ v4[:, h // group].to(dmask.dtype).transpose(-1, -2)
+        if dropout_p:
+            dp = torch.where(kept[:, h], dp / (1.0 - dropout_p), 0.0)
         ds = p * (dp - delta[:, h])
         for axis, size in ((0, shape4[0]), (1, shape4[2]), (2, shape4[3])):
             if size == 1:

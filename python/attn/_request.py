@@ -9,6 +9,8 @@ a window given as a pair, torch's thread count."""
 
 import typing
 
+import numpy
+
 from . import _arrays
 from ._attn import Options
 from ._errors import ArgumentTypeError, Error
@@ -32,6 +34,8 @@ class OptionKeywords(typing.TypedDict, total=False):
     position_offset: int
     threads: typing.Optional[int]
     pv_precision: str
+    dropout_p: float
+    dropout_seed: typing.Optional[int]
     backend: str
 
 
@@ -63,6 +67,17 @@ OPTIONS_DOC = """
             a CPU with AMX), as PyTorch's and FlashAttention's kernels round them: one tile
             product where exact takes three, each weight within 2^-9 of itself. Elsewhere
             it changes nothing. The weights and lse outputs are exact either way.
+        dropout_p: dropout of the weights in P V, for training (PyTorch's and
+            FlashAttention's): each weight is kept and scaled by 1 / (1 - dropout_p) with
+            probability 1 - dropout_p, else 0. lse and the weights outputs are those before
+            dropout. Forward and backward only (attn.decode and paged attention refuse it).
+        dropout_seed: which weights are dropped is a function of this seed and the
+            weight's (batch, head, query row, key) alone (attn.dropout_mask shows it), so a
+            backward call with the same seed drops what forward dropped. None (with
+            dropout_p > 0): attn.attention draws one from torch's default generator when q
+            is a torch tensor, else from NumPy's global one (torch.manual_seed and
+            numpy.random.seed make it repeatable); attn.attention_backward needs the
+            forward's.
         backend: "automatic" (attn's fast CPU kernels, or its float64 reference where they
             do not serve the call, with an attn.FallbackWarning once), "fast" (raise
             instead) or "reference" (the float64 reference, asked for).
@@ -121,8 +136,30 @@ def options(like, keywords, function, refused=()):
                                         "an int")
     o.threads = threads_of(keywords.get("threads"), like)
     o.pv_precision = keywords.get("pv_precision", "exact")
+    o.dropout_p = _arrays.number(keywords.get("dropout_p", 0.0), "dropout_p", finite=False)
+    seed = keywords.get("dropout_seed")
+    if seed is None and o.dropout_p != 0.0 and function == "attention_backward":
+        raise Error(f"dropout_seed: expected the forward call's seed (an int: backward must "
+                    f"drop the weights forward dropped), given None with dropout_p = "
+                    f"{o.dropout_p}")
+    seed = draw_dropout_seed(keywords, like).get("dropout_seed")
+    if seed is not None:
+        o.dropout_seed = _arrays.integer(seed, "dropout_seed", "an int", low=0, high=2**64 - 1)
     o.backend = keywords.get("backend", "automatic")
     return o
+
+
+def draw_dropout_seed(keywords, like):
+    """keywords with a dropout_seed drawn where dropout_p > 0 leaves it None: from torch's
+    default generator when like is a torch tensor, else from NumPy's global one."""
+    if keywords.get("dropout_seed") is not None or not keywords.get("dropout_p"):
+        return keywords
+    torch = _arrays._torch()
+    if _arrays.is_torch(like):
+        seed = int(torch.randint(2**62, (), dtype=torch.int64))
+    else:
+        seed = int(numpy.random.randint(2**62, dtype=numpy.int64))
+    return dict(keywords, dropout_seed=seed)
 
 
 def _rank_error(name, x, layout):

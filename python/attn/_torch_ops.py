@@ -54,70 +54,84 @@ def _make_ops():
     def lse_dtype(query):
         return torch.float64 if query.dtype == torch.float64 else torch.float32
 
+    def dropout(dropout_p, dropout_seed):
+        """attn's dropout keywords: the seed, a 0-d int64 tensor drawn in the graph, as an int."""
+        if not dropout_p:
+            return {}
+        return {"dropout_p": dropout_p, "dropout_seed": int(dropout_seed)}
+
     @torch.library.custom_op("attn::sdpa", mutates_args=())
     def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor],
-             is_causal: bool, bottom_right: bool, scale: Optional[float]) -> tuple[Tensor, Tensor]:
+             is_causal: bool, bottom_right: bool, scale: Optional[float], dropout_p: float,
+             dropout_seed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
         """query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev] (Hkv divides Hq)
         -> (out [B, Hq, L, Ev], lse [B, Hq, L])."""
         with torch.no_grad():
             return attention(query, key, value, mask=attn_mask, causal=is_causal, scale=scale,
-                             causal_align=align(bottom_right), return_lse=True)
+                             causal_align=align(bottom_right), return_lse=True,
+                             **dropout(dropout_p, dropout_seed))
 
     @sdpa.register_fake
-    def _(query, key, value, attn_mask, is_causal, bottom_right, scale):
+    def _(query, key, value, attn_mask, is_causal, bottom_right, scale, dropout_p, dropout_seed):
         out = query.new_empty(query.shape[:-1] + (value.shape[-1],))
         return out, query.new_empty(query.shape[:-1], dtype=lse_dtype(query))
 
     @torch.library.custom_op("attn::sdpa_backward", mutates_args=())
     def sdpa_backward(dout: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor,
                       lse: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
-                      bottom_right: bool, scale: Optional[float]) -> tuple[Tensor, Tensor, Tensor]:
+                      bottom_right: bool, scale: Optional[float], dropout_p: float,
+                      dropout_seed: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """The gradients of attn::sdpa's out with respect to query, key and value."""
         return attention_backward(query, key, value, out, lse, dout, mask=attn_mask,
-                                  causal=is_causal, causal_align=align(bottom_right), scale=scale)
+                                  causal=is_causal, causal_align=align(bottom_right), scale=scale,
+                                  **dropout(dropout_p, dropout_seed))
 
     @sdpa_backward.register_fake
-    def _(dout, query, key, value, out, lse, attn_mask, is_causal, bottom_right, scale):
+    def _(dout, query, key, value, out, lse, attn_mask, is_causal, bottom_right, scale, dropout_p,
+          dropout_seed):
         return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
     @torch.library.custom_op("attn::sdpa_mask_backward", mutates_args=())
     def sdpa_mask_backward(dout: Tensor, query: Tensor, key: Tensor, value: Tensor, out: Tensor,
                            attn_mask: Tensor, is_causal: bool, bottom_right: bool,
-                           scale: Optional[float]) -> Tensor:
+                           scale: Optional[float], dropout_p: float,
+                           dropout_seed: Optional[Tensor]) -> Tensor:
         """The gradient of attn::sdpa's out with respect to a float attn_mask."""
         return mask_gradient(query, key, value, out, dout, attn_mask, "bhsd",
                              {"causal": is_causal, "causal_align": align(bottom_right),
-                              "scale": scale})
+                              "scale": scale, **dropout(dropout_p, dropout_seed)})
 
     @sdpa_mask_backward.register_fake
-    def _(dout, query, key, value, out, attn_mask, is_causal, bottom_right, scale):
+    def _(dout, query, key, value, out, attn_mask, is_causal, bottom_right, scale, dropout_p,
+          dropout_seed):
         return torch.empty_like(attn_mask)
 
     def setup_context(ctx, inputs, output):
-        query, key, value, attn_mask, is_causal, bottom_right, scale = inputs
-        ctx.save_for_backward(query, key, value, output[0], output[1], attn_mask)
+        query, key, value, attn_mask, is_causal, bottom_right, scale, dropout_p, seed = inputs
+        ctx.save_for_backward(query, key, value, output[0], output[1], attn_mask, seed)
         ctx.is_causal, ctx.bottom_right, ctx.scale = is_causal, bottom_right, scale
+        ctx.dropout_p = dropout_p
         ctx.mark_non_differentiable(output[1])
 
     def backward(ctx, dout, _dlse):
-        query, key, value, out, lse, attn_mask = ctx.saved_tensors
+        query, key, value, out, lse, attn_mask, seed = ctx.saved_tensors
         dout = dout.contiguous()
-        grads = sdpa_backward(dout, query, key, value, out, lse, attn_mask, ctx.is_causal,
-                              ctx.bottom_right, ctx.scale)
+        options = (ctx.is_causal, ctx.bottom_right, ctx.scale, ctx.dropout_p, seed)
+        grads = sdpa_backward(dout, query, key, value, out, lse, attn_mask, *options)
         dmask = None
         if ctx.needs_input_grad[3]:
-            dmask = sdpa_mask_backward(dout, query, key, value, out, attn_mask, ctx.is_causal,
-                                       ctx.bottom_right, ctx.scale)
-        return (*grads, dmask, None, None, None)
+            dmask = sdpa_mask_backward(dout, query, key, value, out, attn_mask, *options)
+        return (*grads, dmask, None, None, None, None, None)
 
     sdpa.register_autograd(backward, setup_context=setup_context)
     return sdpa
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask, is_causal, bottom_right, scale,
-                                 enable_gqa):
+                                 enable_gqa, dropout_p):
     """attn::sdpa for 4-D query, key and value of one batch size (the shapes transformers and
-    most models give), its out alone, as torch's SDPA returns it."""
+    most models give), its out alone, as torch's SDPA returns it. With dropout, the seed is
+    drawn in the graph from torch's generator (so a compiled graph draws a new one per call)."""
     from ._errors import Error
 
     for name, x in (("query", query), ("key", key), ("value", value)):
@@ -134,5 +148,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask, is_causal, bottom
     if _arrays.is_torch(scale):
         scale = float(scale)
     torch = _arrays._torch()
+    seed = torch.randint(2**62, (), dtype=torch.int64) if dropout_p else None
     return torch.ops.attn.sdpa(query, key, value, attn_mask, bool(is_causal), bool(bottom_right),
-                               scale)[0]
+                               scale, float(dropout_p), seed)[0]

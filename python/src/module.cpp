@@ -4,6 +4,7 @@
 // is released while a kernel runs.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -115,6 +116,16 @@ NumpyArray contributions(const InputArray& q, const InputArray& k, const InputAr
   }
   warn_fallback();
   return to_numpy(std::move(result));
+}
+
+// attn::dropout_mask: [B, Hq, Lq, Lk] booleans, true where dropout keeps the weight.
+NumpyArray dropout_mask(const Dims& shape, double dropout_p, std::uint64_t seed) {
+  Tensor mask;
+  {
+    nb::gil_scoped_release unlocked;
+    mask = attn::dropout_mask(shape, dropout_p, seed);
+  }
+  return to_numpy(std::move(mask));
 }
 
 // What attn::explain says of forward(q, k, v) with these options: {backend, reason, plan}.
@@ -295,6 +306,8 @@ NB_MODULE(_attn, m) {
   m.def("contributions", &contributions, "q"_a, "k"_a, "v"_a, nb::kw_only(), "heads"_a, "rows"_a,
         "output_projection"_a.none(), "mask"_a.none(), "options"_a,
         "Weights of 4-D views times each key's value norm (through W_O by head when given).");
+  m.def("dropout_mask", &dropout_mask, "shape"_a, "dropout_p"_a, "seed"_a,
+        "Which weights dropout keeps: [B, Hq, Lq, Lk] booleans.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(), "options"_a,
         "The backend forward runs for these 4-D views and options, why, and its plan.");
   m.def("scores", &scores, "q"_a, "k"_a, nb::kw_only(), "kind"_a, "scale"_a.none(),

@@ -31,7 +31,8 @@ namespace target = attn::cpu::HWY_NAMESPACE;
 // q [B, Hq, Lq, D], k [B, Hkv, Lk, D], v [B, Hkv, Lk, Dv] of one dtype; float32 outputs
 // (null where not wanted): context [B, Hq, Lq, Dv], lse [B, Hq, Lq], weights [B, Hq, Lq,
 // Lk]; lse64, the float64 lse forward hands the weights pass; for backward, out and dout
-// [B, Hq, Lq, Dv] of the inputs' dtype and float32 lse in, float32 dq, dk, dv out.
+// [B, Hq, Lq, Dv] of the inputs' dtype and float32 lse in, float32 dq, dk, dv out; dropout
+// for forward and backward alike.
 struct AttentionArgs {
   const void* q;
   const void* k;
@@ -49,6 +50,8 @@ struct AttentionArgs {
   float* dq;
   float* dk;
   float* dv;
+  double dropout_p;  // Options::dropout_p (0: off) and dropout_seed
+  std::uint64_t dropout_seed;
 };
 
 Dims contiguous(const Dims& shape) {
@@ -82,6 +85,7 @@ attn::core::Problem make_problem(const AttentionArgs& a) {
   for (Index b = 0; b < a.batch; ++b) p.segments.push_back({b, 0, a.len_q, 0, a.len_k});
   p.rule.scale = a.scale;
   p.rule.causal = a.causal != 0;
+  p.dropout = attn::core::make_dropout(a.dropout_p, a.dropout_seed);
   p.threads = 1;
   return p;
 }

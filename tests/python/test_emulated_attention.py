@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import attn
 import numpy_reference
 
 # tests/cpu_forward_test.cpp, weights_test.cpp and backward_test.cpp.
@@ -47,9 +48,11 @@ def _nmse(got, want):
 class _Case:
     """One case's inputs in the emulator's data area, and its float64 oracle."""
 
-    def __init__(self, emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal):
+    def __init__(self, emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal,
+                 dropout_p=0.0):
         rng = np.random.default_rng(len_q * 1000 + len_k + dim)
         self.emulator, self.dtype, self.causal = emulator, dtype, causal
+        self.dropout_p, self.dropout_seed = dropout_p, 777
         self.shape = (batch, heads_q, heads_kv, len_q, len_k, dim)
         q_bytes, self.q = _stored(rng.standard_normal((batch, heads_q, len_q, dim)), dtype)
         k_bytes, self.k = _stored(rng.standard_normal((batch, heads_kv, len_k, dim)), dtype)
@@ -57,6 +60,15 @@ class _Case:
         self.scale = 1 / np.sqrt(dim)
         self.want, self.want_lse, self.want_weights = numpy_reference.attention(
             self.q, self.k, self.v, causal=causal, scale=self.scale)
+        # Dropout's factor per weight (attn.dropout_mask, the scalar rule) and the context
+        # it gives; the weights and lse stay the softmax's.
+        self.factor = np.ones_like(self.want_weights)
+        if dropout_p:
+            kept = attn.dropout_mask(self.want_weights.shape, dropout_p, self.dropout_seed)
+            self.factor = np.where(kept, 1 / (1 - dropout_p), 0.0)
+            group = heads_q // heads_kv
+            self.want = np.einsum("bhqk,bhkd->bhqd", self.want_weights * self.factor,
+                                  np.repeat(self.v, group, axis=1))
         emulator.reset_data()
         self.q_at, self.k_at, self.v_at = (emulator.put(b) for b in (q_bytes, k_bytes, v_bytes))
         self.rows = batch * heads_q * len_q
@@ -64,10 +76,10 @@ class _Case:
     def call(self, entry, context=0, lse=0, weights=0, lse64=0, out=0, dout=0, dq=0, dk=0,
              dv=0):
         batch, heads_q, heads_kv, len_q, len_k, dim = self.shape
-        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQQ", self.q_at, self.k_at, self.v_at,
+        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQQdQ", self.q_at, self.k_at, self.v_at,
                            DTYPES[self.dtype], int(self.causal), batch, heads_q, heads_kv, len_q,
                            len_k, dim, dim, self.scale, context, lse, weights, lse64, out, dout,
-                           dq, dk, dv)
+                           dq, dk, dv, self.dropout_p, self.dropout_seed)
         self.emulator.call(entry, self.emulator.put(args))
 
 
@@ -78,11 +90,21 @@ CASES = [(1, 2, 2, 33, 47, 64, False, False), (1, 4, 2, 70, 130, 128, True, Fals
          (1, 2, 2, 96, 96, 80, True, True)]
 
 
+# Rows the dot micro-kernel scores (3 or 2 rows per KV head: at most half a vector) at head
+# dims 17 to 31, so that every tail length dim % 16 from 1 to 15 is reached.
+NARROW_CASES = [(1, 2, 2, 3, 97, 16 + tail, tail % 2 == 1, True) for tail in range(1, 16)] + [
+    (1, 2, 1, 1, 97, 16 + tail, False, True) for tail in range(1, 16)]
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights", CASES)
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights",
+                         CASES + NARROW_CASES[::6])
 def test_forward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
-                                 causal, weights):
-    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+                                 causal, weights, dropout_p):
+    """Forward's context, lse and kept float32 weights; with dropout, the context of the
+    dropped weights (attn.dropout_mask's), the lse and weights those before dropout."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal, dropout_p)
     n_weights = case.rows * len_k
     context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
     weights_at = _guarded(emulator, n_weights) if weights else 0
@@ -143,12 +165,6 @@ def test_weights_match_float64(emulator, dtype, batch, heads_q, heads_kv, len_q,
     assert np.abs(got - case.want_weights.ravel()).max() < WEIGHTS_MAX_ABS
 
 
-# Rows the dot micro-kernel scores (3 or 2 rows per KV head: at most half a vector) at head
-# dims 17 to 31, so that every tail length dim % 16 from 1 to 15 is reached.
-NARROW_CASES = [(1, 2, 2, 3, 97, 16 + tail, tail % 2 == 1, True) for tail in range(1, 16)] + [
-    (1, 2, 1, 1, 97, 16 + tail, False, True) for tail in range(1, 16)]
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _",
                          CASES + NARROW_CASES)
@@ -174,26 +190,27 @@ def test_weights_are_forward_weights_bits(emulator, dtype, batch, heads_q, heads
 
 def _gradients(case, out, dout):
     """dq, dk, dv in float64 from the definitions, with the stored out and dout the kernel
-    reads (D = rowsum(dout * out))."""
+    reads (D = rowsum(dout * out)) and dropout's factor z (1 without dropout)."""
     group = case.shape[1] // case.shape[2]
     k, v = np.repeat(case.k, group, axis=1), np.repeat(case.v, group, axis=1)
-    p = case.want_weights
+    p, z = case.want_weights, case.factor
     d = np.sum(dout * out, axis=-1, keepdims=True)
-    ds = p * (np.einsum("bhqd,bhkd->bhqk", dout, v) - d)
+    ds = p * (z * np.einsum("bhqd,bhkd->bhqk", dout, v) - d)
     dq = case.scale * np.einsum("bhqk,bhkd->bhqd", ds, k)
     dk = case.scale * np.einsum("bhqk,bhqd->bhkd", ds, case.q)
-    dv = np.einsum("bhqk,bhqd->bhkd", p, dout)
+    dv = np.einsum("bhqk,bhqd->bhkd", p * z, dout)
     fold = lambda g: g.reshape(g.shape[0], -1, group, *g.shape[2:]).sum(axis=2)  # noqa: E731
     return dq, fold(dk), fold(dv)
 
 
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, _", CASES)
 def test_backward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim,
-                                  causal, _):
+                                  causal, _, dropout_p):
     """The backward kernel (src/cpu/backward/backward.cpp) from the oracle's out and lse (float32) and
-    a dout, stored in the inputs' dtype."""
-    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    a dout, stored in the inputs' dtype; with dropout, the oracle's out is the dropped one."""
+    case = _Case(emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal, dropout_p)
     rng = np.random.default_rng(dim)
     out_bytes, out = _stored(case.want, dtype)
     dout_bytes, dout = _stored(rng.standard_normal(case.want.shape), dtype)

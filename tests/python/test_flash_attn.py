@@ -226,8 +226,6 @@ def test_kvcache_appends_in_place_and_matches_the_reference(paged, rotary, dtype
 
 def test_unserved_arguments_are_refused_naming_them():
     q, k, v = inputs(1, 4, 4, 2, 2, 16, torch.float32)
-    with pytest.raises(ValueError, match="^dropout_p: expected 0.0"):
-        flash_attn_func(q, k, v, dropout_p=0.1)
     with pytest.raises(ValueError, match="^cache_leftpad: expected None with block_table"):
         flash_attn_with_kvcache(q, k, v, cache_leftpad=torch.zeros(1, dtype=torch.int32),
                                 block_table=torch.zeros(1, 1, dtype=torch.int32))

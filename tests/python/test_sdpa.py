@@ -130,13 +130,6 @@ def test_gqa_needs_enable_gqa():
     assert attn.scaled_dot_product_attention(q, kv, kv, enable_gqa=True).shape == (4, 3, 8)
 
 
-def test_dropout_is_not_implemented():
-    q = np.zeros((2, 3), np.float32)
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        attn.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
-    assert attn.scaled_dot_product_attention(q, q, q, dropout_p=0.0).shape == (2, 3)
-
-
 def test_is_causal_with_a_mask_is_refused():
     q = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match="attn_mask"):

@@ -19,13 +19,16 @@ def tensors(batch=2, heads=4, heads_kv=2, len_q=9, len_k=13, dim=16, dim_v=8, se
             torch.randn(batch, heads_kv, len_k, dim_v, generator=g, dtype=dtype))
 
 
+@pytest.mark.parametrize("dropout_p", [0.0, 0.25])
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
-def test_the_custom_ops_pass_opcheck(mask_kind):
+def test_the_custom_ops_pass_opcheck(mask_kind, dropout_p):
     q, k, v = (x.requires_grad_() for x in tensors())
     mask = {None: None, "bool": torch.randn(9, 13) > -1.0,
             "float": torch.randn(4, 9, 13).requires_grad_()}[mask_kind]
     causal = mask_kind is None
-    torch.library.opcheck(_torch_ops.register(), (q, k, v, mask, causal, causal, 0.3))
+    seed = torch.tensor(12345) if dropout_p else None
+    torch.library.opcheck(_torch_ops.register(),
+                          (q, k, v, mask, causal, causal, 0.3, dropout_p, seed))
 
 
 def test_meta_tensors_get_the_shapes_of_sdpa():

@@ -55,11 +55,11 @@ def test_minilm_padded_batch_matches_eager(name):
         assert (mine - eager).abs().max().item() < 1e-5
 
 
-def _llama(implementation):
+def _llama(implementation, attention_dropout=0.0):
     config = transformers.LlamaConfig(
         vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=attention_dropout)
     torch.manual_seed(0)  # the same random weights for every implementation
     return transformers.LlamaForCausalLM._from_config(config, attn_implementation=implementation).eval()
 
@@ -100,3 +100,26 @@ def test_training_gradients_match_eager(name):
         got = grads[name][parameter]
         error = ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
         assert error < 1e-4, f"{parameter}: gradient differs by {error:.3g} of its largest"
+
+
+def test_training_with_attention_dropout_repeats_with_torchs_seed(name):
+    """attention_dropout applies in training (its seed from torch's generator, so
+    torch.manual_seed repeats a step) and not in eval."""
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9, 10, 11], [1, 12, 13, 14, 15, 16, 17, 18]])
+
+    def step(seed):
+        model = _llama(name, attention_dropout=0.5).train()
+        torch.manual_seed(seed)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), model.model.layers[0].self_attn.q_proj.weight.grad
+
+    loss, grad = step(1)
+    loss_again, grad_again = step(1)
+    loss_other, _ = step(2)
+    assert torch.equal(loss, loss_again) and torch.equal(grad, grad_again)
+    assert not torch.equal(loss, loss_other)
+    with torch.no_grad():
+        logits = _llama(name, attention_dropout=0.5)(input_ids=ids).logits
+        plain = _llama(name)(input_ids=ids).logits
+    assert torch.equal(logits, plain)

@@ -16,15 +16,20 @@ block_table; new k and v are appended at cache_seqlens (rotated first with rotar
 rotary_sin, GPT-J style when rotary_interleaved, else NeoX), with cache_batch_idx choosing
 each query's cache row and cache_leftpad (dense caches) where each row's keys start.
 
-Not served (each refused with an error naming the argument): dropout_p > 0 (attn has no
-dropout yet), cache_leftpad with block_table (as flash-attn), and block_table in
-flash_attn_varlen_func. deterministic and
-num_splits are accepted and change nothing: attn gives the same bits on every run.
+dropout_p > 0 drops weights in forward and backward alike, from a seed drawn from torch's
+default generator (torch.manual_seed repeats it); return_attn_probs then returns the weights
+with the dropped ones negated, as flash-attn's S_dmask encodes them (attn.dropout_mask gives
+the mask itself). flash_attn_with_kvcache serves inference and has no dropout.
+
+Not served (each refused with an error naming the argument): cache_leftpad with block_table
+(as flash-attn), and block_table in flash_attn_varlen_func. deterministic and num_splits are
+accepted and change nothing: attn gives the same bits on every run.
 """
 
 import torch
 
 from .._attention import attention
+from .._dropout import dropout_mask
 from .._errors import Error
 from .._paged import append_pages, paged_attention
 
@@ -32,9 +37,28 @@ __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_
            "flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
 
-def _refuse_dropout(dropout_p):
-    if dropout_p != 0.0:
-        raise Error(f"dropout_p: expected 0.0 (attn has no dropout yet), given {dropout_p!r}")
+def _dropout(dropout_p):
+    """attn's dropout keywords for flash-attn's dropout_p: a seed from torch's generator."""
+    if not dropout_p:
+        return {}
+    return {"dropout_p": float(dropout_p),
+            "dropout_seed": int(torch.randint(2**62, (), dtype=torch.int64))}
+
+
+def _part(options, index):
+    """The options of the index-th of several calls that make one: with dropout, a seed of
+    its own, so that parts whose rows share indices do not share their dropped weights."""
+    if "dropout_seed" not in options:
+        return options
+    return dict(options, dropout_seed=options["dropout_seed"] + index)
+
+
+def _signed(probs, options):
+    """flash-attn's S_dmask: the weights, negated where dropout dropped them."""
+    if "dropout_seed" not in options:
+        return probs
+    kept = dropout_mask(tuple(probs.shape), options["dropout_p"], options["dropout_seed"])
+    return torch.where(torch.from_numpy(kept), probs, -probs)
 
 
 def _window(window_size):
@@ -42,10 +66,10 @@ def _window(window_size):
     return None if (left, right) == (-1, -1) else (left, right)
 
 
-def _options(softmax_scale, causal, window_size, softcap, paged=False):
+def _options(softmax_scale, causal, window_size, softcap, paged=False, dropout_p=0.0):
     """attn's keywords for flash-attn's: everything placed bottom-right (as paged_attention
     always places it)."""
-    options = {"causal": bool(causal), "scale": softmax_scale}
+    options = {"causal": bool(causal), "scale": softmax_scale, **_dropout(dropout_p)}
     if not paged:
         options["causal_align"] = "bottom-right"
     window = _window(window_size)
@@ -81,16 +105,18 @@ def _dense(q, k, v, options, alibi, return_lse, return_probs):
     want_lse, want_probs = return_lse or return_probs, return_probs
     if alibi is None or all(s is alibi[0] for s in alibi):
         extra = {} if alibi is None else {"alibi_slopes": alibi[0]}
-        results = attention(q, k, v, layout="bshd", return_lse=want_lse,
-                            return_weights=want_probs, **options, **extra)
-        parts = [results if isinstance(results, tuple) else (results,)]
+        calls = [(slice(None), dict(options, **extra))]
     else:
-        parts = []
-        for b, slopes in enumerate(alibi):
-            results = attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], layout="bshd",
-                                return_lse=want_lse, return_weights=want_probs,
-                                alibi_slopes=slopes, **options)
-            parts.append(results if isinstance(results, tuple) else (results,))
+        calls = [(slice(b, b + 1), dict(_part(options, b), alibi_slopes=slopes))
+                 for b, slopes in enumerate(alibi)]
+    parts = []
+    for rows, keywords in calls:
+        results = attention(q[rows], k[rows], v[rows], layout="bshd", return_lse=want_lse,
+                            return_weights=want_probs, **keywords)
+        results = results if isinstance(results, tuple) else (results,)
+        if want_probs:
+            results = (*results[:2], _signed(results[2], keywords))
+        parts.append(results)
     out = torch.cat([p[0] for p in parts])
     lse = _flash_lse(torch.cat([p[1] for p in parts])) if want_lse else None
     probs = torch.cat([p[2] for p in parts]) if want_probs else None
@@ -107,9 +133,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     """q: (batch, seqlen_q, nheads, headdim)  k, v: (batch, seqlen_k, nheads_k, headdim),
     nheads a multiple of nheads_k. Returns out (batch, seqlen_q, nheads, headdim), or with
     return_attn_probs (out, softmax_lse (batch, nheads, seqlen_q) float32, the softmax
-    weights (batch, nheads, seqlen_q, seqlen_k))."""
-    _refuse_dropout(dropout_p)
-    options = _options(softmax_scale, causal, window_size, softcap)
+    weights (batch, nheads, seqlen_q, seqlen_k), negated where dropout dropped them))."""
+    options = _options(softmax_scale, causal, window_size, softcap, dropout_p=dropout_p)
     out, lse, probs = _dense(q, k, v, options, _slopes(alibi_slopes, q.shape[0], q.shape[2]),
                              return_attn_probs, return_attn_probs)
     return _returned(out, lse, probs, return_attn_probs)
@@ -147,11 +172,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     (int32, batch + 1 entries). max_seqlen_q and max_seqlen_k are accepted as given (attn
     reads the lengths from the offsets). Returns out (total_q, nheads, headdim), or with
     return_attn_probs (out, softmax_lse (nheads, total_q) float32, None)."""
-    _refuse_dropout(dropout_p)
     if block_table is not None:
         raise Error("block_table: expected None in flash_attn_varlen_func (paged keys go "
                     "through flash_attn_with_kvcache or attn.paged_attention)")
-    options = _options(softmax_scale, causal, window_size, softcap)
+    options = _options(softmax_scale, causal, window_size, softcap, dropout_p=dropout_p)
     starts_q = [int(x) for x in torch.as_tensor(cu_seqlens_q).tolist()]
     starts_k = [int(x) for x in torch.as_tensor(cu_seqlens_k).tolist()]
     alibi = _slopes(alibi_slopes, len(starts_q) - 1, q.shape[1])
@@ -167,8 +191,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         for s, slopes in enumerate(alibi):
             rows_q = slice(starts_q[s], starts_q[s + 1])
             rows_k = slice(starts_k[s], starts_k[s + 1])
-            one, one_lse = _dense(q[None, rows_q], k[None, rows_k], v[None, rows_k], options,
-                                  [slopes], return_attn_probs, False)[:2]
+            one, one_lse = _dense(q[None, rows_q], k[None, rows_k], v[None, rows_k],
+                                  _part(options, s), [slopes], return_attn_probs, False)[:2]
             outs.append(one[0])
             lses.append(one_lse[0] if one_lse is not None else None)
         out = torch.cat(outs)

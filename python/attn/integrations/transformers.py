@@ -38,11 +38,11 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     is_causal (default module.is_causal) applies only without a mask and for L > 1, as in
     transformers' sdpa, which also drops keys past L then (an empty static cache).
     Training works: inputs that require grad give an out with a grad_fn (attn's backward
-    pass); the mask gets no gradient. Under torch.compile and torch.export (no weights, no
+    pass); the mask gets no gradient; dropout applies while module.training, its seed drawn
+    from torch's generator. Under torch.compile and torch.export (no weights, no
     softcap) it goes through the custom op attn::sdpa, so a model compiles whole.
     """
-    if dropout and module.training:
-        raise NotImplementedError(f"dropout: attn has no dropout; expected 0.0, given {dropout}")
+    dropout_p = float(dropout) if module.training else 0.0
     len_q = query.shape[2]
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     is_causal = bool(is_causal and attention_mask is None and len_q > 1)
@@ -52,10 +52,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if not want_weights and not softcap and _torch_ops.traced((query, key, value, attention_mask)):
         # Under torch.compile or torch.export: the custom op attn::sdpa, the same kernels.
         out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                           is_causal=is_causal, scale=scaling, enable_gqa=True)
+                                           dropout_p=dropout_p, is_causal=is_causal,
+                                           scale=scaling, enable_gqa=True)
         return out.transpose(1, 2).contiguous(), None
     result = attention(query, key, value, mask=attention_mask, causal=is_causal, scale=scaling,
-                       softcap=softcap or 0.0, return_weights=want_weights)
+                       softcap=softcap or 0.0, dropout_p=dropout_p,
+                       return_weights=want_weights)
     out, weights = result if want_weights else (result, None)
     if weights is not None:
         weights = weights.to(query.dtype)  # eager returns them in the query's dtype

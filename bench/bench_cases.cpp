@@ -55,6 +55,7 @@ nlohmann::json describe(const BenchCase& bench_case) {
       {"len_k", shape.len_k},          {"dim", shape.dim},
       {"causal", shape.causal},        {"dtype", dtype_name(shape.dtype)},
       {"threads", bench_case.threads}, {"work", work_name(bench_case.work)},
+      {"dropout", shape.dropout},
   };
 }
 
@@ -95,6 +96,12 @@ std::vector<BenchCase> bench_cases(bool quick) {
           if (len == 2048 && dim == 64 && !causal) {
             out.push_back({fp32_case(len, len, dim, causal), threads, Work::weights});
             out.push_back({fp32_case(len, len, dim, causal), threads, Work::top8});
+          }
+          if (len == 2048 && dim == 64) {  // training with dropout, beside the same without
+            testing::Case dropout = fp32_case(len, len, dim, causal);
+            dropout.dropout = 0.1;
+            out.push_back({dropout, threads});
+            out.push_back({dropout, threads, Work::backward});
           }
         }
   // Decode: one new query against the whole cache, non-causal: bottom-right causal would hide

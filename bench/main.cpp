@@ -40,6 +40,7 @@ class InputCache {
   Entry& get(const testing::Case& shape) {
     testing::Case key = shape;
     key.causal = false;
+    key.dropout = 0.0;
     if (key_ != key.name()) {
       entry_.reset();  // free the previous shape before allocating the next
       auto entry = std::make_unique<Entry>();
@@ -111,6 +112,8 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, PvPrecision 
   options.causal = bench_case.shape.causal;
   options.threads = bench_case.threads;
   options.pv_precision = pv_precision;
+  options.dropout_p = bench_case.shape.dropout;
+  options.dropout_seed = 1;
   const testing::Inputs& in = entry.inputs;
   if (bench_case.work == Work::weights || bench_case.work == Work::top8) {
     prepare_weights(bench_case, entry);

@@ -21,7 +21,8 @@ round (calls repeat for at least --min-time seconds). GFLOP/s use attn_bench's c
 (4 * Lq * Lk * D per head forward, 10 * Lq * Lk * D backward, only the unmasked part for
 causal) for every peer alike, so a peer that computes the masked half too is charged for it.
 Backward cases time the backward alone, from the forward's saved results; dout = q, as in
-attn_bench.
+attn_bench. Dropout cases (training, dropout 0.1) run on attn and torch only: the other
+peers have no dropout.
 
 Each peer but attn runs in its own worker process so that their thread pools do not
 meet. The table ends with attn / the fastest peer of the case and which one that was. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, when set, are removed from the numpy
@@ -167,8 +168,9 @@ class NumpyPeer:
         return {"numpy": self.np.__version__, "blas": blas}
 
     def prepare(self, case, q, k, v):
-        """The call to time, or None for a case NumPy/BLAS has no kernel for (bf16, fp16)."""
-        if case["dtype"] != "float32":
+        """The call to time, or None for a case NumPy/BLAS has no kernel for (bf16, fp16;
+        dropout, which it would compute by other rules)."""
+        if case["dtype"] != "float32" or case.get("dropout"):
             return None
         group = case["heads"] // case["heads_kv"]
         if group > 1:  # grouped-query attention: each KV head serves `group` query heads
@@ -209,9 +211,9 @@ class TorchPeer:
     def prepare(self, case, q, k, v):
         torch = self.torch
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        causal = bool(case["causal"])
+        causal, dropout = bool(case["causal"]), case.get("dropout", 0.0)
         if case["work"] == "backward":
-            return self._backward(q, k, v, q, causal)
+            return self._backward(q, k, v, q, causal, dropout)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                  "float16": torch.float16}[case["dtype"]]
         tq, tk, tv = (torch.from_numpy(x).to(dtype) for x in (q, k, v))
@@ -219,16 +221,17 @@ class TorchPeer:
 
         def run():
             with torch.inference_mode():
-                return sdpa(tq, tk, tv, is_causal=causal, enable_gqa=gqa)
+                return sdpa(tq, tk, tv, is_causal=causal, enable_gqa=gqa, dropout_p=dropout)
 
         return run
 
-    def _backward(self, q, k, v, dout, causal):
+    def _backward(self, q, k, v, dout, causal, dropout=0.0):
         """A call of PyTorch's backward of SDPA alone: the forward runs once here and keeps
         its graph (retain_graph), so each call is autograd's backward from the saved tensors."""
         torch = self.torch
         leaves = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
-        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                               dropout_p=dropout)
         grad_out = torch.from_numpy(dout)
         return lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
 
@@ -294,7 +297,8 @@ class OnnxRuntimePeer:
         return self.sessions[key]
 
     def prepare(self, case, q, k, v):
-        if case["work"] == "backward" or case["dtype"] not in ("float32", "float16"):
+        if (case["work"] == "backward" or case["dtype"] not in ("float32", "float16")
+                or case.get("dropout")):
             return None
         dtype = self.np.dtype(case["dtype"])
         feeds = {"q": q.astype(dtype), "k": k.astype(dtype), "v": v.astype(dtype)}
@@ -360,7 +364,7 @@ class OpenVinoPeer:
         return request
 
     def prepare(self, case, q, k, v):
-        if case["work"] == "backward":
+        if case["work"] == "backward" or case.get("dropout"):
             return None
         if case["dtype"] == "bfloat16" and "BF16" not in self.capabilities:
             return None  # OpenVINO 2026.4 crashed on bf16 D128 where the CPU has no BF16

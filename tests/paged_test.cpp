@@ -38,7 +38,7 @@ struct Storage {
   CacheDType dtype = CacheDType::f32;
   Index page = 16;
   PageLayout layout = PageLayout::token_major;
-  bool varied_scales = true;  // int8: a scale per page and head, else one for all
+  bool varied_scales = true;  // int8: a random scale per token and head, else one for all
 };
 
 std::size_t bytes_of(CacheDType dtype) {
@@ -121,13 +121,16 @@ struct Paged {
     return p;
   }
   PagedBatch batch() const { return {query_start, seq_lens, table, max_pages}; }
+  // The row of (page, slot, head) in the pool's layout: of its scale, and times the row's
+  // bytes, of its element 0.
+  Index row_of(Index page_index, Index slot, Index head) const {
+    const Index page = storage.page, heads = shape.heads_kv;
+    return storage.layout == PageLayout::token_major ? (page_index * page + slot) * heads + head
+                                                     : (page_index * heads + head) * page + slot;
+  }
   // Byte offset of (page, slot, head, element 0) in a pool of row length dim.
   std::size_t offset(Index page_index, Index slot, Index head, Index dim) const {
-    const Index page = storage.page, heads = shape.heads_kv;
-    const Index row = storage.layout == PageLayout::token_major
-                          ? (page_index * page + slot) * heads + head
-                          : (page_index * heads + head) * page + slot;
-    return static_cast<std::size_t>(row * dim) * bytes_of(storage.dtype);
+    return static_cast<std::size_t>(row_of(page_index, slot, head) * dim) * bytes_of(storage.dtype);
   }
   // The dequantised element of sequence s's token t.
   double element(bool values, Index s, Index head, Index t, Index d) const {
@@ -142,12 +145,12 @@ struct Paged {
         return to_float(reinterpret_cast<const float16*>(at)[d]);
       case CacheDType::bf16:
         return to_float(reinterpret_cast<const bfloat16*>(at)[d]);
-      case CacheDType::int8:
+      case CacheDType::int8: {
+        const Index row = row_of(page_index, t % storage.page, head);
         return reinterpret_cast<const std::int8_t*>(at)[d] *
-               static_cast<double>((
-                   values
-                       ? value_scales
-                       : key_scales)[static_cast<std::size_t>(page_index * shape.heads_kv + head)]);
+               static_cast<double>(
+                   (values ? value_scales : key_scales)[static_cast<std::size_t>(row)]);
+      }
     }
     return 0.0;
   }
@@ -216,7 +219,7 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
     if (storage.dtype == CacheDType::int8) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.5f, 2.0f);
-      scales.resize(static_cast<std::size_t>(p.pages * shape.heads_kv));
+      scales.resize(static_cast<std::size_t>(p.pages * page * shape.heads_kv));
       for (float& scale : scales) scale = (storage.varied_scales ? spread(rng) : 1.0f) / 40.0f;
     }
     for (Index s = 0; s < sequences; ++s) {
@@ -774,7 +777,8 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
                      "block_table: expected 2 x "));
   PagePool unscaled = keys;
   unscaled.scales = nullptr;
-  EXPECT_TRUE(starts(error_of(unscaled, values, batch), "keys.scales: expected [pages, heads_kv]"));
+  EXPECT_TRUE(starts(error_of(unscaled, values, batch),
+                     "keys.scales: expected float32 scales for int8, one per token and KV head"));
   PagePool other_layout = values;
   other_layout.layout = PageLayout::head_major;
   EXPECT_TRUE(

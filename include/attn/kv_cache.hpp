@@ -19,12 +19,12 @@
 
 namespace attn {
 
-// Element type of the stored keys and values. int8: symmetric, one float32 scale per block
-// and KV head for keys and one for values (scale = max |x| / 127 over the block's tokens of
-// that head). An append that raises the maximum requantises the block's earlier tokens of
-// that head to the new scale, so an element is within half a scale step of its value for
-// each requantisation it went through (in practice the context's NMSE against a float32
-// cache stays below 1e-3 for normal data; see the decode tests).
+// Element type of the stored keys and values. int8: symmetric, one float32 scale per token
+// and KV head for keys and one for values (scale = max |x| / 127 over that token's row of
+// that head), quantised once when the token is appended: a token's stored bits depend on
+// that token alone, never on the tokens appended before or after it, so appending a
+// sequence token by token, in chunks or at once stores the same bytes. Each element is
+// within half a scale step (max |x| / 254 of its row) of its value.
 enum class CacheDType : std::uint8_t { f32, f16, bf16, int8 };
 
 const char* cache_dtype_name(CacheDType dtype);
@@ -127,8 +127,8 @@ class KVCache {
   std::size_t element_size() const;
   const std::byte* key_block(std::int32_t block, Index head) const;
   const std::byte* value_block(std::int32_t block, Index head) const;
-  float key_scale(std::int32_t block, Index head) const;
-  float value_scale(std::int32_t block, Index head) const;
+  float key_scale(std::int32_t block, Index head, Index slot) const;
+  float value_scale(std::int32_t block, Index head, Index slot) const;
 
   struct HugePageFree {
     void operator()(std::byte* p) const;
@@ -140,7 +140,7 @@ class KVCache {
   // max_blocks, slab 0 holds all max_blocks of them.
   struct Slab {
     std::unique_ptr<std::byte, HugePageFree> keys, values;
-    std::unique_ptr<float[]> key_scales, value_scales;  // [block][head], int8 only
+    std::unique_ptr<float[]> key_scales, value_scales;  // [block][head][slot], int8 only
     Index capacity = 0;                                 // blocks allocated in this slab
   };
   static constexpr int kSlabs = 32;
@@ -159,7 +159,7 @@ class KVCache {
   void release_block(std::int32_t block);
   void copy_block(std::int32_t from, std::int32_t to);
   std::byte* block_data(std::int32_t block, Index head, bool values) const;
-  float& scale_of(std::int32_t block, Index head, bool values) const;
+  float& scale_of(std::int32_t block, Index head, Index slot, bool values) const;
   void write_rows(std::int32_t block, Index slot, const TensorView& k, const TensorView& v,
                   Index first, Index count);
   Tensor dequantise(SequenceId seq, bool values) const;

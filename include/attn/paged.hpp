@@ -38,7 +38,9 @@ struct PagePool {
   CacheDType dtype = CacheDType::f16;
   PageLayout layout = PageLayout::token_major;
   Index pages = 0, page_size = 0, heads_kv = 0, dim = 0;
-  // int8 only: float32 [pages, heads_kv], an element being int8 * scale (as KVCache's int8).
+  // int8 only: float32, one per token and KV head, an element being int8 * its row's scale
+  // (as KVCache's int8): [pages, page_size, heads_kv] for token_major pools,
+  // [pages, heads_kv, page_size] for head_major ones (the pool's layout without dim).
   float* scales = nullptr;
 };
 
@@ -114,10 +116,10 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
 // slots[i] / page_size at slot slots[i] % page_size (vLLM's slot_mapping); a negative slot
 // skips the token (padding). k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv] (engines' [tokens, heads,
 // dim]; any float dtype, any strides with a contiguous last dim), rounded to the pools'
-// dtype. int8 pages are filled in slot order: a token at slot 0 starts its page anew, a
-// later one raises the page's scale of each KV head to cover it and requantises the slots
-// before it (as KVCache). A slot past the pool or given twice, a bad shape, or a value that
-// is not finite for int8 throws attn::Error naming the argument, and nothing is written.
+// dtype. int8: each token's row of each KV head is quantised once with its own scale (as
+// KVCache), so slots may be filled in any order. A slot past the pool or given twice, a bad
+// shape, or a value that is not finite for int8 throws attn::Error naming the argument, and
+// nothing is written.
 // rotary: the keys are rotated at rotary.positions (one per token) before they are stored.
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
                   const PagePool& keys, const PagePool& values, const Rotary& rotary = {});

@@ -135,9 +135,9 @@ class KVCache:
         or float32; float32 for float64, attn's working precision, and for keys and values
         of two different dtypes), and a later append that the storage would round (float32
         into a float16 cache, say) raises ValueError. "float32", "float16", "bfloat16" and
-        "int8" (per block and head scales, dequantised on the fly) are the caller's choice
-        and round what does not fit, without a word: float32 keeps float16, bfloat16 and
-        float32 data exactly.
+        "int8" (a scale per token and head, quantised once, dequantised on the fly) are the
+        caller's choice and round what does not fit, without a word: float32 keeps float16,
+        bfloat16 and float32 data exactly.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
         lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
@@ -312,7 +312,7 @@ class KVCache:
         cache's memory, head-major: key_cache [max_blocks, heads_kv, page_size, dim],
         value_cache the same with dim_v, in the storage dtype (bfloat16 as ml_dtypes' when it
         imports, else its uint16 bits, which paged_attention reads as bfloat16); the scales
-        float32 [max_blocks, heads_kv] for int8, else None. Block numbers are page numbers:
+        float32 [max_blocks, heads_kv, page_size] for int8, else None. Block numbers are page numbers:
         with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()

@@ -70,8 +70,8 @@ def _scales(x, name):
         given = type(x).__name__
         if isinstance(x, np.ndarray) or _arrays.is_torch(x):
             given += f" of dtype {_arrays.dtype_name(x)}"
-        raise ArgumentTypeError(f"{name}: expected a float32 array [pages, Hkv] (written in place), "
-                                f"given {given}")
+        raise ArgumentTypeError(f"{name}: expected a float32 array of one scale per token and "
+                                f"KV head (written in place), given {given}")
     return x
 
 
@@ -122,7 +122,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      FlashAttention) or [pages, Hkv, page_size, D] ("head_major", as
                      FlashInfer's HND), float32, float16, bfloat16 or int8, C-contiguous
         value_cache: the same with Dv for D
-        key_scales, value_scales: float32 [pages, Hkv] for int8 pools (x = int8 * scale)
+        key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
+                     (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
+                     [pages, Hkv, page_size] head_major
         block_table: [S, max_pages] int32: sequence s's token t is in page
                      block_table[s, t // page_size] at slot t % page_size
         seq_lens:    [S] int32, each sequence's keys (its new tokens' included)
@@ -161,10 +163,10 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", k
     negative slot skips the token (padding).
 
     Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
-    slots [n] integers; pools and scales as in attn.paged_attention. int8 pages are filled in
-    slot order: a token at slot 0 starts its page anew, a later one raises the page's scale
-    of each KV head to cover it and requantises the slots before it. A slot past the pool or
-    given twice is refused, and then nothing is written. With rotary, each key is rotated at
+    slots [n] integers; pools and scales as in attn.paged_attention. int8: each token's row
+    of each KV head is quantised once, with its own scale (max |x| / 127), so nothing written
+    before changes. A slot past the pool or given twice is refused, and then nothing is
+    written. With rotary, each key is rotated at
     positions[i] ([n] ints, required) before it is stored.
     """
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),

@@ -171,13 +171,14 @@ void append_batch(KVCache& cache, const std::vector<KVCache::SequenceId>& seq, c
 using ReadOnlyArray = nb::ndarray<nb::numpy, nb::ro>;
 
 // One of cache_pools' pools ([pages, Hkv, page_size, dim], head-major) or its int8 scales
-// ([pages, Hkv]) as a read-only NumPy array on the cache's memory, keeping the cache alive.
+// ([pages, Hkv, page_size]) as a read-only NumPy array on the cache's memory, keeping the
+// cache alive.
 ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
   const auto pages = static_cast<std::size_t>(pool.pages);
   const auto heads = static_cast<std::size_t>(pool.heads_kv);
   if (scales) {
-    const std::size_t shape[2] = {pages, heads};
-    return ReadOnlyArray(pool.scales, 2, shape, owner, nullptr, nb::dtype<float>());
+    const std::size_t shape[3] = {pages, heads, static_cast<std::size_t>(pool.page_size)};
+    return ReadOnlyArray(pool.scales, 3, shape, owner, nullptr, nb::dtype<float>());
   }
   const std::size_t shape[4] = {pages, heads, static_cast<std::size_t>(pool.page_size),
                                 static_cast<std::size_t>(pool.dim)};

@@ -23,9 +23,9 @@ using Slots = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::dev
 // Pools and scales are written in place by append_pages: bound without conversion (a
 // converted copy would take the writes), their layout checked here. paged_attention only
 // reads them, so it also takes read-only arrays (a KVCache's pools).
-using Scales = nb::ndarray<float, nb::ndim<2>, nb::device::cpu>;
+using Scales = nb::ndarray<float, nb::ndim<3>, nb::device::cpu>;
 using Pool = nb::ndarray<>;
-using ReadScales = nb::ndarray<const float, nb::ndim<2>, nb::device::cpu>;
+using ReadScales = nb::ndarray<const float, nb::ndim<3>, nb::device::cpu>;
 using ReadPool = nb::ndarray<nb::ro>;
 
 [[noreturn]] void fail(const std::string& name, const std::string& expected,
@@ -67,7 +67,8 @@ CacheDType pool_dtype(const Array& pool, const char* name) {
 }
 
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
-// (head_major), C-contiguous in CPU memory, with its int8 scales [pages, Hkv]. PagePool
+// (head_major), C-contiguous in CPU memory, with its int8 scales, one per token and KV head
+// ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D). PagePool
 // holds mutable pointers for append_pages; paged_attention's read-only arrays are only read.
 template <class Array, class ScalesArray>
 PagePool pool_of(const Array& array, const char* name, PageLayout layout,
@@ -89,12 +90,20 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   pool.dim = static_cast<Index>(array.shape(3));
   if (scales) {
     check_contiguous(*scales, scales_name);
-    if (static_cast<Index>(scales->shape(0)) != pool.pages ||
-        static_cast<Index>(scales->shape(1)) != pool.heads_kv) {
+    const Index wanted[3] = {pool.pages, token_major ? pool.page_size : pool.heads_kv,
+                             token_major ? pool.heads_kv : pool.page_size};
+    std::string given = "[";
+    bool fits = true;
+    for (std::size_t d = 0; d < 3; ++d) {
+      fits = fits && static_cast<Index>(scales->shape(d)) == wanted[d];
+      given += (d ? ", " : "") + std::to_string(scales->shape(d));
+    }
+    if (!fits) {
       fail(scales_name,
-           "shape [" + std::to_string(pool.pages) + ", " + std::to_string(pool.heads_kv) +
-               "] (pages, KV heads of " + name + ")",
-           "[" + std::to_string(scales->shape(0)) + ", " + std::to_string(scales->shape(1)) + "]");
+           "shape [" + std::to_string(wanted[0]) + ", " + std::to_string(wanted[1]) + ", " +
+               std::to_string(wanted[2]) + "] (one scale per token and KV head of " + name +
+               ", in its layout)",
+           given + "]");
     }
     pool.scales = const_cast<float*>(scales->data());
   }

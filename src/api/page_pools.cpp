@@ -32,7 +32,7 @@ CachePools cache_pools(KVCache& cache) {
     p.heads_kv = config.heads_kv;
     p.dim = values ? config.dim_v : config.dim;
     if (config.dtype == CacheDType::int8) {
-      p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, values);
+      p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
     }
     return p;
   };
@@ -60,7 +60,7 @@ void check_pool(const char* name, const PagePool& pool) {
   }
   if ((pool.dtype == CacheDType::int8) != (pool.scales != nullptr)) {
     fail(n + ".scales",
-         pool.dtype == CacheDType::int8 ? "[pages, heads_kv] float32 scales for int8"
+         pool.dtype == CacheDType::int8 ? "float32 scales for int8, one per token and KV head"
                                         : "null (scales are for int8 pools)",
          pool.scales == nullptr ? "null" : "scales");
   }
@@ -103,6 +103,9 @@ cache::PageRows rows_of(const PagePool& pool) {
   const bool token_major = pool.layout == PageLayout::token_major;
   rows.head_bytes = token_major ? row : pool.page_size * row;
   rows.slot_bytes = token_major ? pool.heads_kv * row : row;
+  rows.page_scales = pool.page_size * pool.heads_kv;
+  rows.head_scales = token_major ? 1 : pool.page_size;
+  rows.slot_scales = token_major ? pool.heads_kv : 1;
   return rows;
 }
 

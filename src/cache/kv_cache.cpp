@@ -120,7 +120,7 @@ KVCache::KVCache(const KVCache& other)
       ref_counts_(other.ref_counts_),
       free_blocks_(other.free_blocks_),
       next_id_(other.next_id_) {
-  const auto heads = static_cast<std::size_t>(config_.heads_kv);
+  const auto scales_per_block = static_cast<std::size_t>(config_.heads_kv * config_.page_size);
   for (int s = 0; s < kSlabs && other.slabs_[s].capacity > 0; ++s) {
     const Slab& from = other.slabs_[s];
     Slab& to = slabs_[s];
@@ -131,10 +131,11 @@ KVCache::KVCache(const KVCache& other)
     std::memcpy(to.keys.get(), from.keys.get(), blocks * key_block_bytes_);
     std::memcpy(to.values.get(), from.values.get(), blocks * value_block_bytes_);
     if (from.key_scales) {
-      to.key_scales = std::make_unique<float[]>(blocks * heads);
-      to.value_scales = std::make_unique<float[]>(blocks * heads);
-      std::copy_n(from.key_scales.get(), blocks * heads, to.key_scales.get());
-      std::copy_n(from.value_scales.get(), blocks * heads, to.value_scales.get());
+      const std::size_t scales = blocks * scales_per_block;
+      to.key_scales = std::make_unique<float[]>(scales);
+      to.value_scales = std::make_unique<float[]>(scales);
+      std::copy_n(from.key_scales.get(), scales, to.key_scales.get());
+      std::copy_n(from.value_scales.get(), scales, to.value_scales.get());
     }
     to.capacity = from.capacity;
   }
@@ -333,7 +334,8 @@ void KVCache::allocate_slab(int s, Index first) {
   fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
   fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
   if (config_.dtype == CacheDType::int8) {
-    const std::size_t scales = count * static_cast<std::size_t>(config_.heads_kv);
+    const std::size_t scales =
+        count * static_cast<std::size_t>(config_.heads_kv * config_.page_size);
     fresh.key_scales = std::make_unique<float[]>(scales);
     fresh.value_scales = std::make_unique<float[]>(scales);
   }
@@ -354,10 +356,9 @@ void KVCache::copy_block(std::int32_t from, std::int32_t to) {
   std::memcpy(block_data(to, 0, false), block_data(from, 0, false), key_block_bytes_);
   std::memcpy(block_data(to, 0, true), block_data(from, 0, true), value_block_bytes_);
   if (config_.dtype == CacheDType::int8) {
-    for (Index h = 0; h < config_.heads_kv; ++h) {
-      scale_of(to, h, false) = scale_of(from, h, false);
-      scale_of(to, h, true) = scale_of(from, h, true);
-    }
+    const Index scales = config_.heads_kv * config_.page_size;
+    std::copy_n(&scale_of(from, 0, 0, false), scales, &scale_of(to, 0, 0, false));
+    std::copy_n(&scale_of(from, 0, 0, true), scales, &scale_of(to, 0, 0, true));
   }
 }
 
@@ -370,11 +371,11 @@ std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) cons
          static_cast<std::size_t>(head * config_.page_size * dim) * element_size();
 }
 
-float& KVCache::scale_of(std::int32_t block, Index head, bool values) const {
+float& KVCache::scale_of(std::int32_t block, Index head, Index slot, bool values) const {
   const Place at = place(block);
   const Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
-  return (values ? slab.value_scales
-                 : slab.key_scales)[static_cast<std::size_t>(at.index * config_.heads_kv + head)];
+  const Index index = (at.index * config_.heads_kv + head) * config_.page_size + slot;
+  return (values ? slab.value_scales : slab.key_scales)[static_cast<std::size_t>(index)];
 }
 
 const std::byte* KVCache::key_block(std::int32_t block, Index head) const {
@@ -385,14 +386,14 @@ const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
   return block_data(block, head, true);
 }
 
-float KVCache::key_scale(std::int32_t block, Index head) const {
+float KVCache::key_scale(std::int32_t block, Index head, Index slot) const {
   if (config_.dtype != CacheDType::int8) return 1.0f;
-  return scale_of(block, head, false);
+  return scale_of(block, head, slot, false);
 }
 
-float KVCache::value_scale(std::int32_t block, Index head) const {
+float KVCache::value_scale(std::int32_t block, Index head, Index slot) const {
   if (config_.dtype != CacheDType::int8) return 1.0f;
-  return scale_of(block, head, true);
+  return scale_of(block, head, slot, true);
 }
 
 void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
@@ -476,7 +477,8 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       float* dst = to + (h * s.length + t) * dim;
       if (config_.dtype == CacheDType::int8) {
         const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
-        const float scale = values ? value_scale(block, h) : key_scale(block, h);
+        const float scale =
+            values ? value_scale(block, h, t % page) : key_scale(block, h, t % page);
         for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
         continue;
       }

@@ -15,16 +15,18 @@ struct BlockAccess {
   static const std::byte* rows(const KVCache& cache, std::int32_t block, Index head, bool values) {
     return values ? cache.value_block(block, head) : cache.key_block(block, head);
   }
-  static float scale(const KVCache& cache, std::int32_t block, Index head, bool values) {
-    return values ? cache.value_scale(block, head) : cache.key_scale(block, head);
+  static float scale(const KVCache& cache, std::int32_t block, Index head, Index slot,
+                     bool values) {
+    return values ? cache.value_scale(block, head, slot) : cache.key_scale(block, head, slot);
   }
   // For appends (src/cache/page_rows.cpp): the rows to write, and an int8 scale itself.
   static std::byte* writable_rows(const KVCache& cache, std::int32_t block, Index head,
                                   bool values) {
     return cache.block_data(block, head, values);
   }
-  static float& scale_ref(const KVCache& cache, std::int32_t block, Index head, bool values) {
-    return cache.scale_of(block, head, values);
+  static float& scale_ref(const KVCache& cache, std::int32_t block, Index head, Index slot,
+                          bool values) {
+    return cache.scale_of(block, head, slot, values);
   }
   static std::size_t element_size(const KVCache& cache) { return cache.element_size(); }
   // For cache_pools (src/api/page_pools.cpp): block 0 allocated, and with it every block of
@@ -40,12 +42,13 @@ inline const std::byte* key_block(const KVCache& cache, std::int32_t block, Inde
 inline const std::byte* value_block(const KVCache& cache, std::int32_t block, Index kv_head) {
   return BlockAccess::rows(cache, block, kv_head, true);
 }
-// The dequantisation scale of the block's KV head for an int8 cache, 1 for other dtypes.
-inline float key_scale(const KVCache& cache, std::int32_t block, Index kv_head) {
-  return BlockAccess::scale(cache, block, kv_head, false);
+// The dequantisation scale of a slot's row of the block's KV head for an int8 cache, 1 for
+// other dtypes.
+inline float key_scale(const KVCache& cache, std::int32_t block, Index kv_head, Index slot) {
+  return BlockAccess::scale(cache, block, kv_head, slot, false);
 }
-inline float value_scale(const KVCache& cache, std::int32_t block, Index kv_head) {
-  return BlockAccess::scale(cache, block, kv_head, true);
+inline float value_scale(const KVCache& cache, std::int32_t block, Index kv_head, Index slot) {
+  return BlockAccess::scale(cache, block, kv_head, slot, true);
 }
 
 }  // namespace attn::cache

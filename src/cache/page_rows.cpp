@@ -26,13 +26,13 @@ std::byte* PageRows::rows(std::int32_t page, Index head) const {
   return data + page * page_bytes + head * head_bytes;
 }
 
-float PageRows::scale(std::int32_t page, Index head) const {
-  return dtype == CacheDType::int8 ? scale_ref(page, head) : 1.0f;
+float PageRows::scale(std::int32_t page, Index head, Index slot) const {
+  return dtype == CacheDType::int8 ? scale_ref(page, head, slot) : 1.0f;
 }
 
-float& PageRows::scale_ref(std::int32_t page, Index head) const {
-  if (cache != nullptr) return BlockAccess::scale_ref(*cache, page, head, values);
-  return scales[page * heads_kv + head];
+float& PageRows::scale_ref(std::int32_t page, Index head, Index slot) const {
+  if (cache != nullptr) return BlockAccess::scale_ref(*cache, page, head, slot, values);
+  return scales[page * page_scales + head * head_scales + slot * slot_scales];
 }
 
 PageRows page_rows_of(const KVCache& cache, bool values) {

@@ -1,5 +1,5 @@
 // One pool of pages (keys or values) as the paged kernel and the appends address it: the
-// rows of a page and KV head, a fixed stride apart, and their int8 scale. The pool is a
+// rows of a page and KV head, a fixed stride apart, and their int8 scales. The pool is a
 // caller's array (attn::PagePool, either layout) or attn's own KVCache, whose blocks live
 // in slabs; the kernel sees no difference, so there is one paged path.
 #pragma once
@@ -23,14 +23,16 @@ struct PageRows {
   const KVCache* cache = nullptr;
   bool values = false;
   std::byte* data = nullptr;
-  float* scales = nullptr;  // int8 only: [page][KV head]
+  float* scales = nullptr;  // int8 only: one per (page, KV head, slot), laid out as the rows
   // In bytes: from one page, KV head and slot to the next.
   Index page_bytes = 0, head_bytes = 0, slot_bytes = 0;
+  // In scales: from one page, KV head and slot to the next.
+  Index page_scales = 0, head_scales = 0, slot_scales = 0;
 
   std::byte* rows(std::int32_t page, Index head) const;
-  // The dequantisation scale of the page's KV head: 1 unless int8.
-  float scale(std::int32_t page, Index head) const;
-  float& scale_ref(std::int32_t page, Index head) const;
+  // The dequantisation scale of a slot's row of the page's KV head: 1 unless int8.
+  float scale(std::int32_t page, Index head, Index slot) const;
+  float& scale_ref(std::int32_t page, Index head, Index slot) const;
 };
 
 // The keys (values = false) or values of a KVCache as page rows.

@@ -39,10 +39,8 @@ void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) 
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count) {
   const Index dim = pool.dim;
-  // One row, or for int8 the run's rows of a head: each read (and rotated) once, for the
-  // page's scale and then for the writes.
   const bool int8 = pool.dtype == CacheDType::int8;
-  std::vector<double> row(static_cast<std::size_t>((int8 ? count : 1) * dim));
+  std::vector<double> row(static_cast<std::size_t>(dim));
   for (Index h = 0; h < pool.heads_kv; ++h) {
     std::byte* base = pool.rows(page, h);
     const auto at = [&](Index s) { return base + s * pool.slot_bytes; };
@@ -66,25 +64,16 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       }
       continue;
     }
-    float& scale = pool.scale_ref(page, h);
-    if (slot == 0) scale = 0.0f;
-    for (Index i = 0; i < count; ++i) load(in, first + i, h, row.data() + i * dim);
-    double largest = 0.0;
-    for (const double x : row) largest = std::max(largest, std::abs(x));
-    const auto needed = static_cast<float>(largest / 127.0);
-    if (needed > scale) {
-      // Requantise the page's earlier tokens of this head to the larger scale.
-      const double ratio = scale / static_cast<double>(needed);
-      for (Index s = 0; s < slot; ++s) {
-        auto* q = reinterpret_cast<std::int8_t*>(at(s));
-        for (Index d = 0; d < dim; ++d) q[d] = static_cast<std::int8_t>(std::lround(q[d] * ratio));
-      }
-      scale = needed;
-    }
+    // int8: each token's row quantised once, with its own scale (max |x| / 127).
     for (Index i = 0; i < count; ++i) {
+      load(in, first + i, h, row.data());
+      double largest = 0.0;
+      for (const double x : row) largest = std::max(largest, std::abs(x));
+      const auto scale = static_cast<float>(largest / 127.0);
+      pool.scale_ref(page, h, slot + i) = scale;
       auto* out = reinterpret_cast<std::int8_t*>(at(slot + i));
       for (Index d = 0; d < dim; ++d) {
-        const double x = scale > 0.0f ? row[static_cast<std::size_t>(i * dim + d)] / scale : 0.0;
+        const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
         out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
       }
     }

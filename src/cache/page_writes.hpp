@@ -29,9 +29,8 @@ struct NewRows {
 void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv);
 
 // Writes tokens [first, first + count) of `in` into slots [slot, slot + count) of the page,
-// rounded to the pool's dtype. int8: the page's scale of each KV head grows to cover the new
-// values (a page written from slot 0 starts anew), and its tokens [0, slot) are requantised
-// to it, so an element stays within half a scale step per requantisation.
+// rounded to the pool's dtype. int8: each token's row of each KV head with a scale of its
+// own, so nothing written before changes.
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count);
 

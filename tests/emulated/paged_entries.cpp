@@ -23,10 +23,10 @@ using attn::CacheDType;
 using attn::Index;
 
 // q [total_q, Hq, D] float32; key and value pools of `dtype` in `layout` (0: token-major
-// [pages, page_size, Hkv, D], 1: head-major [pages, Hkv, page_size, D]) with int8 scales
-// [pages, Hkv]; query_start [S + 1], seq_lens [S] and table [S, max_pages] int32; causal, a
-// left window and softcap as Options has them. Out: the kernel's float32 state rows
-// [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).
+// [pages, page_size, Hkv, D], 1: head-major [pages, Hkv, page_size, D]) with int8 scales,
+// one per token and KV head in the pool's layout; query_start [S + 1], seq_lens [S] and table [S,
+// max_pages] int32; causal, a left window and softcap as Options has them. Out: the kernel's
+// float32 state rows [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).
 struct PagedArgs {
   const float* q;
   const void* keys;

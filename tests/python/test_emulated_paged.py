@@ -41,8 +41,8 @@ class _Batch:
             self.pages, HEADS_KV, page)
         self.keys = np.zeros(shape + (DIM,), STORED[dtype])
         self.values = np.zeros(shape + (DIM_V,), STORED[dtype])
-        self.key_scales = (0.02 + 0.01 * rng.random((self.pages, HEADS_KV))).astype(np.float32)
-        self.value_scales = (0.02 + 0.01 * rng.random((self.pages, HEADS_KV))).astype(np.float32)
+        self.key_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)  # per token
+        self.value_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)
         self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
         for s, (length, _) in enumerate(sequences):
             self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
@@ -53,9 +53,9 @@ class _Batch:
                 for h in range(HEADS_KV):
                     at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
                     k[h, t] = self._store(self.keys, at, rng.standard_normal(DIM),
-                                          self.key_scales[page_index, h])
+                                          self.key_scales[at])
                     v[h, t] = self._store(self.values, at, rng.standard_normal(DIM_V),
-                                          self.value_scales[page_index, h])
+                                          self.value_scales[at])
             self.k.append(k)
             self.v.append(v)
         self.q = rng.standard_normal((sum(n for _, n in sequences), HEADS_Q, DIM)).astype(

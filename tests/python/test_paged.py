@@ -16,7 +16,7 @@ def make_pools(pages, page_size, layout, dtype):
     shape = (pages, page_size, HKV) if layout == "token_major" else (pages, HKV, page_size)
     if dtype == "int8":
         return (np.zeros(shape + (D,), np.int8), np.zeros(shape + (DV,), np.int8),
-                np.zeros((pages, HKV), np.float32), np.zeros((pages, HKV), np.float32))
+                np.zeros(shape, np.float32), np.zeros(shape, np.float32))
     np_dtype = {"float32": np.float32, "float16": np.float16}.get(dtype)
     if np_dtype is None:
         import ml_dtypes
@@ -36,7 +36,8 @@ def gathered(pool, scales, table_row, length, page_size, layout):
         row = pool[page, slot] if layout == "token_major" else pool[page, :, slot]
         row = row.astype(np.float64)
         if scales is not None:
-            row = row * scales[page][:, None]
+            scale = scales[page, slot] if layout == "token_major" else scales[page, :, slot]
+            row = row * scale[:, None]
         rows.append(row)
     return np.stack(rows, axis=1) if rows else np.zeros((HKV, 0, pool.shape[-1]))
 

@@ -109,7 +109,7 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
 };
 
-// Where the keys [t0, t1) of one KV head lie: a row pointer (and int8 scale) per key.
+// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
@@ -230,12 +230,11 @@ class TaskKernel {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
       const std::byte* k = keys.rows(block, kv_head);
       const std::byte* v = values.rows(block, kv_head);
-      const float ks = keys.scale(block, kv_head), vs = values.scale(block, kv_head);
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
-        rows.key_scale[t - t0] = ks;
-        rows.value_scale[t - t0] = vs;
+        rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
+        rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
       }
     }
   }

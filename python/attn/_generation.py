@@ -312,8 +312,8 @@ class KVCache:
         cache's memory, head-major: key_cache [max_blocks, heads_kv, page_size, dim],
         value_cache the same with dim_v, in the storage dtype (bfloat16 as ml_dtypes' when it
         imports, else its uint16 bits, which paged_attention reads as bfloat16); the scales
-        float32 [max_blocks, heads_kv, page_size] for int8, else None. Block numbers are page numbers:
-        with block_tables(ids), a ragged batch over the cache is
+        float32 [max_blocks, heads_kv, page_size] for int8, else None. Block numbers are page
+        numbers: with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()
             table, seq_lens = cache.block_tables(ids)

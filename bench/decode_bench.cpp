@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,14 +27,30 @@ struct DecodeCase {
   std::vector<Index> lengths;  // one sequence each
 };
 
-// Random fp16 keys and values, appended in chunks of one repeated random block (the
-// values do not matter to the time, only the bytes).
-KVCache filled_cache(const std::vector<Index>& lengths, std::vector<KVCache::SequenceId>& ids) {
+// A cache storage format and the bytes a step reads per key (or value) row of one head: its
+// elements and, for int8, the row's float32 scale.
+struct Format {
+  CacheDType dtype;
+  Index row_bytes;
+};
+
+Format format_of(const std::string& name) {
+  if (name == "f16") return {CacheDType::f16, kDim * 2};
+  if (name == "bf16") return {CacheDType::bf16, kDim * 2};
+  if (name == "f32") return {CacheDType::f32, kDim * 4};
+  if (name == "int8") return {CacheDType::int8, kDim + 4};
+  throw std::invalid_argument("--formats: expected f16, bf16, f32 or int8, given " + name);
+}
+
+// Random keys and values, appended in chunks of one repeated random block (the values do
+// not matter to the time, only the bytes).
+KVCache filled_cache(const std::vector<Index>& lengths, CacheDType dtype,
+                     std::vector<KVCache::SequenceId>& ids) {
   KVCache cache({.heads_kv = kHeadsKv,
                  .dim = kDim,
                  .dim_v = kDim,
                  .page_size = kPage,
-                 .dtype = CacheDType::f16,
+                 .dtype = dtype,
                  .max_blocks = 0});
   constexpr Index kChunk = 4096;
   Tensor chunk(DType::f16, {1, kHeadsKv, kChunk, kDim});
@@ -51,8 +68,11 @@ KVCache filled_cache(const std::vector<Index>& lengths, std::vector<KVCache::Seq
   return cache;
 }
 
-// One decode step's queries for a case at one query-head count.
+// One decode step's queries for a case at one query-head count, over one format's cache.
 struct StepQueries {
+  std::string format;
+  const KVCache* cache = nullptr;
+  double bytes = 0.0;  // K/V bytes a step reads
   Index heads_q = 0;
   Tensor q;  // [sequences, heads_q, 1, kDim]
 };
@@ -66,10 +86,21 @@ int main(int argc, char** argv) {
   CLI::App app{"Decode throughput (bytes of K/V read per second) against memory bandwidth"};
   bool quick = false;
   int repetitions = 5;
+  std::vector<std::string> format_names{"f16"};
   app.add_flag("--quick", quick, "leave out Lk = 262144");
+  app.add_option("--formats", format_names,
+                 "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8)")
+      ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  std::vector<Format> formats;
+  try {
+    for (const std::string& name : format_names) formats.push_back(format_of(name));
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
 
   std::vector<DecodeCase> cases;
   for (const Index length : {4096, 32768, 262144}) {
@@ -84,7 +115,7 @@ int main(int argc, char** argv) {
   constexpr int kMaxThreads = 2;
   MemoryBandwidthProbe probe(kMaxThreads);
   std::printf(
-      "decode: Hkv=%lld d=%lld, fp16 cache, page %lld, one query per sequence.\n"
+      "decode: Hkv=%lld d=%lld, page %lld, one query per sequence.\n"
       "Each repetition: one bandwidth probe trial (read, copy, triad over 3 arrays of 256 MiB),\n"
       "then one decode repetition per Hq, so the probe and decode see the same load.\n"
       "GB/s: K/V bytes per step / the fastest repetition's time per step (best of N, as the\n"
@@ -92,27 +123,35 @@ int main(int argc, char** argv) {
       "is held against); read: its best read.\n",
       static_cast<long long>(kHeadsKv), static_cast<long long>(kDim),
       static_cast<long long>(kPage));
-  std::printf("%-12s %4s %7s %10s %10s %10s %8s %8s %9s %8s %8s\n", "case", "Hq", "threads",
-              "median ms", "best ms", "K/V MB", "GB/s", "stream", "of stream", "read", "of read");
+  std::printf("%-12s %-6s %4s %7s %10s %10s %10s %8s %8s %9s %8s %8s\n", "case", "format", "Hq",
+              "threads", "median ms", "best ms", "K/V MB", "GB/s", "stream", "of stream", "read",
+              "of read");
   for (const DecodeCase& c : cases) {
-    std::vector<KVCache::SequenceId> ids;
-    const KVCache cache = filled_cache(c.lengths, ids);
+    std::vector<KVCache::SequenceId> ids;  // the same ids in every format's cache
+    std::vector<KVCache> caches;
+    caches.reserve(formats.size());
+    for (const Format& f : formats) {
+      ids.clear();
+      caches.push_back(filled_cache(c.lengths, f.dtype, ids));
+    }
     Index tokens = 0;
     for (const Index length : c.lengths) tokens += length;
-    const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * kDim) * 2.0;
     const auto sequences = static_cast<Index>(c.lengths.size());
     std::vector<StepQueries> steps;
-    for (const Index heads_q : kHeadsQChoices) {
-      Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
-      for (Index i = 0; i < q.numel(); ++i)
-        q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
-      steps.push_back({heads_q, std::move(q)});
+    for (std::size_t f = 0; f < formats.size(); ++f) {
+      for (const Index heads_q : kHeadsQChoices) {
+        Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
+        for (Index i = 0; i < q.numel(); ++i)
+          q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
+        const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * formats[f].row_bytes);
+        steps.push_back({format_names[f], &caches[f], bytes, heads_q, std::move(q)});
+      }
     }
     for (int threads = 1; threads <= kMaxThreads; ++threads) {
       Options options;
       options.threads = threads;
       for (const StepQueries& step : steps) {
-        decode(step.q.view(), cache, ids, options);  // warm-up: page faults, thread start-up
+        decode(step.q.view(), *step.cache, ids, options);  // warm-up: faults, thread start-up
       }
       // seconds[i][r]: the mean time of one step of steps[i] in repetition r.
       std::vector<std::vector<double>> seconds(steps.size());
@@ -121,17 +160,17 @@ int main(int argc, char** argv) {
         probe.trial(threads, bandwidth);
         for (std::size_t i = 0; i < steps.size(); ++i)
           seconds[i].push_back(
-              time_repetition([&] { decode(steps[i].q.view(), cache, ids, options); }));
+              time_repetition([&] { decode(steps[i].q.view(), *steps[i].cache, ids, options); }));
       }
       for (std::size_t i = 0; i < steps.size(); ++i) {
         std::sort(seconds[i].begin(), seconds[i].end());
         const double median = seconds[i][seconds[i].size() / 2], best = seconds[i].front();
-        const double gbps = bytes / best / 1e9;
-        std::printf("%-12s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%%\n",
-                    c.name.c_str(), static_cast<long long>(steps[i].heads_q), threads, median * 1e3,
-                    best * 1e3, bytes / 1e6, gbps, bandwidth.stream(),
-                    100.0 * gbps / bandwidth.stream(), bandwidth.read,
-                    100.0 * gbps / bandwidth.read);
+        const double bytes = steps[i].bytes, gbps = bytes / best / 1e9;
+        std::printf("%-12s %-6s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%%\n",
+                    c.name.c_str(), steps[i].format.c_str(),
+                    static_cast<long long>(steps[i].heads_q), threads, median * 1e3, best * 1e3,
+                    bytes / 1e6, gbps, bandwidth.stream(), 100.0 * gbps / bandwidth.stream(),
+                    bandwidth.read, 100.0 * gbps / bandwidth.read);
       }
       std::fflush(stdout);
     }

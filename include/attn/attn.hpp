@@ -13,6 +13,7 @@
 #include "attn/lesson.hpp"
 #include "attn/options.hpp"
 #include "attn/paged.hpp"
+#include "attn/rollout.hpp"
 #include "attn/state.hpp"
 #include "attn/tensor.hpp"
 #include "attn/version.hpp"

@@ -9,6 +9,7 @@
     w = attn.weights(q, k, causal=True)                           # attention's weights
     w, keys = attn.weights(q, k, top_k=8)                         # the 8 largest per row
     c = attn.contributions(q, k, v)        # alpha_ij ||v_j||: what each input adds to C
+    r = attn.rollout(output.attentions)    # attention rollout through a model's layers
     attn.explain(q, k, v)                      # which kernel runs, and why (before running)
     out = attn.attention(q, k, v, dropout_p=0.1)  # training; attn.dropout_mask shows it
     dq, dk, dv = attn.attention_backward(q, k, v, out, lse, dout)  # gradients (and autograd)
@@ -33,6 +34,7 @@ from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 from ._paged import append_pages, paged_attention
+from ._rollout import rollout
 from ._weights import weights
 from . import _torch_ops, viz
 
@@ -60,6 +62,7 @@ __all__ = [
     "finalize",
     "merge",
     "paged_attention",
+    "rollout",
     "scaled_dot_product_attention",
     "scores",
     "softmax",

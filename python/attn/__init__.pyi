@@ -81,6 +81,9 @@ def contributions(
 ) -> Array:
     """alpha_ij ||v_j|| (or ||v_j W_O^h||) [B, heads, rows, Lk]: what each input adds to C."""
 
+def rollout(weights: Union[Array, Sequence[Array]], residual: float = 0.5) -> Array:
+    """float64 [layers, L, L]: attention rollout through the layers (Abnar & Zuidema 2020)."""
+
 def dropout_mask(shape: Sequence[int], dropout_p: float, dropout_seed: int) -> Array:
     """bool [B, Hq, Lq, Lk]: True where dropout with this seed keeps the weight."""
 

@@ -118,6 +118,17 @@ NumpyArray contributions(const InputArray& q, const InputArray& k, const InputAr
   return to_numpy(std::move(result));
 }
 
+// attn::rollout: weights [layers, H, L, L] -> float64 [layers, 1, L, L].
+NumpyArray rollout(const InputArray& weights, double residual) {
+  const TensorView view = input_view(weights, "weights");
+  Tensor result;
+  {
+    nb::gil_scoped_release unlocked;
+    result = attn::rollout(view, residual);
+  }
+  return to_numpy(std::move(result));
+}
+
 // attn::dropout_mask: [B, Hq, Lq, Lk] booleans, true where dropout keeps the weight.
 NumpyArray dropout_mask(const Dims& shape, double dropout_p, std::uint64_t seed) {
   Tensor mask;
@@ -306,6 +317,8 @@ NB_MODULE(_attn, m) {
   m.def("contributions", &contributions, "q"_a, "k"_a, "v"_a, nb::kw_only(), "heads"_a, "rows"_a,
         "output_projection"_a.none(), "mask"_a.none(), "options"_a,
         "Weights of 4-D views times each key's value norm (through W_O by head when given).");
+  m.def("rollout", &rollout, "weights"_a, "residual"_a,
+        "Attention rollout over layers: [layers, H, L, L] -> [layers, 1, L, L].");
   m.def("dropout_mask", &dropout_mask, "shape"_a, "dropout_p"_a, "seed"_a,
         "Which weights dropout keeps: [B, Hq, Lq, Lk] booleans.");
   m.def("explain", &explain, "q"_a, "k"_a, "v"_a, nb::kw_only(), "mask"_a.none(), "options"_a,

@@ -78,6 +78,26 @@ TEST(ModelPage, CarriesEveryWeightExactlyAndTheTokensSafely) {
   }
 }
 
+// The contributions as given and the rollout as attn::rollout computes it, both exact in
+// float32, beside the weights; no contributions block without contributions.
+TEST(ModelPage, CarriesTheContributionsAndTheRollout) {
+  const Index layers = 3, heads = 2, n = 4;
+  const std::vector<float> w = model_weights(layers, heads, n);
+  std::vector<float> c(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) c[i] = w[i] * static_cast<float>(1 + i % 5);
+  const TensorView weights(w.data(), DType::f32, {layers, heads, n, n});
+  ModelPageOptions options;
+  options.contributions = TensorView(c.data(), DType::f32, {layers, heads, n, n});
+  const std::string page = model_page_html(weights, options);
+  EXPECT_EQ(decode_float32(element_text(page, "attn-contributions")), c);
+  const Tensor rolled = rollout(weights);
+  std::vector<float> want;
+  for (Index i = 0; i < rolled.numel(); ++i)
+    want.push_back(static_cast<float>(rolled.data_as<double>()[i]));
+  EXPECT_EQ(decode_float32(element_text(page, "attn-rollout")), want);
+  EXPECT_EQ(model_page_html(weights, {}).find("id=\"attn-contributions\""), std::string::npos);
+}
+
 TEST(ModelPage, RefusesBadShapesAndLabelsNamingTheArgument) {
   const std::vector<float> w = model_weights(2, 2, 3);
   const TensorView good(w.data(), DType::f32, {2, 2, 3, 3});
@@ -96,6 +116,10 @@ TEST(ModelPage, RefusesBadShapesAndLabelsNamingTheArgument) {
                  0),
       0u);
   ModelPageOptions options;
+  options.contributions = TensorView(w.data(), DType::f32, {1, 2, 3, 3});
+  EXPECT_EQ(message(good, options),
+            "contributions: expected the weights' shape [2, 2, 3, 3], given [1, 2, 3, 3]");
+  options.contributions.reset();
   options.tokens = {"a", "b"};
   EXPECT_EQ(message(good, options), "tokens: expected 3 tokens (one per position), given 2");
   options.tokens.clear();

@@ -123,27 +123,28 @@ def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch:
           max_cells, title)
 
 
-def _layers(weights):
-    """A model's weights as one [layers, H, L, L] array: given so, or as a sequence of one
-    [H, L, L] or [1, H, L, L] array per layer (transformers' output.attentions)."""
+def _layers(weights, name="weights"):
+    """A model's weights (or what has their shape, named `name` in errors) as one
+    [layers, H, L, L] array: given so, or as a sequence of one [H, L, L] or [1, H, L, L]
+    array per layer (transformers' output.attentions)."""
     if not isinstance(weights, (list, tuple)):
-        weights = _arrays.as_array(weights, "weights")
+        weights = _arrays.as_array(weights, name)
         if weights.ndim != 4:
-            raise Error(f"weights: expected [layers, H, L, L] or a sequence of [1, H, L, L], "
+            raise Error(f"{name}: expected [layers, H, L, L] or a sequence of [1, H, L, L], "
                         f"given {weights.ndim} dims with shape {_arrays.shape(weights)}")
         return _arrays.for_extension(_arrays.readable(weights))
     if not weights:
-        raise Error("weights: expected at least one layer, given an empty sequence")
+        raise Error(f"{name}: expected at least one layer, given an empty sequence")
     layers = []
     for i, layer in enumerate(weights):
-        layer = _arrays.as_array(layer, f"weights[{i}]")
+        layer = _arrays.as_array(layer, f"{name}[{i}]")
         shape = _arrays.shape(layer)
         if not (layer.ndim == 3 or (layer.ndim == 4 and shape[0] == 1)):
-            raise Error(f"weights[{i}]: expected [H, L, L] or [1, H, L, L] (one text), "
+            raise Error(f"{name}[{i}]: expected [H, L, L] or [1, H, L, L] (one text), "
                         f"given shape {shape}")
         layer = _arrays.reshape(layer, shape[-3:])
         if layers and _arrays.shape(layer) != _arrays.shape(layers[0]):
-            raise Error(f"weights[{i}]: expected the shape of weights[0], "
+            raise Error(f"{name}[{i}]: expected the shape of {name}[0], "
                         f"{_arrays.shape(layers[0])}, given {_arrays.shape(layer)}")
         layers.append(layer)
     if all(_arrays.is_torch(layer) for layer in layers):
@@ -169,14 +170,18 @@ def _flags(special, count):
 
 
 def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
-          special: Optional[Sequence[bool]] = None, title: Optional[str] = None) -> None:
+          special: Optional[Sequence[bool]] = None, title: Optional[str] = None,
+          contributions=None) -> None:
     """Write one self-contained HTML page (no network needed) of a whole model's attention
     over one text: a layer x head grid of small heatmaps with each layer's mean over heads,
     the chosen head large with the tokens on both axes, a head view (lines from each query
     token to the keys it attends to), a layer and head selector, a toggle between one colour
     scale for the whole model and one per head, and a toggle that hides special tokens
-    (`special`), renormalising each shown row over the shown keys. The controls and the
-    colour bar stay at the top of the window. The weights are stored exactly (float32).
+    (`special`), renormalising each shown row over the shown keys, and a choice of what is
+    shown: the weights, each input's contribution ||alpha_ij v_j|| (with `contributions`:
+    a large weight on a small value vector adds little) or the attention rollout through
+    the layers (attn.rollout of the weights). The controls and the colour bar stay at the
+    top of the window. The weights are stored exactly (float32).
 
     Shapes:
         weights: [layers, H, L, L], or a sequence of one [H, L, L] or [1, H, L, L] per layer
@@ -185,6 +190,8 @@ def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
     tokens: L tokens label both axes; None: indices.
     special: None, or L bools, True for the tokens that the toggle hides ([CLS], [SEP], ...).
     title: None: "Attention in every layer".
+    contributions: None, or the weights' shape and forms: alpha_ij ||v_j|| (attn.contributions
+        per layer, or the weights times each key's value norm).
     attn.integrations.transformers.draw_model runs a model and calls this.
     """
     path = _path(path, _PAGE_SUFFIXES, "heatmap")
@@ -192,8 +199,10 @@ def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
         raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
     tokens = _tokens(tokens)
     weights = _layers(weights)
+    if contributions is not None:
+        contributions = _layers(contributions, "contributions")
     _attn.draw_model(weights, path, tokens=tokens, special=_flags(special, _arrays.shape(weights)[2]),
-                     title=title or "")
+                     title=title or "", contributions=contributions)
 
 
 def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequence[str]] = None,

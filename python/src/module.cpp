@@ -246,9 +246,11 @@ void draw_blend(const InputArray& weights, const InputArray& value, const std::s
       .commit();
 }
 
-// weights: [layers, H, L, L] -> the whole-model HTML page, written whole or not at all.
+// weights (and contributions): [layers, H, L, L] -> the whole-model HTML page, written whole
+// or not at all.
 void draw_model(const InputArray& weights, const std::string& path, std::vector<std::string> tokens,
-                std::vector<bool> special, const std::string& title) {
+                std::vector<bool> special, const std::string& title,
+                const std::optional<InputArray>& contributions) {
   viz::ModelPageOptions options;
   options.tokens = std::move(tokens);
   options.special = std::move(special);
@@ -257,6 +259,7 @@ void draw_model(const InputArray& weights, const std::string& path, std::vector<
     throw Error("path: expected a file name ending in .html or .htm, given '" + path + "'");
   }
   const TensorView view = input_view(weights, "weights");
+  if (contributions) options.contributions = input_view(*contributions, "contributions");
   nb::gil_scoped_release unlocked;
   viz::stage_bytes(viz::model_page_html(view, options), path).commit();
 }
@@ -336,7 +339,8 @@ NB_MODULE(_attn, m) {
         "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,
         "Query row's context as a blend of the values, in the format of path's extension.");
   m.def("draw_model", &draw_model, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "special"_a,
-        "title"_a, "A self-contained HTML page of 4-D weights [layers, H, L, L], every layer.");
+        "title"_a, "contributions"_a.none(),
+        "A self-contained HTML page of 4-D weights [layers, H, L, L], every layer.");
   m.def("check_memory", &attn::core::check_memory, "what"_a, "bytes"_a, "instead"_a,
         "Raises MemoryError saying what to do instead when bytes exceed the memory available.");
   m.def("describe_view", &describe_view, "array"_a, "name"_a,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "attn/rollout.hpp"
 #include "viz/colormap.hpp"
 #include "viz/markup.hpp"
 #include "viz/matrix.hpp"
@@ -29,6 +30,7 @@ header label { white-space: nowrap; }
 #grid tr.current th { color: #e4572e; font-weight: bold; }
 #grid td.selected canvas { outline: 3px solid #e4572e; }
 #grid canvas { display: block; image-rendering: pixelated; }
+#grid.rollout .head-cell { display: none; }
 .views { display: flex; flex-wrap: wrap; gap: 32px; align-items: flex-start; }
 #large text, #head-view text { font-size: 12px; }
 #large rect.cell:hover { stroke: #e4572e; stroke-width: 2; }
@@ -45,39 +47,59 @@ header label { white-space: nowrap; }
 constexpr const char* kScript = R"JS(
 "use strict";
 const data = JSON.parse(document.getElementById("attn-data").textContent);
-const raw = (() => {
-  const text = atob(document.getElementById("attn-weights").textContent.trim());
+function floats(id) {
+  const element = document.getElementById(id);
+  if (!element) return null;
+  const text = atob(element.textContent.trim());
   const bytes = new Uint8Array(text.length);
   for (let i = 0; i < text.length; ++i) bytes[i] = text.charCodeAt(i);
   return new Float32Array(bytes.buffer);
-})();
+}
+// What the page can show: the weights alpha [layers, H, L, L], each input's contribution
+// ||alpha v|| (same shape, when given) and the rollout through the layers [layers, L, L].
+const sources = {weights: floats("attn-weights"), contributions: floats("attn-contributions"),
+                 rollout: floats("attn-rollout")};
 const L = data.tokens.length, H = data.heads, MEAN = H;
 const colour = colourMap(data.anchors);
 
-const state = {layer: 0, head: 0, perHead: false, hide: false, query: -1};
+const state = {mode: "weights", layer: 0, head: 0, perHead: false, hide: false, query: -1};
 let shown = [], views = [], maxima = [], modelMax = 1;
 
-// The weights as shown: the rows and keys of the shown tokens, each row renormalised over
-// the shown keys when special tokens are hidden; the mean is over the heads so shown.
+// One matrix of the chosen source as shown: the rows and keys of the shown tokens, each row
+// renormalised over the shown keys when special tokens are hidden.
+function shownMatrix(array, base) {
+  const n = shown.length, v = new Float64Array(n * n);
+  for (let r = 0; r < n; ++r) {
+    let sum = 0;
+    for (let c = 0; c < n; ++c) sum += v[r * n + c] = array[base + shown[r] * L + shown[c]];
+    if (state.hide && sum > 0) for (let c = 0; c < n; ++c) v[r * n + c] /= sum;
+  }
+  return v;
+}
+
+// Every layer's matrices as shown, the mean over the heads last; rollout has one matrix a
+// layer (already over the heads), shown in the mean's place.
 function computeViews() {
   shown = [...Array(L).keys()].filter(i => !(state.hide && data.special[i]));
-  const n = shown.length;
+  const n = shown.length, array = sources[state.mode];
   views = [];
   maxima = [];
   modelMax = 0;
   for (let l = 0; l < data.layers; ++l) {
-    const layer = [], mean = new Float64Array(n * n);
-    for (let h = 0; h < H; ++h) {
-      const base = (l * H + h) * L * L, v = new Float64Array(n * n);
-      for (let r = 0; r < n; ++r) {
-        let sum = 0;
-        for (let c = 0; c < n; ++c) sum += v[r * n + c] = raw[base + shown[r] * L + shown[c]];
-        if (state.hide && sum > 0) for (let c = 0; c < n; ++c) v[r * n + c] /= sum;
+    let layer;
+    if (state.mode === "rollout") {
+      const v = shownMatrix(array, l * L * L);
+      layer = Array(H + 1).fill(v);
+    } else {
+      const mean = new Float64Array(n * n);
+      layer = [];
+      for (let h = 0; h < H; ++h) {
+        const v = shownMatrix(array, (l * H + h) * L * L);
+        for (let i = 0; i < n * n; ++i) mean[i] += v[i] / H;
+        layer.push(v);
       }
-      for (let i = 0; i < n * n; ++i) mean[i] += v[i] / H;
-      layer.push(v);
+      layer.push(mean);
     }
-    layer.push(mean);
     views.push(layer);
     maxima.push(layer.map(v => v.reduce((m, w) => Math.max(m, w), 0) || 1));
     modelMax = Math.max(modelMax, ...maxima[l]);
@@ -85,7 +107,10 @@ function computeViews() {
 }
 
 function scaleMax(l, h) { return state.perHead ? maxima[l][h] : modelMax; }
-function headName(h) { return h === MEAN ? "mean of heads" : "head " + h; }
+function headName(h) {
+  if (state.mode === "rollout") return "rollout through layers 0.." + state.layer;
+  return h === MEAN ? "mean of heads" : "head " + h;
+}
 
 function paint(canvas, l, h) {
   const n = shown.length, v = views[l][h], top = scaleMax(l, h);
@@ -111,8 +136,11 @@ const cells = [], rows = [];
 {
   const head = grid.createTHead().insertRow();
   head.appendChild(document.createElement("th"));
-  for (let h = 0; h <= H; ++h) head.appendChild(document.createElement("th")).textContent =
-      h === MEAN ? "mean" : "head " + h;
+  for (let h = 0; h <= H; ++h) {
+    const th = head.appendChild(document.createElement("th"));
+    th.textContent = h === MEAN ? "mean" : "head " + h;
+    if (h !== MEAN) th.className = "head-cell";
+  }
   const body = grid.createTBody();
   for (let l = 0; l < data.layers; ++l) {
     const row = body.insertRow();
@@ -120,7 +148,8 @@ const cells = [], rows = [];
     const line = [];
     for (let h = 0; h <= H; ++h) {
       const cell = row.insertCell();
-      cell.title = "layer " + l + ", " + headName(h);
+      if (h !== MEAN) cell.className = "head-cell";
+      cell.title = "layer " + l + ", " + (h === MEAN ? "mean of heads" : "head " + h);
       const canvas = cell.appendChild(document.createElement("canvas"));
       canvas.style.width = canvas.style.height = thumbPx + "px";
       cell.addEventListener("click", () => choose(l, h));
@@ -132,6 +161,12 @@ const cells = [], rows = [];
 }
 
 const layerSelect = document.getElementById("layer"), headSelect = document.getElementById("head");
+const modeSelect = document.getElementById("mode");
+const modeNames = {weights: "weights \u03b1", contributions: "contributions \u2016\u03b1 v\u2016",
+                   rollout: "rollout through the layers"};
+for (const mode of ["weights", "contributions", "rollout"]) {
+  if (sources[mode]) modeSelect.add(new Option(modeNames[mode], mode));
+}
 for (let l = 0; l < data.layers; ++l) layerSelect.add(new Option("layer " + l, String(l)));
 for (let h = 0; h <= H; ++h) headSelect.add(new Option(headName(h), h === MEAN ? "mean" : String(h)));
 const perHead = document.getElementById("per-head"), hide = document.getElementById("hide-special");
@@ -221,11 +256,16 @@ function show() {
   headSelect.value = h === MEAN ? "mean" : String(h);
   document.getElementById("large-title").textContent = "layer " + l + ", " + headName(h);
   scaleMaxText.textContent = scaleMax(l, h).toPrecision(3);
-  scaleNote.textContent = state.perHead ? "(this head's largest weight; each thumbnail its own)"
-                                        : "(the largest weight in the model, for every head)";
+  const what = state.mode === "weights" ? "weight" : state.mode === "rollout" ? "share" : "contribution";
+  scaleNote.textContent = state.perHead ? "(this head's largest " + what + "; each thumbnail its own)"
+                                        : "(the largest " + what + " in the model, for every head)";
+  grid.classList.toggle("rollout", state.mode === "rollout");
+  headSelect.disabled = state.mode === "rollout";
+  modeSelect.value = state.mode;
   drawLarge();
   drawHeadView();
-  Object.assign(document.body.dataset, {layer: String(l), head: h === MEAN ? "mean" : String(h),
+  Object.assign(document.body.dataset, {mode: state.mode, layer: String(l),
+                                        head: h === MEAN ? "mean" : String(h),
                                         scale: state.perHead ? "head" : "shared",
                                         special: state.hide ? "hide" : "show"});
 }
@@ -241,6 +281,13 @@ layerSelect.addEventListener("change", () => choose(Number(layerSelect.value), s
 headSelect.addEventListener("change", () =>
     choose(state.layer, headSelect.value === "mean" ? MEAN : Number(headSelect.value)));
 perHead.addEventListener("change", () => { state.perHead = perHead.checked; drawAll(); });
+modeSelect.addEventListener("change", () => {
+  state.mode = modeSelect.value;
+  if (state.mode === "rollout") state.head = MEAN;
+  state.query = -1;
+  computeViews();
+  drawAll();
+});
 hide.addEventListener("change", () => {
   state.hide = hide.checked;
   state.query = -1;
@@ -262,6 +309,7 @@ function set(control, value, property = "value") {
   control[property] = value;
   control.dispatchEvent(new Event("change"));
 }
+if ([...modeSelect.options].some(o => o.value === wanted.get("mode"))) set(modeSelect, wanted.get("mode"));
 if (wanted.get("special") === "hide" && !hide.disabled) set(hide, true, "checked");
 if (wanted.get("scale") === "head") set(perHead, true, "checked");
 if ([...layerSelect.options].some(o => o.value === wanted.get("layer"))) set(layerSelect, wanted.get("layer"));
@@ -321,6 +369,10 @@ void check(const TensorView& weights, const ModelPageOptions& options) {
         "(self-attention over one text), given " +
         format_dims(shape));
   }
+  if (options.contributions && options.contributions->shape != shape) {
+    throw Error("contributions: expected the weights' shape " + format_dims(shape) + ", given " +
+                format_dims(options.contributions->shape));
+  }
   if (shape[0] * shape[1] * shape[2] * shape[3] > kMostModelPageWeights) {
     throw Error("weights: expected at most " + std::to_string(kMostModelPageWeights) +
                 " weights (layers x heads x L x L) for one page, given " + format_dims(shape) +
@@ -366,6 +418,7 @@ std::string model_page_html(const TensorView& weights, const ModelPageOptions& o
        << "</style>\n</head>\n<body>\n<h1>" << title << "</h1>\n<header>\n"
        << "<label>Layer <select id=\"layer\"></select></label>\n"
        << "<label>Head <select id=\"head\"></select></label>\n"
+       << "<label>Show <select id=\"mode\"></select></label>\n"
        << "<label><input type=\"checkbox\" id=\"per-head\"> colour scale per head</label>\n"
        << "<label><input type=\"checkbox\" id=\"hide-special\"> hide special tokens "
        << "([CLS], [SEP], ...; rows renormalised)</label>\n"
@@ -373,16 +426,29 @@ std::string model_page_html(const TensorView& weights, const ModelPageOptions& o
        << "<span id=\"scale-note\"></span></div>\n</header>\n"
        << "<p class=\"note\">" << layers << (layers == 1 ? " layer, " : " layers, ") << heads
        << (heads == 1 ? " head, " : " heads, ") << len << (len == 1 ? " token" : " tokens")
-       << ". Each row of weights (a query) sums to 1 over the keys. Click a thumbnail to "
-       << "draw it large; point at a query token in the head view to see the keys it attends "
-       << "to.</p>\n<h2>Every layer and head</h2>\n<table id=\"grid\"></table>\n"
+       << ". Each row of weights (a query) sums to 1 over the keys. Show: the weights alpha"
+       << (options.contributions ? "; each input's contribution ||alpha v|| (a large weight on "
+                                   "a small value vector adds little)"
+                                 : "")
+       << "; or the rollout through the layers (each layer's mean over heads mixed with the "
+       << "identity for the residual connection, multiplied from layer 0 up: what a position "
+       << "draws from the input tokens). Click a thumbnail to draw it large; point at a query "
+       << "token in the head view to see the keys it attends to.</p>\n"
+       << "<h2>Every layer and head</h2>\n<table id=\"grid\"></table>\n"
        << "<div class=\"views\">\n<div>\n<h2 id=\"large-title\"></h2>\n"
        << "<svg id=\"large\" xmlns=\"http://www.w3.org/2000/svg\"></svg>\n<div id=\"cell\"></div>\n"
        << "</div>\n<div>\n<h2>Head view: queries (left) attend to keys (right)</h2>\n"
        << "<svg id=\"head-view\" xmlns=\"http://www.w3.org/2000/svg\"></svg>\n</div>\n</div>\n"
        << "<script type=\"application/json\" id=\"attn-data\">" << data.str() << "</script>\n"
        << "<script type=\"application/octet-stream\" id=\"attn-weights\">"
-       << base64(float32_bytes(weights)) << "</script>\n"
+       << base64(float32_bytes(weights)) << "</script>\n";
+  if (options.contributions) {
+    page << "<script type=\"application/octet-stream\" id=\"attn-contributions\">"
+         << base64(float32_bytes(*options.contributions)) << "</script>\n";
+  }
+  const Tensor rolled = rollout(weights);
+  page << "<script type=\"application/octet-stream\" id=\"attn-rollout\">"
+       << base64(float32_bytes(rolled.view())) << "</script>\n"
        << "<script>" << kColourScript << "</script>\n<script>" << kScript
        << "</script>\n</body>\n</html>\n";
   return page.str();

@@ -126,6 +126,27 @@ def test_toggles_hide_special_tokens_scale_per_head_and_show_the_mean(drawn, tmp
     assert scale_max == pytest.approx(want.max(), rel=5e-3)
 
 
+def test_the_rollout_mode_shows_attn_rollout_of_the_weights(drawn, tmp_path):
+    dom, body = _open(drawn, "#mode=rollout&layer=4", tmp_path)
+    assert (body["data-mode"], body["data-layer"], body["data-head"]) == ("rollout", "4", "mean")
+    want = attn.rollout(np.stack(drawn["weights"]).astype(np.float32))[4]
+    shown, rows, cols = _cells(dom, len(drawn["tokens"]))
+    np.testing.assert_allclose(shown, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(shown.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_the_contributions_mode_scales_each_key_by_its_value_norm(drawn, tmp_path):
+    """alpha_ij ||v_j||: the page's contributions over the weights are one number per key
+    (its value vector's norm, recorded in draw_model's run), the same for every query."""
+    dom, body = _open(drawn, "#mode=contributions&layer=2&head=7", tmp_path)
+    assert (body["data-mode"], body["data-layer"], body["data-head"]) == \
+        ("contributions", "2", "7")
+    shown, _, _ = _cells(dom, len(drawn["tokens"]))
+    norms = shown / drawn["weights"][2][7]
+    np.testing.assert_allclose(norms, np.broadcast_to(norms[0], norms.shape), rtol=1e-4)
+    assert norms.min() > 0 and norms.max() / norms.min() > 1.5  # value norms differ
+
+
 def test_the_page_paints_its_heatmaps_and_its_colour_bar_in_the_first_screen(drawn, tmp_path):
     shot = tmp_path / "shot.png"
     _, console = browser.run(browser.find(), drawn["page"], "", [f"--screenshot={shot}"],

@@ -85,8 +85,10 @@ def draw_model(model, tokenizer, text, path, title=None):
     """Run `model` once on `text` with attn's attention weights and draw every layer and
     head into one self-contained HTML page at `path` (attn.viz.model): a layer x head grid,
     the chosen head large with the tokens on both axes, a head view, the mean over heads, a
-    shared or per-head colour scale, and a toggle that hides the tokenizer's special tokens
-    ([CLS], [SEP], ...; each shown row renormalised over the shown keys).
+    shared or per-head colour scale, a toggle that hides the tokenizer's special tokens
+    ([CLS], [SEP], ...; each shown row renormalised over the shown keys), and a choice of
+    the weights, each input's contribution alpha_ij ||v_j|| (the value vectors recorded in
+    the same run) or the attention rollout through the layers.
 
     The weights are attn's own (output_attentions=True through attention_forward, never
     transformers' eager path): a model loaded with another attn_implementation is switched
@@ -114,6 +116,13 @@ def draw_model(model, tokenizer, text, path, title=None):
         raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
 
     name = register()
+    norms = []  # per layer, each KV head's value norms [Hkv, S], for the contributions
+
+    def recording(module, query, key, value, *args, **kwargs):
+        norms.append(value[0].detach().double().norm(dim=-1))
+        return attention_forward(module, query, key, value, *args, **kwargs)
+
+    transformers.AttentionInterface.register(name, recording)
     before = model.config._attn_implementation
     if before != name:
         model.set_attn_implementation(name)
@@ -127,15 +136,24 @@ def draw_model(model, tokenizer, text, path, title=None):
     finally:
         if before != name:
             model.set_attn_implementation(before)
+        register(name)
     attentions = getattr(output, "attentions", None)
     if not attentions:
         raise Error(f"model: expected an output with attentions, given a "
                     f"{type(output).__name__} without them (an encoder-decoder model?)")
     ids = batch["input_ids"][0].tolist()
     special_ids = set(tokenizer.all_special_ids)
+    contributions = None
+    if len(norms) == len(attentions):
+        contributions = []
+        for layer, norm in zip(attentions, norms):
+            weights = layer[0].double().cpu()
+            heads, length = weights.shape[0], weights.shape[-1]
+            norm = norm.cpu()[:, :length].repeat_interleave(heads // norm.shape[0], dim=0)
+            contributions.append((weights * norm[:, None, :]).float())
     viz.model([layer.float().cpu() for layer in attentions], path,
               tokens=tokenizer.convert_ids_to_tokens(ids),
               special=[i in special_ids for i in ids],
               title=title if title is not None else
-              f"{_model_name(model)}: {text}")
+              f"{_model_name(model)}: {text}", contributions=contributions)
     return tuple(attentions)

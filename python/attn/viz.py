@@ -55,15 +55,16 @@ def _weights(weights):
     return _matrices(weights, "weights", "[Lq, Lk], [H, Lq, Lk] or [B, H, Lq, Lk]")
 
 
-def _tokens(tokens):
+def _tokens(tokens, name="tokens"):
     if tokens is None:
         return []
     if isinstance(tokens, str):
-        raise ArgumentTypeError("tokens: expected a sequence of str, given a single str")
+        raise ArgumentTypeError(f"{name}: expected a sequence of str, given a single str")
     tokens = list(tokens)
     for i, token in enumerate(tokens):
         if not isinstance(token, str):
-            raise ArgumentTypeError(f"tokens: expected str items, given {type(token).__name__} at {i}")
+            raise ArgumentTypeError(f"{name}: expected str items, given {type(token).__name__} "
+                                    f"at {i}")
     return tokens
 
 
@@ -75,7 +76,7 @@ def _index(value, name):
     return value
 
 
-def _draw(weights, path, tokens, batch, head, downsample, max_cells, title):
+def _draw(weights, path, tokens, batch, head, downsample, max_cells, title, key_tokens=None):
     if downsample not in ("max", "mean"):
         raise Error(f"downsample: expected 'max' or 'mean', given {downsample!r}")
     if max_cells is not None:
@@ -84,32 +85,39 @@ def _draw(weights, path, tokens, batch, head, downsample, max_cells, title):
             raise Error(f"max_cells: expected an int >= 1 or None, given {max_cells}")
     if title is not None and not isinstance(title, str):
         raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
-    _attn.draw(_weights(weights), path, tokens=_tokens(tokens), batch=_index(batch, "batch"),
+    if key_tokens is not None and tokens is None:
+        raise Error("key_tokens: expected tokens too (key_tokens label the keys when tokens "
+                    "label the queries, as in cross-attention)")
+    key_tokens = [] if key_tokens is None else _tokens(key_tokens, "key_tokens")
+    _attn.draw(_weights(weights), path, tokens=_tokens(tokens), key_tokens=key_tokens,
+               batch=_index(batch, "batch"),
                head=_index(head, "head"), downsample=downsample, max_cells=max_cells or 0,
                title=title or "")
 
 
 def heatmap(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, head: int = 0,
             batch: int = 0, downsample: str = "max", max_cells: Optional[int] = None,
-            title: Optional[str] = None) -> None:
+            title: Optional[str] = None, key_tokens: Optional[Sequence[str]] = None) -> None:
     """Draw one head's weights as a heatmap: query rows down, keys across, a colour bar.
 
     Shapes:
         weights: [Lq, Lk] | [H, Lq, Lk] | [B, H, Lq, Lk], float16/bfloat16/float32/float64
     path: ending in .svg or .png (the format).
     tokens: Lq tokens label the queries, Lk the keys (both for self-attention); None: indices.
+    key_tokens: with tokens for the queries, Lk tokens for the keys (cross-attention: output
+        words down, input words across).
     head, batch: which matrix to draw.
     downsample: "max" or "mean", how a block of weights becomes one cell when a side is
         longer than max_cells (None: 512).
     title: None names the head.
     """
     _draw(weights, _path(path, _HEATMAP_SUFFIXES, "html"), tokens, batch, head, downsample,
-          max_cells, title)
+          max_cells, title, key_tokens)
 
 
 def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch: int = 0,
          downsample: str = "max", max_cells: Optional[int] = None,
-         title: Optional[str] = None) -> None:
+         title: Optional[str] = None, key_tokens: Optional[Sequence[str]] = None) -> None:
     """Write a self-contained HTML page (no network needed) of every head of batch entry
     `batch`: small heatmaps of all heads, one head large, and a head view where pointing at
     a query token draws lines to the keys it attends to, thicker for larger weights.
@@ -117,10 +125,10 @@ def html(weights, path: PathLike, tokens: Optional[Sequence[str]] = None, batch:
     Shapes:
         weights: [Lq, Lk] | [H, Lq, Lk] | [B, H, Lq, Lk], float16/bfloat16/float32/float64
     path: ending in .html or .htm.
-    tokens, downsample, title: as for heatmap; max_cells None means 128 per head.
+    tokens, key_tokens, downsample, title: as for heatmap; max_cells None means 128 per head.
     """
     _draw(weights, _path(path, _PAGE_SUFFIXES, "heatmap"), tokens, batch, 0, downsample,
-          max_cells, title)
+          max_cells, title, key_tokens)
 
 
 def _layers(weights, name="weights"):

@@ -212,12 +212,13 @@ NumpyArray context(const InputArray& weights, const InputArray& v, bool check, d
 // weights: [B, H, Lq, Lk] -> a picture file (format from the path's extension), written
 // whole or not at all.
 void draw(const InputArray& weights, const std::string& path, std::vector<std::string> tokens,
-          Index batch, Index head, const std::string& downsample, Index max_cells,
-          const std::string& title) {
+          std::vector<std::string> key_tokens, Index batch, Index head,
+          const std::string& downsample, Index max_cells, const std::string& title) {
   viz::Picture picture;
   picture.batch = batch;
   picture.head = head;
   picture.tokens = std::move(tokens);
+  picture.key_tokens = std::move(key_tokens);
   picture.title = title;
   picture.reduce = viz::parse_reduce(downsample, "downsample");
   picture.max_cells = max_cells;
@@ -332,8 +333,8 @@ NB_MODULE(_attn, m) {
   m.def("softmax", &softmax, "scores"_a, "Softmax over the last dim of a 4-D array.");
   m.def("context", &context, "weights"_a, "v"_a, nb::kw_only(), "check"_a, "tolerance"_a,
         "Context [B, Hq, Lq, Dv] = weights @ v of 4-D arrays.");
-  m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "batch"_a, "head"_a,
-        "downsample"_a, "max_cells"_a, "title"_a,
+  m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "key_tokens"_a,
+        "batch"_a, "head"_a, "downsample"_a, "max_cells"_a, "title"_a,
         "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
   m.def("draw_blend", &draw_blend, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "tokens"_a,
         "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,

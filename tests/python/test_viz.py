@@ -44,6 +44,23 @@ def test_heatmap_svg_has_one_cell_per_weight(tmp_path, dtype):
     assert all(word in text for word in WORDS)
 
 
+def test_cross_attention_labels_queries_and_keys_apart(tmp_path):
+    """key_tokens: the output words down, the input words across (cross-attention)."""
+    w = np.full((2, 3, 4), 0.25, np.float32)
+    outputs, inputs = ["le", "chat", "noir"], ["the", "black", "cat", "."]
+    attn.viz.heatmap(w, tmp_path / "cross.svg", tokens=outputs, key_tokens=inputs, head=1)
+    assert len(_cell_fills(tmp_path / "cross.svg")) == 12
+    text = ET.tostring(ET.parse(tmp_path / "cross.svg").getroot(), encoding="unicode")
+    assert all(word in text for word in outputs + inputs)
+    attn.viz.html(w, tmp_path / "cross.html", tokens=outputs, key_tokens=inputs)
+    assert '"black"' in (tmp_path / "cross.html").read_text()
+    with pytest.raises(attn.Error, match="^key_tokens: expected 4 tokens"):
+        attn.viz.heatmap(w, tmp_path / "bad.svg", tokens=outputs, key_tokens=inputs[:3])
+    with pytest.raises(attn.Error, match="^key_tokens: expected tokens too"):
+        attn.viz.heatmap(w, tmp_path / "bad.svg", key_tokens=inputs)
+    assert not (tmp_path / "bad.svg").exists()
+
+
 def test_heatmap_downsamples_to_max_cells(tmp_path):
     w = np.full((40, 30), 1 / 30, dtype=np.float32)
     attn.viz.heatmap(w, tmp_path / "small.svg", max_cells=10, downsample="mean")

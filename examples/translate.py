@@ -269,10 +269,12 @@ class Scores:
     aligned: float     # of the right words: at least half the head-mean cross-attention on
                        # the source word they translate
     on_sources: float  # ... on the source words their form depends on
+    one_head: float    # ... at least half of some head's cross-attention on the word they
+                       # translate
 
 
 def evaluate(model, pairs, vocab_in, vocab_out):
-    right = total = whole = aligned = on_sources = 0
+    right = total = whole = aligned = on_sources = one_head = 0
     for source, target, align, depends in pairs:
         ids, weights = translate(model, vocab_in.encode(source), limit=len(target) + 2)
         words = [vocab_out.words[i] for i in ids]
@@ -284,8 +286,9 @@ def evaluate(model, pairs, vocab_in, vocab_out):
                 mean = weights[i].mean(0)
                 aligned += mean[align[i]].item() >= 0.5
                 on_sources += mean[list(depends[i])].sum().item() >= 0.5
+                one_head += weights[i][:, align[i]].max().item() >= 0.5
     return Scores(right / total, whole / len(pairs), aligned / max(right, 1),
-                  on_sources / max(right, 1))
+                  on_sources / max(right, 1), one_head / max(right, 1))
 
 
 def main():
@@ -313,7 +316,9 @@ def main():
     print(f"held out: {100 * scores.words:.1f}% of words right, {100 * scores.sentences:.1f}% "
           f"of sentences; of the right words, {100 * scores.aligned:.1f}% put at least half "
           f"their cross-attention (mean over heads) on the source word they translate, "
-          f"{100 * scores.on_sources:.1f}% on the source words their form depends on")
+          f"{100 * scores.on_sources:.1f}% on the source words their form depends on; "
+          f"{100 * scores.one_head:.1f}% have a head with at least half on the word they "
+          f"translate")
     for n, (source, target, _, _) in enumerate(held_out[:3]):
         ids, weights = translate(model, vocab_in.encode(source))
         print("\n" + " ".join(source))

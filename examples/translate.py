@@ -4,7 +4,7 @@ attn on a toy English -> French-like language, then translating held-out sentenc
 printing each output word with the input words its cross-attention weighs most.
 
     python examples/translate.py                 # about a minute on 2 cores
-    python examples/translate.py --pictures out  # also the cross-attention alignments
+    python examples/translate.py --pictures out  # also the cross-attention, step by step
 
 The corpus is generated here (no download): a few hundred words, sentences of 3-12 words,
 with the rules that make translation more than a word-for-word lookup: adjectives follow
@@ -273,6 +273,14 @@ class Scores:
                        # translate
 
 
+@torch.no_grad()
+def cross_values(model, source_ids):
+    """The value vectors the decoder's cross-attention blends: [heads, S, dim / heads]."""
+    memory, _ = model.encode(torch.tensor([source_ids]))
+    cross = model.decoder.cross
+    return cross.split(cross.v(memory))[0]
+
+
 def evaluate(model, pairs, vocab_in, vocab_out):
     right = total = whole = aligned = on_sources = one_head = 0
     for source, target, align, depends in pairs:
@@ -337,7 +345,10 @@ def main():
             attn.viz.heatmap(heads_and_mean, name + ".svg", tokens=tokens_out,
                              key_tokens=source, head=len(alignment),
                              title="cross-attention, mean over heads")
-            print(f"  drew {name}.html and {name}.svg")
+            attn.viz.steps(alignment, cross_values(model, vocab_in.encode(source)),
+                           name + "-steps.html", tokens=tokens_out, key_tokens=source,
+                           title="Translating \"" + " ".join(source) + "\", word by word")
+            print(f"  drew {name}.html, {name}.svg and {name}-steps.html")
 
 
 if __name__ == "__main__":

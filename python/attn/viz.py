@@ -213,6 +213,41 @@ def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
                      title=title or "", contributions=contributions)
 
 
+def steps(weights, value, path: PathLike, tokens: Optional[Sequence[str]] = None,
+          key_tokens: Optional[Sequence[str]] = None, top: int = 10,
+          title: Optional[str] = None) -> None:
+    """Write a self-contained HTML page that steps through generation, one query row a step
+    (a slider, buttons, the arrow keys, #step=N): at each step every head's blend of the value
+    vectors by that row's weights (as attn.viz.blend draws one), the context vector the step
+    read. For a decoder's cross-attention over its encoder's outputs: the rows are the output
+    words, the keys the input words.
+
+    Shapes (one sequence):
+        weights: [steps, Lk] | [H, steps, Lk] | [1, H, steps, Lk], each row summing to 1
+        value:   [Lk, Dv] | [Hkv, Lk, Dv] | [1, Hkv, Lk, Dv], H a multiple of Hkv
+    path: ending in .html or .htm.
+    tokens: one name per step (the word it produced); key_tokens: Lk input words.
+    top: inputs drawn in full per blend, the rest summed. title: None: a generic one.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+    _index(top, "top")
+    if top < 1:
+        raise Error(f"top: expected an int >= 1, given {top}")
+    if title is not None and not isinstance(title, str):
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+    value = _matrices(value, "value", "[Lk, Dv], [Hkv, Lk, Dv] or [1, Hkv, Lk, Dv]")
+    weights = _weights(weights)
+    _, _, count, length = _arrays.shape(weights)
+    names, inputs = _tokens(tokens), _tokens(key_tokens, "key_tokens")
+    for name, given, want, what in (("tokens", names, count, "step"),
+                                    ("key_tokens", inputs, length, "input")):
+        if given and len(given) != want:
+            raise Error(f"{name}: expected {want} tokens (one per {what}), given {len(given)}")
+    _attn.draw_steps(weights, value, os.fspath(path), steps=names, inputs=inputs, top=top,
+                     title=title or "")
+
+
 def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequence[str]] = None,
           head: int = 0, batch: int = 0, top: int = 10, title: Optional[str] = None) -> None:
     """Draw query `row`'s context C = sum_i alpha_i v_i as a blend of the value vectors: each

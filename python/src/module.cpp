@@ -21,6 +21,7 @@
 #include "options.hpp"
 #include "paged.hpp"
 #include "views.hpp"
+#include "viz/blend_steps.hpp"
 #include "viz/draw.hpp"
 #include "viz/model_page.hpp"
 
@@ -227,6 +228,25 @@ void draw(const InputArray& weights, const std::string& path, std::vector<std::s
   viz::draw(view, path, picture, "path");
 }
 
+// weights: [1, H, steps, Lk]  value: [1, Hkv, Lk, Dv] -> a page stepping through the rows'
+// blends, written whole or not at all.
+void draw_steps(const InputArray& weights, const InputArray& value, const std::string& path,
+                std::vector<std::string> steps, std::vector<std::string> inputs, Index top,
+                const std::string& title) {
+  viz::BlendStepsOptions options;
+  options.steps = std::move(steps);
+  options.inputs = std::move(inputs);
+  options.top = top;
+  options.title = title;
+  if (viz::format_of(path, "path") != viz::Format::html) {
+    throw Error("path: expected a file name ending in .html or .htm, given '" + path + "'");
+  }
+  const TensorView weights_view = input_view(weights, "weights"),
+                   value_view = input_view(value, "value");
+  nb::gil_scoped_release unlocked;
+  viz::stage_bytes(viz::blend_steps_html(weights_view, value_view, options), path).commit();
+}
+
 // weights: [B, H, Lq, Lk]  value: [B, Hkv, Lk, Dv] -> query `row`'s context drawn as a
 // blend of the value vectors (format from the path's extension), written whole or not at all.
 void draw_blend(const InputArray& weights, const InputArray& value, const std::string& path,
@@ -333,12 +353,14 @@ NB_MODULE(_attn, m) {
   m.def("softmax", &softmax, "scores"_a, "Softmax over the last dim of a 4-D array.");
   m.def("context", &context, "weights"_a, "v"_a, nb::kw_only(), "check"_a, "tolerance"_a,
         "Context [B, Hq, Lq, Dv] = weights @ v of 4-D arrays.");
-  m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "key_tokens"_a,
-        "batch"_a, "head"_a, "downsample"_a, "max_cells"_a, "title"_a,
+  m.def("draw", &draw, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "key_tokens"_a, "batch"_a,
+        "head"_a, "downsample"_a, "max_cells"_a, "title"_a,
         "A picture of 4-D weights [B, H, Lq, Lk] in the format of path's extension.");
   m.def("draw_blend", &draw_blend, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "tokens"_a,
         "batch"_a, "head"_a, "row"_a, "top"_a, "title"_a,
         "Query row's context as a blend of the values, in the format of path's extension.");
+  m.def("draw_steps", &draw_steps, "weights"_a, "value"_a, "path"_a, nb::kw_only(), "steps"_a,
+        "inputs"_a, "top"_a, "title"_a, "A page stepping through the blends of every row.");
   m.def("draw_model", &draw_model, "weights"_a, "path"_a, nb::kw_only(), "tokens"_a, "special"_a,
         "title"_a, "contributions"_a.none(),
         "A self-contained HTML page of 4-D weights [layers, H, L, L], every layer.");

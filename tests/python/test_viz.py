@@ -242,3 +242,30 @@ def test_model_page_bad_arguments_name_themselves_and_write_nothing(tmp_path):
     with pytest.raises(ValueError, match="cannot create"):
         attn.viz.model(w, tmp_path / "no" / "such" / "m.html")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_steps_page_has_every_steps_blend_of_every_head(tmp_path):
+    """attn.viz.steps: a step per output row, each head's blend of the inputs' values by
+    that row's weights; the page is written whole, and bad tokens are named."""
+    rng = np.random.default_rng(0)
+    e = np.exp(rng.standard_normal((2, 3, 4)))
+    w = (e / e.sum(-1, keepdims=True)).astype(np.float32)  # [H, steps, Lk]
+    v = rng.standard_normal((1, 4, 5)).astype(np.float32)  # one KV head for both
+    outputs, inputs = ["le", "chat", "noir"], ["the", "black", "cat", "."]
+    path = tmp_path / "steps.html"
+    attn.viz.steps(w, v, path, tokens=outputs, key_tokens=inputs)
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    for t, word in enumerate(outputs):
+        assert f'step {t}: &quot;{word}&quot;' in page or f'step {t}: "{word}"' in page
+        for h in range(2):
+            assert f"head {h}: C = sum_i alpha_i v_i" in page
+    weights_shown = [float(x) for x in re.findall(r'class="weight"[^>]*data-value="([^"]+)"',
+                                                 page)]
+    assert len(weights_shown) == 3 * 2 * 4
+    np.testing.assert_allclose(sorted(weights_shown), sorted(w.ravel()), rtol=1e-6)
+    with pytest.raises(attn.Error, match="^key_tokens: expected 4 tokens"):
+        attn.viz.steps(w, v, tmp_path / "bad.html", tokens=outputs, key_tokens=inputs[:2])
+    with pytest.raises(attn.Error, match="^tokens: expected 3 tokens"):
+        attn.viz.steps(w, v, tmp_path / "bad.html", tokens=outputs[:1])
+    assert not (tmp_path / "bad.html").exists()

@@ -213,6 +213,17 @@ def model(weights, path: PathLike, tokens: Optional[Sequence[str]] = None,
                      title=title or "", contributions=contributions)
 
 
+def _check_blend_arguments(path, top, title):
+    """The checks attn.viz.blend and attn.viz.steps share: path's type, top, title."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
+    _index(top, "top")
+    if top < 1:
+        raise Error(f"top: expected an int >= 1, given {top}")
+    if title is not None and not isinstance(title, str):
+        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+
+
 def steps(weights, value, path: PathLike, tokens: Optional[Sequence[str]] = None,
           key_tokens: Optional[Sequence[str]] = None, top: int = 10,
           title: Optional[str] = None) -> None:
@@ -229,13 +240,7 @@ def steps(weights, value, path: PathLike, tokens: Optional[Sequence[str]] = None
     tokens: one name per step (the word it produced); key_tokens: Lk input words.
     top: inputs drawn in full per blend, the rest summed. title: None: a generic one.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
-    _index(top, "top")
-    if top < 1:
-        raise Error(f"top: expected an int >= 1, given {top}")
-    if title is not None and not isinstance(title, str):
-        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+    _check_blend_arguments(path, top, title)
     value = _matrices(value, "value", "[Lk, Dv], [Hkv, Lk, Dv] or [1, Hkv, Lk, Dv]")
     weights = _weights(weights)
     _, _, count, length = _arrays.shape(weights)
@@ -264,13 +269,7 @@ def blend(weights, value, path: PathLike, row: int = 0, tokens: Optional[Sequenc
     row, head, batch: which query's weights to draw.
     title: None names the query.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentTypeError(f"path: expected a str or os.PathLike, given {type(path).__name__}")
-    _index(top, "top")
-    if top < 1:
-        raise Error(f"top: expected an int >= 1, given {top}")
-    if title is not None and not isinstance(title, str):
-        raise ArgumentTypeError(f"title: expected a str or None, given {type(title).__name__}")
+    _check_blend_arguments(path, top, title)
     value = _matrices(value, "value", "[Lk, Dv], [Hkv, Lk, Dv] or [B, Hkv, Lk, Dv]")
     _attn.draw_blend(_weights(weights), value, os.fspath(path), tokens=_tokens(tokens),
                      batch=_index(batch, "batch"), head=_index(head, "head"),

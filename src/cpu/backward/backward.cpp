@@ -331,7 +331,10 @@ class KeyBlockKernel {
       const Index row = seg_->q_begin + i0 + t;
       const std::size_t at = static_cast<std::size_t>(stats_.at(seg_->batch, head_, row));
       const VF shift = hn::Set(df_, stats_.shift[at]), d = hn::Set(df_, stats_.d[at]);
-      const core::DropoutRow drop = core::dropout_row(p_.dropout.seed, seg_->batch, head_, row);
+      // The row's dropout bits, computed only with dropout.
+      const core::DropoutRow drop =
+          p_.dropout.on() ? core::dropout_row(p_.dropout.seed, seg_->batch, head_, row)
+                          : core::DropoutRow{};
       const tile::VU low = hn::Set(du, drop.low), high = hn::Set(du, drop.high);
       for (Index c = 0; c < block_; c += n) {
         const Index x = t * block_ + c;

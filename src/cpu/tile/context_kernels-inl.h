@@ -45,23 +45,30 @@ HWY_INLINE void context_rows_vectorised(const float* HWY_RESTRICT p, Index key_s
                                         Index o_stride) {
   const DF df;
   const Index n = lanes();
-  VF acc[kRows][C];
-  for (int r = 0; r < kRows; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Load(df, o + r * o_stride + c * n);
-    if (rescale == nullptr) continue;
-    const VF factor = hn::Set(df, rescale[r]);
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Mul(acc[r][c], factor);
-  }
-  HWY_UNROLL(4) for (Index j = 0; j < keys; ++j) {
-    VF value[C];
-    for (int c = 0; c < C; ++c) value[c] = hn::LoadU(df, v + j * v_stride + c * n);
-    for (int r = 0; r < kRows; ++r) {
-      const VF weight = hn::Set(df, p[j * key_stride + r * row_stride]);
-      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(weight, value[c], acc[r][c]);
+  // acc: kRows x C, row-major
+  const auto load_o = [&](auto i) ATTN_INLINE_LAMBDA {
+    const VF o_part = hn::Load(df, o + (i / C) * o_stride + (i % C) * n);
+    return rescale == nullptr ? o_part : hn::Mul(o_part, hn::Set(df, rescale[i / C]));
+  };
+  with_vectors<kRows * C>(load_o, [&](auto&... acc) ATTN_INLINE_LAMBDA {
+    HWY_UNROLL(4) for (Index j = 0; j < keys; ++j) {
+      const auto load_value = [&](auto c) ATTN_INLINE_LAMBDA {
+        return hn::LoadU(df, v + j * v_stride + c * n);
+      };
+      with_vectors<C>(load_value, [&](auto&... value) ATTN_INLINE_LAMBDA {
+        for_each_index<kRows>([&](auto r) ATTN_INLINE_LAMBDA {
+          const VF weight = hn::Set(df, p[j * key_stride + r * row_stride]);
+          for_each_index<C>([&](auto c) ATTN_INLINE_LAMBDA {
+            VF& a = nth_vector<r * C + c>(acc...);
+            a = hn::MulAdd(weight, nth_vector<c>(value...), a);
+          });
+        });
+      });
     }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, o + r * o_stride + c * n);
+    for_each_index<kRows * C>([&](auto i) ATTN_INLINE_LAMBDA {
+      hn::Store(nth_vector<i>(acc...), df, o + (i / C) * o_stride + (i % C) * n);
+    });
+  });
 }
 
 // Whether `count` rows of `width` floats (stride apart) hold only finite values.
@@ -156,28 +163,44 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
   const Index whole = dim_v - dim_v % n;
   Index c = 0;
   for (; c + W * n <= whole; c += W * n) {
-    VF a[NR][W];
-    for (int r = 0; r < NR; ++r)
-      for (int w = 0; w < W; ++w) a[r][w] = hn::LoadU(df, acc[r] + c + w * n);
-    for (Index t = first; t < end; ++t) {
-      VF v[W];
-      for (int w = 0; w < W; ++w) v[w] = load_floats(df, values[t] + c + w * n);
-      for (int r = 0; r < NR; ++r) {
-        const VF weight = hn::Set(df, p[r][t]);
-        for (int w = 0; w < W; ++w) a[r][w] = hn::MulAdd(weight, v[w], a[r][w]);
+    // a: NR x W, row-major
+    const auto load_acc = [&](auto i) ATTN_INLINE_LAMBDA {
+      return hn::LoadU(df, acc[i / W] + c + (i % W) * n);
+    };
+    with_vectors<NR * W>(load_acc, [&](auto&... a) ATTN_INLINE_LAMBDA {
+      for (Index t = first; t < end; ++t) {
+        const auto load_value = [&](auto w) ATTN_INLINE_LAMBDA {
+          return load_floats(df, values[t] + c + w * n);
+        };
+        with_vectors<W>(load_value, [&](auto&... v) ATTN_INLINE_LAMBDA {
+          for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+            const VF weight = hn::Set(df, p[r][t]);
+            for_each_index<W>([&](auto w) ATTN_INLINE_LAMBDA {
+              VF& sum = nth_vector<r * W + w>(a...);
+              sum = hn::MulAdd(weight, nth_vector<w>(v...), sum);
+            });
+          });
+        });
       }
-    }
-    for (int r = 0; r < NR; ++r)
-      for (int w = 0; w < W; ++w) hn::StoreU(a[r][w], df, acc[r] + c + w * n);
+      for_each_index<NR * W>([&](auto i) ATTN_INLINE_LAMBDA {
+        hn::StoreU(nth_vector<i>(a...), df, acc[i / W] + c + (i % W) * n);
+      });
+    });
   }
   for (; c < whole; c += n) {
-    VF a[NR];
-    for (int r = 0; r < NR; ++r) a[r] = hn::LoadU(df, acc[r] + c);
-    for (Index t = first; t < end; ++t) {
-      const VF v = load_floats(df, values[t] + c);
-      for (int r = 0; r < NR; ++r) a[r] = hn::MulAdd(hn::Set(df, p[r][t]), v, a[r]);
-    }
-    for (int r = 0; r < NR; ++r) hn::StoreU(a[r], df, acc[r] + c);
+    with_vectors<NR>([&](auto r) ATTN_INLINE_LAMBDA { return hn::LoadU(df, acc[r] + c); },
+                     [&](auto&... a) ATTN_INLINE_LAMBDA {
+                       for (Index t = first; t < end; ++t) {
+                         const VF v = load_floats(df, values[t] + c);
+                         for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+                           VF& sum = nth_vector<r>(a...);
+                           sum = hn::MulAdd(hn::Set(df, p[r][t]), v, sum);
+                         });
+                       }
+                       for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+                         hn::StoreU(nth_vector<r>(a...), df, acc[r] + c);
+                       });
+                     });
   }
   for (Index d = whole; d < dim_v; ++d)
     for (Index t = first; t < end; ++t)

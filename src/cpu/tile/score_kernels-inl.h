@@ -41,19 +41,28 @@ HWY_INLINE void scores_rows_vectorised(const float* HWY_RESTRICT qt, Index rows_
   const DF df;
   const Index n = lanes();
   const Index dim = kDim > 0 ? kDim : runtime_dim;
-  VF acc[kKeys][C];
-  for (int k = 0; k < kKeys; ++k)
-    for (int c = 0; c < C; ++c) acc[k][c] = hn::Zero(df);
-  HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
-    VF q[C];
-    for (int c = 0; c < C; ++c) q[c] = hn::Load(df, qt + d * rows_stride + c * n);
-    for (int k = 0; k < kKeys; ++k) {
-      const VF key = hn::Set(df, keys[k][d]);
-      for (int c = 0; c < C; ++c) acc[k][c] = hn::MulAdd(q[c], key, acc[k][c]);
-    }
-  }
-  for (int k = 0; k < kKeys; ++k)
-    for (int c = 0; c < C; ++c) hn::Store(acc[k][c], df, out + k * rows_stride + c * n);
+  // acc: kKeys x C, key-major
+  with_vectors<kKeys * C>([&](auto) ATTN_INLINE_LAMBDA { return hn::Zero(df); },
+                          [&](auto&... acc) ATTN_INLINE_LAMBDA {
+                            HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
+                              const auto load_q = [&](auto c) ATTN_INLINE_LAMBDA {
+                                return hn::Load(df, qt + d * rows_stride + c * n);
+                              };
+                              with_vectors<C>(load_q, [&](auto&... q) ATTN_INLINE_LAMBDA {
+                                for_each_index<kKeys>([&](auto k) ATTN_INLINE_LAMBDA {
+                                  const VF key = hn::Set(df, keys[k][d]);
+                                  for_each_index<C>([&](auto c) ATTN_INLINE_LAMBDA {
+                                    VF& a = nth_vector<k * C + c>(acc...);
+                                    a = hn::MulAdd(nth_vector<c>(q...), key, a);
+                                  });
+                                });
+                              });
+                            }
+                            for_each_index<kKeys * C>([&](auto i) ATTN_INLINE_LAMBDA {
+                              hn::Store(nth_vector<i>(acc...), df,
+                                        out + (i / C) * rows_stride + (i % C) * n);
+                            });
+                          });
 }
 
 // ---- Micro-kernels: keys-vectorised (lanes are keys) ------------------------------------
@@ -68,19 +77,28 @@ HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, Index q_stri
                                        float* HWY_RESTRICT out, Index out_stride) {
   const DF df;
   const Index n = lanes();
-  VF acc[kRows][C];
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
-  HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
-    VF key[C];
-    for (int c = 0; c < C; ++c) key[c] = hn::LoadU(df, kt + d * kt_stride + c * n);
-    for (int r = 0; r < kRows; ++r) {
-      const VF query = hn::Set(df, q[r * q_stride + d]);
-      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(query, key[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < C; ++c) hn::Store(acc[r][c], df, out + r * out_stride + c * n);
+  // acc: kRows x C, row-major
+  with_vectors<kRows * C>([&](auto) ATTN_INLINE_LAMBDA { return hn::Zero(df); },
+                          [&](auto&... acc) ATTN_INLINE_LAMBDA {
+                            HWY_UNROLL(4) for (Index d = 0; d < dim; ++d) {
+                              const auto load_key = [&](auto c) ATTN_INLINE_LAMBDA {
+                                return hn::LoadU(df, kt + d * kt_stride + c * n);
+                              };
+                              with_vectors<C>(load_key, [&](auto&... key) ATTN_INLINE_LAMBDA {
+                                for_each_index<kRows>([&](auto r) ATTN_INLINE_LAMBDA {
+                                  const VF query = hn::Set(df, q[r * q_stride + d]);
+                                  for_each_index<C>([&](auto c) ATTN_INLINE_LAMBDA {
+                                    VF& a = nth_vector<r * C + c>(acc...);
+                                    a = hn::MulAdd(query, nth_vector<c>(key...), a);
+                                  });
+                                });
+                              });
+                            }
+                            for_each_index<kRows * C>([&](auto i) ATTN_INLINE_LAMBDA {
+                              hn::Store(nth_vector<i>(acc...), df,
+                                        out + (i / C) * out_stride + (i % C) * n);
+                            });
+                          });
 }
 
 // ---- Micro-kernels: dot (query and key rows dotted along d) -----------------------------
@@ -146,26 +164,45 @@ HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index
   const DF df;
   const Index n = lanes();
   constexpr int KK = kDotKeys<NR>;
-  VF acc[NR][KK];
-  for (int r = 0; r < NR; ++r)
-    for (int k = 0; k < KK; ++k) acc[r][k] = hn::Zero(df);
   const Index whole = dim - dim % n;
-  for (Index d = 0; d < whole; d += n) {
-    VF key[KK];
-    for (int k = 0; k < KK; ++k) key[k] = load_floats(df, keys[k] + d);
-    for (int r = 0; r < NR; ++r) {
-      VF qv = hn::LoadU(df, q[r] + d);
-      keep_in_register(qv);
-      for (int k = 0; k < KK; ++k) acc[r][k] = hn::MulAdd(qv, key[k], acc[r][k]);
-    }
-  }
-  // The NR * KK sums four a tree, in row-major order (zero vectors past the last).
-  const auto sum = [&](int i) { return i < NR * KK ? acc[i / KK][i % KK] : hn::Zero(df); };
-  for (int i = 0; i < NR * KK; i += 4) {
-    alignas(16) float sums[4];
-    sums_of_lanes4(df, sum(i), sum(i + 1), sum(i + 2), sum(i + 3), sums);
-    for (int j = i; j < std::min(i + 4, NR * KK); ++j) scores[j / KK][j % KK] = sums[j - i];
-  }
+  // acc: NR x KK, row-major
+  with_vectors<NR * KK>([&](auto) ATTN_INLINE_LAMBDA { return hn::Zero(df); },
+                        [&](auto&... acc) ATTN_INLINE_LAMBDA {
+                          for (Index d = 0; d < whole; d += n) {
+                            const auto load_key = [&](auto k) ATTN_INLINE_LAMBDA {
+                              return load_floats(df, keys[k] + d);
+                            };
+                            with_vectors<KK>(load_key, [&](auto&... key) ATTN_INLINE_LAMBDA {
+                              for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+                                VF qv = hn::LoadU(df, q[r] + d);
+                                keep_in_register(qv);
+                                for_each_index<KK>([&](auto k) ATTN_INLINE_LAMBDA {
+                                  VF& a = nth_vector<r * KK + k>(acc...);
+                                  a = hn::MulAdd(qv, nth_vector<k>(key...), a);
+                                });
+                              });
+                            });
+                          }
+                          // The NR * KK sums four a tree, in row-major order (zero vectors past the
+                          // last).
+                          const auto sum = [&](auto i) ATTN_INLINE_LAMBDA {
+                            if constexpr (i < NR * KK) {
+                              return nth_vector<i>(acc...);
+                            } else {
+                              return hn::Zero(df);
+                            }
+                          };
+                          for_each_index<(NR * KK + 3) / 4>([&](auto tree) ATTN_INLINE_LAMBDA {
+                            constexpr int i = tree * 4;
+                            alignas(16) float sums[4];
+                            sums_of_lanes4(df, sum(std::integral_constant<int, i>()),
+                                           sum(std::integral_constant<int, i + 1>()),
+                                           sum(std::integral_constant<int, i + 2>()),
+                                           sum(std::integral_constant<int, i + 3>()), sums);
+                            for (int j = i; j < std::min(i + 4, NR * KK); ++j)
+                              scores[j / KK][j % KK] = sums[j - i];
+                          });
+                        });
   if (whole == dim) return;
   for (int r = 0; r < NR; ++r)
     for (int k = 0; k < KK; ++k)

@@ -24,45 +24,39 @@ namespace tile {
 
 // ---- The online softmax ----------------------------------------------------------------
 
-// The running maximum of score vectors, lane by lane, that keeps NaN: hn::Max may drop a
-// NaN operand (x86 returns its second operand), so NaN lanes are tracked beside it.
-class MaxOfScores {
- public:
-  explicit MaxOfScores(VF start) : max_(start), nan_(hn::IsNaN(start)) {}
+// The lane-wise maximum of `start` and `count` score vectors load(0 .. count), NaN in a
+// lane where any of them was: hn::Max may drop a NaN operand (x86 returns its second
+// operand), so NaN lanes are tracked beside it.
+template <class Load>
+HWY_INLINE VF max_of_scores(DF df, VF start, Index count, const Load& load) {
+  VF max = start;
+  auto nan = hn::IsNaN(start);
+  for (Index i = 0; i < count; ++i) {
+    const VF scores = load(i);
+    max = hn::Max(max, scores);
+    nan = hn::Or(nan, hn::IsNaN(scores));
+  }
+  return hn::IfThenElse(nan, hn::Set(df, std::numeric_limits<float>::quiet_NaN()), max);
+}
 
-  HWY_INLINE void add(VF scores) {
-    max_ = hn::Max(max_, scores);
-    nan_ = hn::Or(nan_, hn::IsNaN(scores));
-  }
-  // Per lane: the max, or NaN where a NaN was seen.
-  VF lanes() const {
-    const DF df;
-    return hn::IfThenElse(nan_, hn::Set(df, std::numeric_limits<float>::quiet_NaN()), max_);
-  }
-  // Over all lanes: the max, or NaN if any lane saw one.
-  float all() const {
-    const DF df;
-    if (!hn::AllFalse(df, nan_)) return std::numeric_limits<float>::quiet_NaN();
-    return hn::GetLane(hn::MaxOfLanes(df, max_));
-  }
-
- private:
-  VF max_;
-  hn::Mask<DF> nan_;
-};
+// The maximum over the lanes of max_of_scores's result: NaN if any lane is.
+HWY_INLINE float max_of_lanes(DF df, VF max) {
+  if (!hn::AllFalse(df, hn::IsNaN(max))) return std::numeric_limits<float>::quiet_NaN();
+  return hn::GetLane(hn::MaxOfLanes(df, max));
+}
 
 // One online-softmax step per lane's row: from the old max and the new one (the old max
-// merged with the tile's scores by MaxOfScores), the shift subtracted before exp and the
-// factor e^(m_old - m_new) that rescales the row's l and acc. Nothing visible yet: the
-// shift is 0, so exp(-inf - 0) = 0, not NaN. A NaN max makes the shift, the factor and so
-// l and acc NaN: the row reports NaN, never "no key" (the state merge's rule, per tile).
-struct SoftmaxStep {
-  VF shift, rescale;
-};
+// merged with the tile's scores by max_of_scores), the shift subtracted before exp, and
+// softmax_rescale's factor e^(m_old - m_new) that rescales the row's l and acc. Nothing
+// visible yet: the shift is 0, so exp(-inf - 0) = 0, not NaN. A NaN max makes the shift,
+// the factor and so l and acc NaN: the row reports NaN, never "no key" (the state merge's
+// rule, per tile).
+HWY_INLINE VF softmax_shift(DF df, VF new_max) {
+  return hn::IfThenZeroElse(hn::Eq(new_max, hn::Set(df, kMinusInfinity)), new_max);
+}
 
-HWY_INLINE SoftmaxStep softmax_step(DF df, VF old_max, VF new_max) {
-  const VF shift = hn::IfThenZeroElse(hn::Eq(new_max, hn::Set(df, kMinusInfinity)), new_max);
-  return {shift, VectorExp(df, hn::Sub(old_max, shift))};
+HWY_INLINE VF softmax_rescale(DF df, VF old_max, VF shift) {
+  return VectorExp(df, hn::Sub(old_max, shift));
 }
 
 // The step for one row held as scalars: new max (old max merged with the tile's), shift
@@ -76,8 +70,9 @@ HWY_INLINE RowStep softmax_step(float old_max, float tile_max) {
   const float new_max = merged_max(old_max, tile_max);
   // The vector step gives exactly these (VectorExp(0) is 1): a short cut for small tiles.
   if (new_max == old_max && new_max != kMinusInfinity) return {new_max, new_max, 1.0f};
-  const SoftmaxStep step = softmax_step(df, hn::Set(df, old_max), hn::Set(df, new_max));
-  return {new_max, hn::GetLane(step.shift), hn::GetLane(step.rescale)};
+  const VF shift = softmax_shift(df, hn::Set(df, new_max));
+  return {new_max, hn::GetLane(shift),
+          hn::GetLane(softmax_rescale(df, hn::Set(df, old_max), shift))};
 }
 
 // The softmax weight of a shaped score: exp(s - shift).
@@ -126,28 +121,28 @@ HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index str
                                     float* HWY_RESTRICT rescale) {
   const DF df;
   const VF old_max = hn::Load(df, m);
-  MaxOfScores max(old_max);
-  for (Index j = 0; j < keys; ++j) max.add(hn::Load(df, p + j * stride));
-  const VF new_max = max.lanes();
-  const SoftmaxStep step = softmax_step(df, old_max, new_max);
+  const VF new_max = max_of_scores(
+      df, old_max, keys, [&](Index j) ATTN_INLINE_LAMBDA { return hn::Load(df, p + j * stride); });
+  const VF shift = softmax_shift(df, new_max);
+  const VF rescale_rows = softmax_rescale(df, old_max, shift);
   VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
   Index j = 0;
   for (; j + 2 <= keys; j += 2) {
-    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), step.shift);
-    const VF p1 = softmax_weight(df, hn::Load(df, p + (j + 1) * stride), step.shift);
+    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), shift);
+    const VF p1 = softmax_weight(df, hn::Load(df, p + (j + 1) * stride), shift);
     hn::Store(p0, df, p + j * stride);
     hn::Store(p1, df, p + (j + 1) * stride);
     sum0 = hn::Add(sum0, p0);
     sum1 = hn::Add(sum1, p1);
   }
   if (j < keys) {
-    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), step.shift);
+    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), shift);
     hn::Store(p0, df, p + j * stride);
     sum0 = hn::Add(sum0, p0);
   }
-  hn::Store(hn::MulAdd(hn::Load(df, l), step.rescale, hn::Add(sum0, sum1)), df, l);
+  hn::Store(hn::MulAdd(hn::Load(df, l), rescale_rows, hn::Add(sum0, sum1)), df, l);
   hn::Store(new_max, df, m);
-  hn::Store(step.rescale, df, rescale);
+  hn::Store(rescale_rows, df, rescale);
 }
 
 // The online softmax over one row's scores (lanes are keys): `vectors` whole vectors at s,
@@ -163,9 +158,9 @@ template <bool kStore, class Sum>
 HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, float& m, Sum& l) {
   const DF df;
   const Index n = lanes();
-  MaxOfScores max(hn::Set(df, kMinusInfinity));
-  for (Index v = 0; v < vectors; ++v) max.add(hn::Load(df, s + v * n));
-  const float tile_max = max.all();
+  const float tile_max = max_of_lanes(
+      df, max_of_scores(df, hn::Set(df, kMinusInfinity), vectors,
+                        [&](Index v) ATTN_INLINE_LAMBDA { return hn::Load(df, s + v * n); }));
   const RowStep step = softmax_step(m, tile_max);
   const VF shift = hn::Set(df, step.shift);
   VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);

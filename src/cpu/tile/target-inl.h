@@ -11,6 +11,8 @@
 #include <hwy/highway.h>
 
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "attn/tensor.hpp"
 
@@ -44,6 +46,50 @@ inline Index lanes() {
 HWY_INLINE float lane_mul_add(float a, float b, float c) {
   const DF df;
   return hn::GetLane(hn::MulAdd(hn::Set(df, a), hn::Set(df, b), hn::Set(df, c)));
+}
+
+// ---- Register blocks ---------------------------------------------------------------------
+
+// A micro-kernel's block of vectors (accumulators, operands) is a pack of locals, not an
+// array: SVE's sizeless vectors can be neither array elements nor class members. Inlined,
+// the pack compiles to the registers an array of vectors did on the fixed-width targets.
+
+// Follows the parameters of a lambda that takes or makes a pack's vectors: inlined, its
+// vectors stay in registers; called, they would go through memory by reference.
+#ifndef ATTN_INLINE_LAMBDA
+#define ATTN_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+
+// Calls body(v_0, ..., v_{N-1}) with N vector locals, v_i = make(i) (i a compile-time
+// std::integral_constant).
+template <int N, class Make, class Body, class... Held>
+HWY_INLINE void with_vectors(const Make& make, const Body& body, Held&... held) {
+  if constexpr (sizeof...(Held) == N) {
+    body(held...);
+  } else {
+    VF next = make(std::integral_constant<int, sizeof...(Held)>());
+    with_vectors<N>(make, body, held..., next);
+  }
+}
+
+// The I-th vector of a pack.
+template <int I, class V, class... Rest>
+HWY_INLINE V& nth_vector(V& first, Rest&... rest) {
+  if constexpr (I == 0) {
+    return first;
+  } else {
+    return nth_vector<I - 1>(rest...);
+  }
+}
+
+// f(i) for i = 0 .. N-1 in order, i a compile-time std::integral_constant.
+template <int N, class F, int... I>
+HWY_INLINE void for_each_index(const F& f, std::integer_sequence<int, I...> = {}) {
+  if constexpr (sizeof...(I) < N) {
+    for_each_index<N>(f, std::make_integer_sequence<int, N>());
+  } else {
+    (f(std::integral_constant<int, I>()), ...);
+  }
 }
 
 }  // namespace tile

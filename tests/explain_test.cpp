@@ -2,6 +2,8 @@
 // call, and once when Backend::automatic runs the reference.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "cpu/bf16_dot.hpp"
 #include "support/cases.hpp"
 #include "support/error_message.hpp"
+#include "support/targets.hpp"
 
 namespace attn {
 namespace {
@@ -27,6 +30,20 @@ TEST(Explain, TheFastKernelNamesItsPlan) {
   EXPECT_EQ(e.reason, "");
   EXPECT_NE(e.plan.find("float32 FMA chains"), std::string::npos) << e.plan;
   EXPECT_NE(e.plan.find("dot products along d for fewer"), std::string::npos) << e.plan;
+}
+
+// Every target this CPU runs is the one explain names when it is the only one allowed; the
+// list goes to the log, so a run under emulation shows which targets its tests reached.
+TEST(Explain, NamesTheSimdTargetThatRuns) {
+  const testing::Inputs in = inputs_of(DType::f32);
+  std::string names;
+  testing::for_each_target([&](std::int64_t target) {
+    const std::string name = hwy::TargetName(target);
+    const Explanation e = explain(in.q, in.k, in.v, in.options);
+    EXPECT_EQ(e.plan.rfind("target " + name + " (", 0), 0u) << e.plan;
+    names += " " + name;
+  });
+  std::printf("SIMD targets this CPU runs:%s\n", names.c_str());
 }
 
 TEST(Explain, Bf16OnAvx512Bf16NamesItsDotProducts) {

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -540,8 +541,12 @@ void ForwardTarget(const Problem& problem, int threads) {
   });
 }
 
+// The SIMD target first, as PyTorch names its cpu_capability: which code ran is what a
+// report from another CPU needs.
 std::string ForwardPlanTarget(const Problem& problem) {
-  return Plan(problem, PlanTarget::of_this_cpu(tile::lanes(), tile::kAvx512Target)).describe();
+  return std::string("target ") + hwy::TargetName(HWY_TARGET) + " (" +
+         std::to_string(tile::lanes()) + " float lanes); " +
+         Plan(problem, PlanTarget::of_this_cpu(tile::lanes(), tile::kAvx512Target)).describe();
 }
 
 }  // namespace attn::cpu::HWY_NAMESPACE

@@ -5,7 +5,7 @@ BUILD := build/release
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 
-.PHONY: all deps build run test test-release build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release build-aarch64 test-aarch64 build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -61,6 +61,18 @@ test-tsan: deps
 	  ATTN_NUM_THREADS=4 TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" \
 	    $(TSAN_BUILD)/tests/$$t --gtest_brief=1 || exit 1; \
 	done
+
+# aarch64: the library, the command and the tests cross-built with Debian's toolchain
+# (cmake/toolchains/aarch64-linux-gnu.cmake) and run under qemu-user at three SVE vector
+# lengths, so every ARM target runs (scripts/test-aarch64.sh). CI runs it after `make test`.
+AARCH64_BUILD := build/aarch64
+build-aarch64:
+	@scripts/install-aarch64-deps.sh
+	@cmake --preset aarch64 >/dev/null
+	@cmake --build --preset aarch64 -j $(JOBS)
+
+test-aarch64: build-aarch64
+	@JOBS=$(JOBS) scripts/test-aarch64.sh $(AARCH64_BUILD)
 
 # The fuzzers of fuzz/ (libFuzzer, in the ASan + UBSan build): `make fuzz` builds only them
 # and runs each for FUZZ_SECONDS, `make test` each for FUZZ_SMOKE_SECONDS, from the seeds

@@ -64,7 +64,8 @@ test-tsan: deps
 
 # aarch64: the library, the command and the tests cross-built with Debian's toolchain
 # (cmake/toolchains/aarch64-linux-gnu.cmake) and run under qemu-user at three SVE vector
-# lengths, so every ARM target runs (scripts/test-aarch64.sh). CI runs it after `make test`.
+# lengths, so every ARM target runs (scripts/test-aarch64.sh). Not part of `make test`: the
+# emulated suite takes about 100 times its native time.
 AARCH64_BUILD := build/aarch64
 build-aarch64:
 	@scripts/install-aarch64-deps.sh

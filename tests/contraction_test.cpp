@@ -35,8 +35,17 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
 
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 
+// Highway's own MulAdd on SCALAR is `mul * x + add`, which GCC fuses under
+// -ffp-contract=fast where the baseline has an FMA (aarch64, not x86-64): there the target
+// cannot tell the tile core's tails from Highway's op, which the library compiles with
+// -ffp-contract=off. Every SIMD target runs the same tails and still tells.
+bool highway_op_is_contracted(std::int64_t target) {
+  return target == HWY_SCALAR && !HWY_ARCH_X86;
+}
+
 TEST(Contraction, DotScoresAreTheSameBitsWhateverTheCompilerFuses) {
-  testing::for_each_target([] {
+  testing::for_each_target([](std::int64_t target) {
+    if (highway_op_is_contracted(target)) return;
     std::mt19937 rng(7);
     for (const DType dtype : kDtypes)
       for (Index dim = 1; dim <= 40; ++dim)
@@ -55,7 +64,8 @@ TEST(Contraction, DotScoresAreTheSameBitsWhateverTheCompilerFuses) {
 }
 
 TEST(Contraction, ContextByRowsIsTheSameBitsWhateverTheCompilerFuses) {
-  testing::for_each_target([] {
+  testing::for_each_target([](std::int64_t target) {
+    if (highway_op_is_contracted(target)) return;
     std::mt19937 rng(11);
     constexpr Index kValues = 9;
     for (const DType dtype : kDtypes)
@@ -77,7 +87,8 @@ TEST(Contraction, ContextByRowsIsTheSameBitsWhateverTheCompilerFuses) {
 }
 
 TEST(Contraction, SoftmaxStepIsTheSameBitsWhateverTheCompilerFuses) {
-  testing::for_each_target([] {
+  testing::for_each_target([](std::int64_t target) {
+    if (highway_op_is_contracted(target)) return;
     std::mt19937 rng(13);
     for (Index vectors = 1; vectors <= 4; ++vectors)
       for (int trial = 0; trial < 50; ++trial) {

@@ -66,8 +66,8 @@ using tile::DI;
 using tile::scratch_buffer;
 using tile::VF;
 using Traits = BackwardTraits;
-// AVX-512 targets have 32 vector registers, for BackwardTraits' wide blocks.
-constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
+// 32 vector registers (AVX-512, and Arm's NEON and SVE) hold BackwardTraits' wide blocks.
+constexpr bool kWideRegisters = tile::kVectorRegisters == 32;
 constexpr int kKeyVectors =
     kWideRegisters ? BackwardTraits::kKeyVectorsWide : BackwardTraits::kKeyVectors;
 namespace hn = hwy::HWY_NAMESPACE;

@@ -68,7 +68,7 @@ test-tsan: deps
 # emulated suite takes about 100 times its native time.
 AARCH64_BUILD := build/aarch64
 build-aarch64:
-	@scripts/install-aarch64-deps.sh
+	@scripts/install-deps.sh aarch64
 	@cmake --preset aarch64 >/dev/null
 	@cmake --build --preset aarch64 -j $(JOBS)
 

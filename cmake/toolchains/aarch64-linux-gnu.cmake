@@ -1,5 +1,5 @@
 # Cross-compiling for aarch64 Linux with Debian's cross toolchain (g++-aarch64-linux-gnu) and
-# the multiarch arm64 -dev packages (scripts/install-aarch64-deps.sh). The binaries run here
+# the multiarch arm64 -dev packages (scripts/install-deps.sh aarch64). The binaries run here
 # under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR), so ctest runs the suite as on x86.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)

@@ -65,7 +65,7 @@ test-tsan: deps
 # aarch64: the library, the command and the tests cross-built with Debian's toolchain
 # (cmake/toolchains/aarch64-linux-gnu.cmake) and run under qemu-user at three SVE vector
 # lengths, so every ARM target runs (scripts/test-aarch64.sh). Not part of `make test`: the
-# emulated suite takes about 100 times its native time.
+# emulated suite takes 15 to 50 times its native time.
 AARCH64_BUILD := build/aarch64
 build-aarch64:
 	@scripts/install-deps.sh aarch64

@@ -335,6 +335,10 @@ TEST_F(CliErrors, BadOptions) {
   expect_error("", "A subcommand is required");
   expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run, viz");
   expect_error("demo --tokens 0", "--tokens");
+  expect_error("demo --translate --translate-steps 0", "--translate-steps");
+  expect_error("demo --translate --translate-seconds -1", "--translate-seconds");
+  expect_error("demo --translate --translate-pictures " + input("q.npy") + "/pictures",
+               "--translate-pictures: cannot make the folder");
 }
 
 // Outputs appear all together or not at all: a second output that cannot be written
@@ -655,9 +659,26 @@ TEST(Cli, HelpDocumentsEveryOption) {
   }
   const Outcome demo = run_attn("demo --help", dir);
   EXPECT_EQ(demo.status, 0);
-  for (const char* option :
-       {"--heads", "=8", "--tokens", "=1024", "--dim", "=64", "--seed", "--weights-out",
-        "--heatmap", "--blend", "--blend-query", "--generation", "--alignment"}) {
+  for (const char* option : {"--heads",
+                             "=8",
+                             "--tokens",
+                             "=1024",
+                             "--dim",
+                             "=64",
+                             "--seed",
+                             "--weights-out",
+                             "--heatmap",
+                             "--blend",
+                             "--blend-query",
+                             "--generation",
+                             "--alignment",
+                             "--translate",
+                             "--translate-seconds",
+                             "=55",
+                             "--translate-steps",
+                             "=3000",
+                             "--translate-seed",
+                             "--translate-pictures"}) {
     EXPECT_NE(demo.out.find(option), std::string::npos) << option;
   }
   const Outcome viz = run_attn("viz --help", dir);
@@ -668,6 +689,27 @@ TEST(Cli, HelpDocumentsEveryOption) {
     EXPECT_NE(viz.out.find(option), std::string::npos) << option;
   }
   EXPECT_TRUE(dir.entries().empty());
+}
+
+// A few steps only: what the translator learns is tests/translator_test.cpp's.
+TEST(Cli, DemoTranslatesAndDrawsItsCrossAttentionWhenAsked) {
+  const TempDir dir;
+  const Outcome plain = run_attn("demo --translate --translate-steps 3", dir);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  for (const char* text :
+       {"6000 training sentences, 200 held out", "trained 3 steps in", "of words right", " <- "}) {
+    EXPECT_NE(plain.out.find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(plain.out.find("Part 1."), std::string::npos);
+  EXPECT_TRUE(dir.entries().empty());
+
+  const Outcome drawn =
+      run_attn("demo --translate --translate-steps 200 --translate-pictures out", dir);
+  ASSERT_EQ(drawn.status, 0) << drawn.err;
+  for (const char* name :
+       {"alignment0.html", "alignment0.svg", "alignment0-steps.html", "alignment2-steps.html"}) {
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir.file("out/" + std::string(name)))) << name;
+  }
 }
 
 TEST(Cli, DemoShowsTheStepsAndWritesOnlyWhenAsked) {

@@ -20,6 +20,7 @@
 #include "generation_trace.hpp"
 #include "io/npy.hpp"
 #include "table.hpp"
+#include "translate_demo.hpp"
 #include "viz/draw.hpp"
 
 namespace attn::tools {
@@ -37,6 +38,8 @@ struct DemoArgs {
   Index blend_query = 1;    // the query of a .svg or .png blend
   std::string generation;   // empty: draw nothing
   std::string alignment;    // empty: draw nothing
+  bool translate = false;   // the learned translator instead of parts 1-4
+  TranslateDemoArgs translator;
 };
 
 // Hand-made 4-d embeddings: each coordinate says how much a word is an article, an animal,
@@ -184,6 +187,10 @@ void draw_blends(const DemoArgs& args, const Tensor& alpha) {
 }
 
 void run_demo(const DemoArgs& args) {
+  if (args.translate) {
+    run_translate_demo(args.translator, std::cout);
+    return;
+  }
   // Bad file names fail before any output.
   if (!args.heatmap.empty()) viz::format_of(args.heatmap, "--heatmap");
   if (!args.blend.empty()) viz::format_of(args.blend, "--blend");
@@ -244,7 +251,8 @@ Command add_demo_command(CLI::App& parent) {
       "one token at a time from a paged KV cache and prints which earlier token each step "
       "attends to most. Part 4 translates a sentence by cross-attention and prints which input "
       "words each output word attends to. Writes nothing unless --weights-out, --heatmap, "
-      "--blend, --generation or --alignment is given.");
+      "--blend, --generation or --alignment is given. --translate learns the translation "
+      "instead: every attention of the model, forward and backward, runs through attn.");
   app->option_defaults()->always_capture_default();
   app->add_option("--heads", args->heads, "Part 2: attention heads")->check(CLI::Range(1, 1024));
   app->add_option("--tokens", args->tokens, "Part 2: sequence length")
@@ -276,6 +284,22 @@ Command add_demo_command(CLI::App& parent) {
                   "Draw part 4's alignment matrix, output words down and input words across "
                   "(.svg, .png, .html) [default: nothing]")
       ->type_name("FILE");
+  app->add_flag("--translate", args->translate,
+                "Instead of parts 1-4: train a small Transformer encoder-decoder on a toy "
+                "English -> French-like corpus (about a minute), then translate held-out "
+                "sentences, printing each output word's strongest input words");
+  app->add_option("--translate-seconds", args->translator.seconds,
+                  "--translate: training time limit")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--translate-steps", args->translator.steps, "--translate: training step limit")
+      ->check(CLI::Range(Index{1}, Index{1} << 30));
+  app->add_option("--translate-seed", args->translator.seed,
+                  "--translate: seed of the corpus, the model and the batches");
+  app->add_option("--translate-pictures", args->translator.pictures,
+                  "--translate: a folder for the cross-attention of three held-out sentences "
+                  "(alignment<n>.html, .svg) and pages stepping through them "
+                  "(alignment<n>-steps.html) [default: nothing]")
+      ->type_name("FOLDER");
   return {app, [args] { run_demo(*args); }};
 }
 

@@ -154,12 +154,12 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, cross=False):
+    def __init__(self, dim, heads, cross_heads=0):
         super().__init__()
         self.attention = Attention(dim, heads)
-        self.cross = Attention(dim, heads) if cross else None
+        self.cross = Attention(dim, cross_heads) if cross_heads else None
         self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
-        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3 if cross else 2))
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(3 if cross_heads else 2))
 
     def forward(self, x, memory=None, source_mask=None, self_mask=None, causal=False):
         x = x + self.attention(self.norms[0](x), self.norms[0](x), self_mask, causal)
@@ -169,13 +169,18 @@ class Block(nn.Module):
 
 
 class Translator(nn.Module):
-    def __init__(self, source_words, target_words, dim=64, heads=2, length=16):
+    """One cross-attention head: its weights are the alignment. With two, one head read each
+    noun phrase's article and the other its noun, so neither head nor their mean showed which
+    word an output word translates; the encoder's self-attention carries a noun's gender to
+    its article and adjectives, so one head suffices."""
+
+    def __init__(self, source_words, target_words, dim=64, heads=2, cross_heads=1, length=16):
         super().__init__()
         self.source_embedding = nn.Embedding(source_words, dim)
         self.target_embedding = nn.Embedding(target_words, dim)
         self.positions = nn.Embedding(length, dim)
         self.encoder = Block(dim, heads)
-        self.decoder = Block(dim, heads, cross=True)
+        self.decoder = Block(dim, heads, cross_heads)
         self.out = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, target_words))
 
     def embed(self, embedding, ids):
@@ -183,7 +188,15 @@ class Translator(nn.Module):
 
     def encode(self, source):
         keep = (source != PAD)[:, None, None, :]  # [B, 1, 1, S]: padding keys hidden
-        return self.encoder(self.embed(self.source_embedding, source), self_mask=keep), keep
+        # Each source word sees itself and the words after it: a noun's gender still reaches
+        # its article and adjectives, but no word's vector carries the words before it, so
+        # the cross-attention must look at the word it translates (README.md, "Translation,
+        # learned"; tools/translator.cpp is the same model).
+        positions = torch.arange(source.shape[1])
+        looking_right = positions[None, :] >= positions[:, None]  # [S, S]
+        memory = self.encoder(self.embed(self.source_embedding, source),
+                              self_mask=keep & looking_right)
+        return memory, keep
 
     def forward(self, source, target_in):
         memory, keep = self.encode(source)
@@ -259,7 +272,7 @@ def translate(model, source_ids, limit=20):
             break
         out.append(word)
         weights.append(w[:, 0])
-    return out, torch.stack(weights) if weights else torch.zeros(0, heads, len(source_ids))
+    return out, torch.stack(weights) if weights else torch.zeros(0, cross.heads, len(source_ids))
 
 
 @dataclasses.dataclass

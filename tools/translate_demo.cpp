@@ -70,16 +70,18 @@ void print_translation(std::ostream& out, const SentencePair& pair, const Vocabu
   }
 }
 
-// alignment<n>.html (each head, then their mean), alignment<n>.svg (the mean) and
+// alignment<n>.html (every head), alignment<n>.svg (the head, or the heads' mean) and
 // alignment<n>-steps.html (each step's blend of the encoder's values).
 void draw_translation(const std::string& folder, std::size_t n, const SentencePair& pair,
                       const Vocabulary& target, const Translation& translation) {
   const Tensor& weights = translation.cross_weights;
   const Index heads = weights.shape()[1], steps = weights.shape()[2], length = weights.shape()[3];
-  Tensor with_mean(DType::f32, {1, heads + 1, steps, length});
-  float* out = with_mean.data_as<float>();
+  // Several heads: their mean follows them as one more head, the one the .svg shows.
+  const Index drawn_heads = heads == 1 ? 1 : heads + 1;
+  Tensor drawn(DType::f32, {1, drawn_heads, steps, length});
+  float* out = drawn.data_as<float>();
   std::copy_n(weights.data_as<float>(), weights.numel(), out);
-  for (Index t = 0; t < steps; ++t) {
+  for (Index t = 0; heads > 1 && t < steps; ++t) {
     for (Index j = 0; j < length; ++j) {
       out[(heads * steps + t) * length + j] = static_cast<float>(mean_weight(weights, t, j));
     }
@@ -90,11 +92,12 @@ void draw_translation(const std::string& folder, std::size_t n, const SentencePa
   viz::Picture picture;
   picture.tokens = produced;
   picture.key_tokens = pair.source;
-  picture.title = "cross-attention: each head, then their mean (last)";
-  viz::draw(with_mean.view(), name + ".html", picture, "--translate-pictures");
-  picture.head = heads;
-  picture.title = "cross-attention, mean over heads";
-  viz::draw(with_mean.view(), name + ".svg", picture, "--translate-pictures");
+  picture.title = heads == 1 ? "cross-attention: output words down, input words across"
+                             : "cross-attention: each head, then their mean (last)";
+  viz::draw(drawn.view(), name + ".html", picture, "--translate-pictures");
+  picture.head = drawn_heads - 1;
+  if (heads > 1) picture.title = "cross-attention, mean over heads";
+  viz::draw(drawn.view(), name + ".svg", picture, "--translate-pictures");
   viz::BlendStepsOptions options;
   options.steps = produced;
   options.inputs = pair.source;

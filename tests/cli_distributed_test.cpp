@@ -197,6 +197,8 @@ TEST(CliDistributed, BadInputsExitOnceOnEveryRankAndWriteNothing) {
                "rank 0: missing.npy: cannot open");
   expect_error(2, inputs + " --mask m.npy", "--mask: expected no mask with --distributed");
   expect_error(2, inputs + " --weights w.npy", "--weights: expected no --weights");
+  expect_error(2, inputs + " --contributions n.npy",
+               "--contributions: expected no --contributions");
   expect_error(2, inputs + " --viz w.svg", "--viz: expected no --viz");
   expect_error(2, inputs + " --lse c.npy", "--lse: expected a path different from --out");
   expect_error(2, "--query q.npy --key k.npy --value v.npy --out .", "expected a regular file");

@@ -203,6 +203,50 @@ TEST(Cli, TheReferenceIsNeverASilentFallback) {
 }
 
 // 2-D [L, D] and 3-D [H, L, D] files: leading dims of 1, and outputs of the query's rank.
+// --contributions writes alpha_ij ||v_j|| beside the weights; --viz-show contributions
+// draws that array, the same picture as `attn viz` of the written file.
+TEST(Cli, ContributionsAreTheWeightsTimesTheValueNorms) {
+  const TempDir dir;
+  const testing::Case c = sized(1, 2, 4, 6, 5, 3);
+  const testing::Inputs in = testing::make_inputs(c);
+  io::write_npy(dir.file("q.npy"), in.q, {1, 2, 4, 5});
+  io::write_npy(dir.file("k.npy"), in.k, {1, 2, 6, 5});
+  io::write_npy(dir.file("v.npy"), in.v, {1, 2, 6, 3});
+  const Outcome outcome = run_attn(
+      "run --query q.npy --key k.npy --value v.npy --out c.npy --causal --weights w.npy "
+      "--contributions n.npy --viz n.svg --viz-show contributions --viz-head 1",
+      dir);
+  ASSERT_EQ(outcome.status, 0) << outcome.err;
+  const io::NpyArray weights = io::read_npy(dir.file("w.npy"));
+  const io::NpyArray contributed = io::read_npy(dir.file("n.npy"));
+  ASSERT_EQ(contributed.shape, (Shape{1, 2, 4, 6}));
+  const io::NpyArray value = io::read_npy(dir.file("v.npy"));
+  for (Index h = 0; h < 2; ++h) {
+    for (Index i = 0; i < 4; ++i) {
+      for (Index j = 0; j < 6; ++j) {
+        double norm = 0.0;
+        for (Index d = 0; d < 3; ++d) {
+          const double x = value.tensor.data_as<float>()[(h * 6 + j) * 3 + d];
+          norm += x * x;
+        }
+        const Index at = (h * 4 + i) * 6 + j;
+        const double want = weights.tensor.data_as<float>()[at] * std::sqrt(norm);
+        EXPECT_NEAR(contributed.tensor.data_as<float>()[at], want, 1e-6 * std::abs(want))
+            << h << " " << i << " " << j;
+        if (j > i) {
+          EXPECT_EQ(contributed.tensor.data_as<float>()[at], 0.0f);  // causal: hidden
+        }
+      }
+    }
+  }
+  const Outcome drawn = run_attn(
+      "viz --weights n.npy --out m.svg --head 1 --title "
+      "'||alpha_ij v_j||: what input j adds to query i'",
+      dir);
+  ASSERT_EQ(drawn.status, 0) << drawn.err;
+  EXPECT_EQ(dir.read("n.svg"), dir.read("m.svg"));
+}
+
 TEST(Cli, LowerRankFilesKeepTheirRank) {
   const TempDir dir;
   const testing::Case c = sized(1, 3, 4, 6, 5, 2);
@@ -334,6 +378,10 @@ TEST_F(CliErrors, BadOptions) {
   expect_error(run + " --weights c.npy", "--weights: expected a path different from --out");
   expect_error("", "A subcommand is required");
   expect_error("frobnicate", "unknown command 'frobnicate': expected one of demo, run, viz");
+  expect_error(run + " --viz-show contributions", "--viz-show: expected only with --viz");
+  expect_error(run + " --viz w.svg --viz-show values", "--viz-show");
+  expect_error(run + " --contributions c.npy",
+               "--contributions: expected a path different from --out");
   expect_error("demo --tokens 0", "--tokens");
   expect_error("demo --translate --translate-steps 0", "--translate-steps");
   expect_error("demo --translate --translate-seconds -1", "--translate-seconds");
@@ -651,10 +699,11 @@ TEST(Cli, HelpDocumentsEveryOption) {
   const Outcome run = run_attn("run --help", dir);
   EXPECT_EQ(run.status, 0);
   for (const char* option :
-       {"--query",   "--key",    "--value",    "--out",        "--weights", "--lse",
-        "--mask",    "--causal", "--scale",    "--window",     "--softcap", "--alibi",
-        "--sinks",   "--layout", "--threads",  "--backend",    "=bhsd",     "=auto",
-        "1/sqrt(D)", "--viz",    "--viz-head", "--viz-tokens", "--quiet"}) {
+       {"--query",    "--key",        "--value",  "--out",           "--weights",
+        "--lse",      "--mask",       "--causal", "--scale",         "--window",
+        "--softcap",  "--alibi",      "--sinks",  "--layout",        "--threads",
+        "--backend",  "=bhsd",        "=auto",    "1/sqrt(D)",       "--viz",
+        "--viz-head", "--viz-tokens", "--quiet",  "--contributions", "--viz-show"}) {
     EXPECT_NE(run.out.find(option), std::string::npos) << option;
   }
   const Outcome demo = run_attn("demo --help", dir);

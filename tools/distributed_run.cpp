@@ -121,6 +121,11 @@ void refuse_whole_row_options(const RunArgs& args) {
         "--weights: expected no --weights with --distributed (ranks keep only their "
         "context rows); run without --distributed for the weights");
   }
+  if (!args.contributions.empty()) {
+    throw Error(
+        "--contributions: expected no --contributions with --distributed (ranks keep only "
+        "their context rows); run without --distributed for them");
+  }
   if (!args.viz.empty()) {
     throw Error(
         "--viz: expected no --viz with --distributed (ranks keep only their context "

@@ -40,6 +40,7 @@ void check_outputs(const RunArgs& args) {
   const std::vector<std::pair<const char*, const std::string*>> outputs = {
       {"--out", &args.out},
       {"--weights", &args.weights},
+      {"--contributions", &args.contributions},
       {"--lse", &args.lse},
       {"--viz", &args.viz}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {

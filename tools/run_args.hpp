@@ -13,6 +13,7 @@ namespace attn::tools {
 struct RunArgs {
   std::string query, key, value, out;
   std::string weights, lse, mask, alibi, sinks;  // empty: not given
+  std::string contributions;                     // empty: not written
   bool causal = false;
   std::string causal_align;  // "top-left", "bottom-right", or empty (top-left)
   std::optional<double> scale;
@@ -20,7 +21,8 @@ struct RunArgs {
   double softcap = 0.0;
   std::string layout = "bhsd";
   ComputeOptions compute;
-  std::string viz, viz_tokens;  // empty: no picture, no labels
+  std::string viz, viz_tokens;       // empty: no picture, no labels
+  std::string viz_show = "weights";  // or "contributions"
   Index viz_head = 0;
   bool quiet = false;
   bool distributed = false;

@@ -68,6 +68,10 @@ void run(const RunArgs& args) {
   if (!args.sharding.empty()) throw Error("--sharding: expected only with --distributed");
   check_outputs(args);
   if (!args.viz.empty()) viz::format_of(args.viz, "--viz");  // a bad name fails before work
+  if (args.viz_show != "weights" && args.viz.empty()) {
+    throw Error("--viz-show: expected only with --viz");
+  }
+  const bool draw_contributions = args.viz_show == "contributions";
   const Layout layout = parse_layout(args.layout);
   const Input q = read_input(args.query, layout);
   const Input k = read_input(args.key, layout);
@@ -96,7 +100,7 @@ void run(const RunArgs& args) {
   }
   // --viz draws from the weights, so they are computed even when not saved; the matrix of
   // a long sequence is easily more than the machine holds.
-  if (!args.weights.empty() || !args.viz.empty()) {
+  if (!args.weights.empty() || (!args.viz.empty() && !draw_contributions)) {
     const Dims dims{batch, heads, len_q, len_k};
     core::check_memory(std::string(args.weights.empty() ? "--viz" : "--weights") +
                            ": the weights " + format_dims(dims) + " of " + dtype_name(stats_dtype),
@@ -121,11 +125,26 @@ void run(const RunArgs& args) {
     forward_into(q.view, k.view, v.view, options, outputs);
   }
 
+  // alpha_ij ||v_j|| (attn/contributions.hpp): the weights' bits times float64 norms,
+  // [B, Hq, Lq, Lk] as the weights.
+  Tensor contributed;
+  if (!args.contributions.empty() || draw_contributions) {
+    contributed = contributions(q.view, k.view, v.view, options);
+    picture.title = "||alpha_ij v_j||: what input j adds to query i";
+  }
+
   std::vector<io::StagedFile> staged;
   staged.push_back(stage(args.out, context));
   if (lse) staged.push_back(stage(args.lse, *lse));
   if (!args.weights.empty()) staged.push_back(stage(args.weights, *weights));
-  if (!args.viz.empty()) staged.push_back(viz::stage(weights->view, args.viz, picture, "--viz"));
+  if (!args.contributions.empty()) {
+    staged.push_back(io::stage_npy(args.contributions, contributed.view(),
+                                   file_shape(Layout::bhsd, contributed.shape(), rank)));
+  }
+  if (!args.viz.empty()) {
+    staged.push_back(viz::stage(draw_contributions ? contributed.view() : weights->view, args.viz,
+                                picture, "--viz"));
+  }
   io::commit_all(staged);
 }
 
@@ -159,6 +178,11 @@ Command add_run_command(CLI::App& parent) {
                   "Also write the weights alpha: [B, Hq, Lq, Lk] (rows sum to 1 less the sink's "
                   "share) [default: not written]")
       ->type_name("W.npy");
+  app->add_option("--contributions", args->contributions,
+                  "Also write what each input adds to each query's context, beyond its weight: "
+                  "||alpha_ij v_j|| = alpha_ij ||v_j||, [B, Hq, Lq, Lk] as --weights "
+                  "(Kobayashi et al. 2020) [default: not written]")
+      ->type_name("N.npy");
   app->add_option("--lse", args->lse,
                   "Also write the log-sum-exp of each row's scores: [B, Hq, Lq]; -inf for a row "
                   "that sees no key [default: not written]")
@@ -209,6 +233,11 @@ Command add_run_command(CLI::App& parent) {
                   "Also draw the weights: a heatmap of one head (.svg, .png) or a page of every "
                   "head (.html) of batch entry 0 [default: not drawn]")
       ->type_name("FILE");
+  app->add_option("--viz-show", args->viz_show,
+                  "What --viz draws: the weights alpha_ij, or each input's contribution "
+                  "||alpha_ij v_j|| (a large weight on a small value adds little)")
+      ->check(CLI::IsMember({"weights", "contributions"}))
+      ->type_name("WHAT");
   app->add_option("--viz-head", args->viz_head, "Head of the --viz heatmap")
       ->check(integer_in(0))
       ->type_name("H");
@@ -220,7 +249,7 @@ Command add_run_command(CLI::App& parent) {
                 "Split the sequence over the ranks that mpirun started (mpirun -np N attn run "
                 "--distributed ...): each rank reads only its rows of the inputs, ring "
                 "attention passes keys and values between ranks, and each rank writes its rows "
-                "of --out and --lse into one file. No --mask, --weights or --viz");
+                "of --out and --lse into one file. No --mask, --weights, --contributions or --viz");
   app->add_option("--sharding", args->sharding,
                   "With --distributed, which rows each rank holds: contiguous (rank r the r-th "
                   "run of rows) or zigzag (rank r of N chunks r and 2N-1-r of 2N, the same "

@@ -92,13 +92,13 @@ void ToyLanguage::noun_phrase(ToyRandom& rng, SentencePair& pair) const {
   const int noun_at = first + 1 + static_cast<int>(chosen.size());
   // The article's gender is the noun's, though it translates "the" or "a".
   pair.target.push_back(definite ? (noun.feminine ? "la" : "le") : (noun.feminine ? "une" : "un"));
-  pair.aligned.push_back(first);
+  pair.translates.push_back({first});
   pair.target.push_back(noun.french);
-  pair.aligned.push_back(noun_at);
+  pair.translates.push_back({noun_at});
   for (std::size_t i = 0; i < chosen.size(); ++i) {  // after the noun, agreeing with it
     const Adjective& adjective = adjectives_[chosen[i]];
     pair.target.push_back(noun.feminine ? adjective.feminine : adjective.masculine);
-    pair.aligned.push_back(first + 1 + static_cast<int>(i));
+    pair.translates.push_back({first + 1 + static_cast<int>(i)});
   }
 }
 
@@ -106,26 +106,28 @@ SentencePair ToyLanguage::sentence(ToyRandom& rng) const {
   SentencePair pair;
   noun_phrase(rng, pair);
   const Verb& verb = verbs_[rng.below(verbs_.size())];
+  const int verb_at = static_cast<int>(pair.source.size());
   if (rng.below(2) == 1) {  // "is sleeping": two words become one
     pair.source.insert(pair.source.end(), {"is", verb.gerund});
+    pair.translates.push_back({verb_at, verb_at + 1});
   } else {
     pair.source.push_back(verb.third_person);
+    pair.translates.push_back({verb_at});
   }
   pair.target.push_back(verb.french);
-  pair.aligned.push_back(static_cast<int>(pair.source.size()) - 1);
   if (rng.below(2) == 1) {
     const Adverb& adverb = adverbs_[rng.below(adverbs_.size())];
     pair.source.push_back(adverb.english);
     for (const std::string& word : adverb.french) {  // one word may become two
       pair.target.push_back(word);
-      pair.aligned.push_back(static_cast<int>(pair.source.size()) - 1);
+      pair.translates.push_back({static_cast<int>(pair.source.size()) - 1});
     }
   }
   if (rng.below(2) == 1) {
     const Preposition& preposition = prepositions_[rng.below(prepositions_.size())];
     pair.source.push_back(preposition.english);
     pair.target.push_back(preposition.french);
-    pair.aligned.push_back(static_cast<int>(pair.source.size()) - 1);
+    pair.translates.push_back({static_cast<int>(pair.source.size()) - 1});
     noun_phrase(rng, pair);
   }
   return pair;

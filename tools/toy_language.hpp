@@ -3,7 +3,7 @@
 // more than a word-for-word lookup (examples/translate.py makes the same kind of corpus).
 // Adjectives follow their noun, articles and adjectives agree with the noun's gender, "is
 // sleeping" becomes one verb and some adverbs become two words. Each target word knows the
-// source word it translates, so a learned alignment can be checked.
+// source words it translates, so a learned alignment can be checked.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,9 @@ class ToyRandom {
 struct SentencePair {
   std::vector<std::string> source;  // English, 3-12 words
   std::vector<std::string> target;  // French-like
-  std::vector<int> aligned;         // per target word: the source word it translates
+  // Per target word, the source words it translates: one, or "is" and the gerund for the
+  // verb that "is sleeping" becomes.
+  std::vector<std::vector<int>> translates;
 };
 
 class ToyLanguage {

@@ -167,8 +167,11 @@ TranslationScores evaluate(const Translator& model, const TranslationCorpus& cor
     for (std::size_t t = 0; t < pair.target.size() && t < words.size(); ++t) {
       if (words[t] != pair.target[t]) continue;
       ++right;
-      aligned +=
-          mean_weight(translation.cross_weights, static_cast<Index>(t), pair.aligned[t]) >= 0.5;
+      double weight = 0.0;
+      for (const int j : pair.translates[t]) {
+        weight += mean_weight(translation.cross_weights, static_cast<Index>(t), j);
+      }
+      aligned += weight >= 0.5;
     }
   }
   return {static_cast<double>(right) / static_cast<double>(std::max<std::size_t>(total, 1)),
@@ -206,7 +209,7 @@ void run_translate_demo(const TranslateDemoArgs& args, std::ostream& out) {
   const TranslationScores scores = evaluate(model, corpus);
   out << "held out: " << percent(scores.words) << " of words right, " << percent(scores.sentences)
       << " of sentences; of the right words, " << percent(scores.aligned)
-      << " put at least half their cross-attention on the source word they translate\n";
+      << " put at least half their cross-attention on the source words they translate\n";
   for (std::size_t n = 0; n < 3 && n < corpus.held_out.size(); ++n) {
     const SentencePair& pair = corpus.held_out[n];
     const Translation translation =

@@ -39,8 +39,8 @@ TrainingRun train(Translator& model, const TranslationCorpus& corpus, double max
 struct TranslationScores {
   double words = 0.0;      // target words right, in place
   double sentences = 0.0;  // sentences right whole
-  // Of the right words: the share whose cross-attention puts at least half its weight on
-  // the source word they translate (the generator's alignment), averaged over heads.
+  // Of the right words: the share whose cross-attention, averaged over heads, puts at least
+  // half its weight on the source words they translate (the generator's alignment).
   double aligned = 0.0;
 };
 

@@ -35,6 +35,13 @@ double mean_weight(const Tensor& weights, Index t, Index j) {
   return sum / static_cast<double>(heads);
 }
 
+// The words with a space between each two.
+std::string joined(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+  return text;
+}
+
 std::vector<std::string> words_of(const Vocabulary& vocabulary, const std::vector<int>& ids) {
   std::vector<std::string> words;
   for (const int id : ids) words.push_back(vocabulary.word(id));
@@ -44,9 +51,7 @@ std::vector<std::string> words_of(const Vocabulary& vocabulary, const std::vecto
 // Each output word with the two input words it weighs most.
 void print_translation(std::ostream& out, const SentencePair& pair, const Vocabulary& target,
                        const Translation& translation) {
-  std::string line;
-  for (const std::string& word : pair.source) line += (line.empty() ? "" : " ") + word;
-  out << '\n' << line << '\n';
+  out << '\n' << joined(pair.source) << '\n';
   const auto length = static_cast<Index>(pair.source.size());
   for (std::size_t t = 0; t < translation.words.size(); ++t) {
     std::vector<Index> order(static_cast<std::size_t>(length));
@@ -94,19 +99,19 @@ void draw_translation(const std::string& folder, std::size_t n, const SentencePa
   picture.key_tokens = pair.source;
   picture.title = heads == 1 ? "cross-attention: output words down, input words across"
                              : "cross-attention: each head, then their mean (last)";
-  viz::draw(drawn.view(), name + ".html", picture, "--translate-pictures");
+  std::vector<io::StagedFile> staged;  // the three appear together
+  staged.push_back(viz::stage(drawn.view(), name + ".html", picture, "--translate-pictures"));
   picture.head = drawn_heads - 1;
   if (heads > 1) picture.title = "cross-attention, mean over heads";
-  viz::draw(drawn.view(), name + ".svg", picture, "--translate-pictures");
+  staged.push_back(viz::stage(drawn.view(), name + ".svg", picture, "--translate-pictures"));
   viz::BlendStepsOptions options;
   options.steps = produced;
   options.inputs = pair.source;
-  std::string sentence;
-  for (const std::string& word : pair.source) sentence += (sentence.empty() ? "" : " ") + word;
-  options.title = "Translating \"" + sentence + "\", word by word";
-  viz::stage_bytes(viz::blend_steps_html(weights.view(), translation.cross_values.view(), options),
-                   name + "-steps.html")
-      .commit();
+  options.title = "Translating \"" + joined(pair.source) + "\", word by word";
+  staged.push_back(viz::stage_bytes(
+      viz::blend_steps_html(weights.view(), translation.cross_values.view(), options),
+      name + "-steps.html"));
+  io::commit_all(staged);
 }
 
 }  // namespace

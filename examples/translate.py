@@ -84,42 +84,43 @@ class Language:
         article = ("la" if feminine else "le") if definite else ("une" if feminine else "un")
         noun_at = first + 1 + len(adjectives)
         target.append(article)  # its gender is the noun's
-        align.append(first)
+        align.append((first,))
         depends.append((first, noun_at))
         target.append(noun_fr)
-        align.append(noun_at)
+        align.append((noun_at,))
         depends.append((noun_at,))
         for i, adjective in enumerate(adjectives):  # after the noun, agreeing with it
             target.append(adjective[2] if feminine else adjective[1])
-            align.append(first + 1 + i)
+            align.append((first + 1 + i,))
             depends.append((first + 1 + i, noun_at))
 
     def sentence(self, rng):
-        """(source words, target words, for each target word the index of the source word it
-        translates, and the indices of the source words its form depends on)."""
+        """(source words, target words, for each target word the indices of the source words
+        it translates (two for the verb "is sleeping" becomes) and of those its form depends
+        on)."""
         source, target, align, depends = [], [], [], []
         self.noun_phrase(rng, source, target, align, depends)
         verb = self.verbs[rng.integers(len(self.verbs))]
-        if rng.integers(2):  # "is sleeping": two words become one
+        if rng.integers(2):  # "is sleeping": two words become one, which translates both
             source += ["is", verb[1]]
-            depends.append((len(source) - 2, len(source) - 1))
+            align.append((len(source) - 2, len(source) - 1))
         else:
             source.append(verb[0])
-            depends.append((len(source) - 1,))
-        align.append(len(source) - 1)
+            align.append((len(source) - 1,))
+        depends.append(align[-1])
         target.append(verb[2])
         if rng.integers(2):
             adverb = self.adverbs[rng.integers(len(self.adverbs))]
             source.append(adverb[0])
             for word in adverb[1]:  # one word may become two
                 target.append(word)
-                align.append(len(source) - 1)
+                align.append((len(source) - 1,))
                 depends.append((len(source) - 1,))
         if rng.integers(2):
             preposition = self.prepositions[rng.integers(len(self.prepositions))]
             source.append(preposition[0])
             target.append(preposition[1])
-            align.append(len(source) - 1)
+            align.append((len(source) - 1,))
             depends.append((len(source) - 1,))
             self.noun_phrase(rng, source, target, align, depends)
         return source, target, align, depends
@@ -280,9 +281,9 @@ class Scores:
     words: float       # target words right, in place
     sentences: float   # sentences right whole
     aligned: float     # of the right words: at least half the head-mean cross-attention on
-                       # the source word they translate
+                       # the source words they translate
     on_sources: float  # ... on the source words their form depends on
-    one_head: float    # ... at least half of some head's cross-attention on the word they
+    one_head: float    # ... at least half of some head's cross-attention on the words they
                        # translate
 
 
@@ -305,9 +306,9 @@ def evaluate(model, pairs, vocab_in, vocab_out):
             if i < len(words) and words[i] == want:
                 right += 1
                 mean = weights[i].mean(0)
-                aligned += mean[align[i]].item() >= 0.5
+                aligned += mean[list(align[i])].sum().item() >= 0.5
                 on_sources += mean[list(depends[i])].sum().item() >= 0.5
-                one_head += weights[i][:, align[i]].max().item() >= 0.5
+                one_head += weights[i][:, list(align[i])].sum(-1).max().item() >= 0.5
     return Scores(right / total, whole / len(pairs), aligned / max(right, 1),
                   on_sources / max(right, 1), one_head / max(right, 1))
 
@@ -329,6 +330,7 @@ def main():
     vocab_out = Vocabulary([p[1] for p in pairs])
     print(f"{len(vocab_in.words) - 3} source and {len(vocab_out.words) - 3} target words; "
           f"{len(train_pairs)} training sentences, {len(held_out)} held out")
+    torch.manual_seed(args.seed)  # the model's initial weights
     model = Translator(len(vocab_in.words), len(vocab_out.words))
     steps, seconds = train(model, train_pairs, vocab_in, vocab_out, args.seconds, args.steps,
                            args.seed)
@@ -336,9 +338,9 @@ def main():
     scores = evaluate(model, held_out, vocab_in, vocab_out)
     print(f"held out: {100 * scores.words:.1f}% of words right, {100 * scores.sentences:.1f}% "
           f"of sentences; of the right words, {100 * scores.aligned:.1f}% put at least half "
-          f"their cross-attention (mean over heads) on the source word they translate, "
+          f"their cross-attention (mean over heads) on the source words they translate, "
           f"{100 * scores.on_sources:.1f}% on the source words their form depends on; "
-          f"{100 * scores.one_head:.1f}% have a head with at least half on the word they "
+          f"{100 * scores.one_head:.1f}% have a head with at least half on the words they "
           f"translate")
     for n, (source, target, _, _) in enumerate(held_out[:3]):
         ids, weights = translate(model, vocab_in.encode(source))

@@ -3,7 +3,8 @@
 # aarch64 build and its tests under emulation (`make test-aarch64`): Debian's cross compiler,
 # qemu-user, and the arm64 -dev and runtime packages (multiarch: the headers are shared, the
 # libraries go to /usr/lib/aarch64-linux-gnu). Idempotent, and silent when everything is
-# already there.
+# already there. `install-deps.sh arm-instructions`: qemu-user with plugins (the static build
+# has none) and glib's headers, for the insn plugin of bench/arm-instructions.sh.
 set -euo pipefail
 
 host_packages=(
@@ -22,10 +23,12 @@ aarch64_packages=(
   libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64
   libpng-dev:arm64 libfreetype-dev:arm64 libexpat1-dev:arm64 libgomp1:arm64
 )
+arm_instructions_packages=(qemu-user libglib2.0-dev pkg-config)
 case "${1:-host}" in
   host) packages=("${host_packages[@]}") ;;
   aarch64) packages=("${aarch64_packages[@]}") ;;
-  *) echo "install-deps: expected no argument or aarch64, given \"$1\"" >&2; exit 2 ;;
+  arm-instructions) packages=("${arm_instructions_packages[@]}") ;;
+  *) echo "install-deps: expected no argument, aarch64 or arm-instructions, given \"$1\"" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -5,7 +5,7 @@ BUILD := build/release
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 
-.PHONY: all deps build run test test-release build-aarch64 test-aarch64 build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release build-aarch64 test-aarch64 test-aarch64-quick arm-instructions build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -74,6 +74,18 @@ build-aarch64:
 
 test-aarch64: build-aarch64
 	@JOBS=$(JOBS) scripts/test-aarch64.sh $(AARCH64_BUILD)
+
+# What CI runs of it (.ci/run): the kernels' quick case list and bitwise promises on every ARM
+# target; the script builds the test binaries it runs and no more.
+test-aarch64-quick:
+	@scripts/install-deps.sh aarch64
+	@cmake --preset aarch64 >/dev/null
+	@JOBS=$(JOBS) scripts/test-aarch64.sh $(AARCH64_BUILD) quick
+
+# Instructions of one forward per ARM target under qemu's insn plugin (bench/README.md).
+arm-instructions: build-aarch64
+	@scripts/install-deps.sh arm-instructions
+	@bench/arm-instructions.sh $(AARCH64_BUILD)
 
 # The fuzzers of fuzz/ (libFuzzer, in the ASan + UBSan build): `make fuzz` builds only them
 # and runs each for FUZZ_SECONDS, `make test` each for FUZZ_SMOKE_SECONDS, from the seeds

@@ -1,26 +1,100 @@
 #!/usr/bin/env bash
-# The aarch64 build's suite under qemu-user (`make test-aarch64`): Highway picks its targets
-# from the emulated CPU's SVE vector length, so the suite runs once at 512 bits (NEON, SVE,
-# SVE2 and SCALAR, every test), then the kernel tests at 256 bits for SVE_256 and at 128 bits
-# for SVE2_128, each of those on the target it adds only (ATTN_TEST_TARGETS,
-# tests/support/targets.hpp). The tests that start another program (the attn command,
-# Chromium, a CMake consumer) are left out: qemu-user runs one aarch64 process, not those.
+# The aarch64 build's tests under qemu-user. Highway picks its targets from the emulated CPU's
+# SVE vector length, so each selection runs at 512 bits (NEON, SVE, SVE2 and SCALAR), then at
+# 256 bits for SVE_256 and at 128 bits for SVE2_128, each of those on the target it adds only
+# (ATTN_TEST_TARGETS, tests/support/targets.hpp).
+# - `test-aarch64.sh BUILD` (`make test-aarch64`): at 512 bits every test; at 256 and 128 the
+#   kernel tests. The tests that start another program (the attn command, Chromium, a CMake
+#   consumer) are left out: qemu-user runs one aarch64 process, not those.
+# - `test-aarch64.sh BUILD quick` (`make test-aarch64-quick`, which CI runs): at each length,
+#   the kernels' quick case list against float64 and their bitwise promises (any thread count
+#   gives the same bits; weights are forward's), a few minutes in all where the whole suite
+#   takes about 35.
 set -euo pipefail
 build=${1:-build/aarch64}
+mode=${2:-all}
 jobs=${JOBS:-$(nproc)}
+case "$mode" in
+  all | quick) ;;
+  *) echo "test-aarch64: expected the mode all or quick, given \"$mode\"" >&2; exit 2 ;;
+esac
 not_emulated='^(consumer_find_package|test_cli|test_viz_browser)$'
 kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_vector_exp|cpu_widen|explain|state)(:|$)'
+
+# The quick selection: each test binary with its gtest filter.
+quick_tests=(
+  "test_cpu_forward Cases/*:FastForwardThreads.*"
+  "test_backward Cases/*:FastBackwardThreads.*"
+  "test_weights Cases/*:WeightsThreads.*"
+  "test_weights_forward Cases/*"
+  "test_decode Decode.EveryTargetDecodesEveryStorageDtype:Decode.SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree"
+  "test_paged Paged.MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption:Paged.EachSequencesBitsAreItsOwnOnEveryTarget:Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD"
+  "test_dropout DropoutKernels.*"
+  "test_contraction *"
+  "test_cpu_vector_exp *"
+  "test_cpu_widen *"
+  "test_state *"
+)
+
+emulate() {
+  local bits=$1 targets=$2
+  shift 2
+  QEMU_CPU="max,sve-default-vector-length=$((bits / 8))" ATTN_TEST_TARGETS="$targets" "$@"
+}
+
+# One binary of the quick selection; its output is printed only when it fails.
+run_one() {
+  local bits=$1 targets=$2 name=$3 filter=$4 log start=$SECONDS
+  log=$(mktemp)
+  if emulate "$bits" "$targets" qemu-aarch64-static -L / "$build/tests/$name" --gtest_brief=1     --gtest_filter="$filter" >"$log" 2>&1; then
+    echo "  $name: $(grep -o '[0-9]* tests\? from .* ran' "$log") ($((SECONDS - start)) s)"
+  else
+    echo "  $name FAILED:"
+    cat "$log"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+# The quick selection at one vector length, `jobs` binaries at a time (each emulates one
+# thread but in the thread-count tests).
+run_quick() {
+  local bits=$1 targets=$2 running=0 failed=0 entry name filter
+  for entry in "${quick_tests[@]}"; do
+    read -r name filter <<<"$entry"
+    run_one "$bits" "$targets" "$name" "$filter" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+      wait -n || failed=1
+      running=$((running - 1))
+    fi
+  done
+  while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+  done
+  return "$failed"
+}
 
 run() {
   local bits=$1 targets=$2 select=$3
   echo "test-aarch64: SVE vector length ${bits} bits${targets:+, targets ${targets}}"
-  QEMU_CPU="max,sve-default-vector-length=$((bits / 8))" ATTN_TEST_TARGETS="$targets" \
-    ctest --test-dir "$build" -j "$jobs" --output-on-failure -E "$not_emulated" $select
-  QEMU_CPU="max,sve-default-vector-length=$((bits / 8))" ATTN_TEST_TARGETS="$targets" \
-    qemu-aarch64-static -L / "$build/tests/test_explain" --gtest_filter='Explain.NamesTheSimdTargetThatRuns' |
-    grep '^SIMD targets'
+  if [ "$mode" = quick ]; then
+    run_quick "$bits" "$targets"
+  else
+    emulate "$bits" "$targets" ctest --test-dir "$build" -j "$jobs" --output-on-failure \
+      -E "$not_emulated" $select
+  fi
+  emulate "$bits" "$targets" qemu-aarch64-static -L / "$build/tests/test_explain" \
+    --gtest_filter='Explain.NamesTheSimdTargetThatRuns' | grep '^SIMD targets'
 }
 
+if [ "$mode" = quick ]; then
+  quick_binaries=()
+  for entry in "${quick_tests[@]}"; do quick_binaries+=("${entry%% *}"); done
+  cmake --build "$build" -j "$jobs" --target "${quick_binaries[@]}" test_explain
+fi
 run 512 "" ""
 run 256 "SVE_256" "-R $kernel_tests"
 run 128 "SVE2_128" "-R $kernel_tests"

@@ -15,7 +15,8 @@ fail() { echo "test-wheel-aarch64: $*" >&2; exit 1; }
 wheel=$(realpath -e "$1") || fail "no wheel at $1"
 [[ $(basename "$wheel") == attn-*-linux_aarch64.whl ]] ||
   fail "$1 is not an attn linux_aarch64 wheel"
-[ "$(id -u)" -eq 0 ] || fail "needs root: it chroots into the arm64 root, in a mount namespace"
+[ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null ||
+  fail "needs root that may make a mount namespace (unshare -m): it chroots into the arm64 root"
 qemu=$(command -v qemu-aarch64-static) ||
   fail "no qemu-aarch64-static (scripts/install-deps.sh aarch64)"
 cd "$(dirname "$0")/.."

@@ -50,4 +50,5 @@ _PYTHON_HOST_PLATFORM=linux-aarch64 SETUPTOOLS_EXT_SUFFIX=.cpython-311-aarch64-l
 wheels=("$dist"/attn-*-linux_aarch64.whl)
 [ -f "${wheels[0]}" ] ||
   { echo "wheel-aarch64: pip made no linux_aarch64 wheel in $dist" >&2; exit 1; }
+echo "wheel-aarch64: built in $SECONDS s" >&2
 echo "${wheels[0]}"

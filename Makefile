@@ -5,7 +5,7 @@ BUILD := build/release
 ASAN_BUILD := build/asan
 TSAN_BUILD := build/tsan
 
-.PHONY: all deps build run test test-release build-aarch64 test-aarch64 test-aarch64-quick arm-instructions build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
+.PHONY: all deps build run test test-release build-aarch64 test-aarch64 test-aarch64-quick arm-instructions wheel-aarch64 test-wheel-aarch64 build-asan test-asan test-tsan test-fuzz fuzz fuzz-build test-python test-wheel install-python python-env test-full bench bench-peers mutants format clean
 
 all: build
 
@@ -86,6 +86,17 @@ test-aarch64-quick:
 arm-instructions: build-aarch64
 	@scripts/install-deps.sh arm-instructions
 	@bench/arm-instructions.sh $(AARCH64_BUILD)
+# The aarch64 wheel, cross-built with the x86 wheel's configuration and bundling (its
+# libraries the arm64 ones), into build/wheel-aarch64/dist (scripts/wheel-aarch64.sh); then,
+# by hand and not in `make test`, checked under qemu-user in a fresh venv on an arm64 root
+# that holds only Debian's base runtime and Python (scripts/test-wheel-aarch64.sh, root).
+AARCH64_WHEEL_DIST := build/wheel-aarch64/dist
+wheel-aarch64: deps
+	@scripts/install-deps.sh aarch64
+	@JOBS=$(JOBS) scripts/wheel-aarch64.sh $(AARCH64_WHEEL_DIST)
+
+test-wheel-aarch64: wheel-aarch64
+	@scripts/test-wheel-aarch64.sh $(AARCH64_WHEEL_DIST)/attn-*-linux_aarch64.whl
 
 # The fuzzers of fuzz/ (libFuzzer, in the ASan + UBSan build): `make fuzz` builds only them
 # and runs each for FUZZ_SECONDS, `make test` each for FUZZ_SMOKE_SECONDS, from the seeds

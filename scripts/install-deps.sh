@@ -22,6 +22,7 @@ aarch64_packages=(
   g++-aarch64-linux-gnu qemu-user-static
   libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64
   libpng-dev:arm64 libfreetype-dev:arm64 libexpat1-dev:arm64 libgomp1:arm64
+  libpython3.11-dev:arm64
 )
 arm_instructions_packages=(qemu-user libglib2.0-dev pkg-config)
 case "${1:-host}" in

@@ -29,7 +29,8 @@ using VI = hn::Vec<DI>;
 inline constexpr float kMinusInfinity = -std::numeric_limits<float>::infinity();
 
 // Vector registers a micro-kernel may fill with accumulators and operands before it spills:
-// 16 on SSE4 and AVX2, 32 on AVX-512 (and on Arm's NEON and SVE).
+// 16 on SSE4 and AVX2, 32 on AVX-512 and on Arm's NEON and SVE. On Arm a decode step's
+// instructions under qemu (bench/README.md) are 8.4% fewer with 32 on SVE_256, equal on NEON.
 inline constexpr int kVectorRegisters = HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 ? 16 : 32;
 
 // An x86 AVX-512 target: where forward and the weights pass may score bf16 by AVX512-BF16

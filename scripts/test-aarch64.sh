@@ -44,17 +44,18 @@ emulate() {
 
 # One binary of the quick selection; its output is printed only when it fails.
 run_one() {
-  local bits=$1 targets=$2 name=$3 filter=$4 log start=$SECONDS
+  local bits=$1 targets=$2 name=$3 filter=$4 log start=$SECONDS status=0
   log=$(mktemp)
-  if emulate "$bits" "$targets" qemu-aarch64-static -L / "$build/tests/$name" --gtest_brief=1     --gtest_filter="$filter" >"$log" 2>&1; then
+  emulate "$bits" "$targets" qemu-aarch64-static -L / "$build/tests/$name" --gtest_brief=1 \
+    --gtest_filter="$filter" >"$log" 2>&1 || status=$?
+  if [ "$status" -eq 0 ]; then
     echo "  $name: $(grep -o '[0-9]* tests\? from .* ran' "$log") ($((SECONDS - start)) s)"
   else
-    echo "  $name FAILED:"
+    echo "  $name FAILED (exit status $status):"
     cat "$log"
-    rm -f "$log"
-    return 1
   fi
   rm -f "$log"
+  return "$status"
 }
 
 # The quick selection at one vector length, `jobs` binaries at a time (each emulates one

@@ -31,13 +31,14 @@ if [ ! -f "$plugin" ]; then
     -o "$plugin" "$plugin_dir/tests/plugin/insn.c" $(pkg-config --libs glib-2.0)
 fi
 
-# The instructions of the whole process running `runs` forwards on `target` at `bits`.
+# The instructions of the whole process running `runs` forwards on `target` at `bits`;
+# nothing where the program failed.
 count() {
   local bits=$1 target=$2 runs=$3
   ATTN_NUM_THREADS=1 QEMU_CPU="max,sve-default-vector-length=$((bits / 8))" \
     qemu-aarch64 -L / -plugin "$plugin" -d plugin \
     "$build/bench/attn_forward_runs" --target "$target" --length "$length" --dim "$dim" \
-    --runs "$runs" 2>&1 | sed -n 's/^total insns: //p'
+    --runs "$runs" 2>&1 | sed -n 's/^total insns: //p' || true
 }
 
 flops=$((4 * length * length * dim))
@@ -47,6 +48,8 @@ for run in "512 SCALAR" "512 NEON" "512 SVE" "512 SVE2" "256 SVE_256" "128 SVE2_
   set -- $run
   setup=$(count "$1" "$2" 0)
   total=$(count "$1" "$2" 1)
+  [ -n "$setup" ] && [ -n "$total" ] ||
+    { echo "arm-instructions: attn_forward_runs --target $2 gave no count" >&2; exit 1; }
   forward=$((total - setup))
   printf '%-9s %6s %16s %14s\n' "$2" "$1" "$forward" \
     "$(awk -v f="$flops" -v i="$forward" 'BEGIN { printf "%.2f", f / i }')"

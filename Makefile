@@ -86,6 +86,7 @@ test-aarch64-quick:
 arm-instructions: build-aarch64
 	@scripts/install-deps.sh arm-instructions
 	@bench/arm-instructions.sh $(AARCH64_BUILD)
+
 # The aarch64 wheel, cross-built with the x86 wheel's configuration and bundling (its
 # libraries the arm64 ones), into build/wheel-aarch64/dist (scripts/wheel-aarch64.sh); then,
 # by hand and not in `make test`, checked under qemu-user in a fresh venv on an arm64 root

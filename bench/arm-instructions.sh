@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions of one attn::forward (f32, batch 1, one head, Lq = Lk = LENGTH, D = DIM) on
-# each ARM target, counted under qemu-user by qemu's own insn plugin (tests/plugin/insn.c of
-# Debian's qemu source, built here against its qemu-plugin.h), for `make arm-instructions`.
+# each ARM target, counted under qemu-user by qemu's own insn plugin (built here from Debian's
+# qemu source, against the plugin header of the same source), for `make arm-instructions`.
 # Where no ARM clock is at hand, these counts are where tuning on real hardware starts:
 # qemu counts guest instructions exactly, but says nothing of their latency.
 # Each target is counted twice, with 0 and with 1 forward, so the set-up drops out.

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/half.hpp"
@@ -17,8 +19,10 @@
 #include "cpu/amx/scores.hpp"
 #include "cpu/amx/tiles.hpp"
 #include "cpu/bf16_dot.hpp"
+#include "cpu/tile/weight_pairs.hpp"
 #include "support/amx_model.hpp"
 #include "support/amx_scores_check.hpp"
+#include "support/targets.hpp"
 
 namespace attn {
 namespace {
@@ -159,6 +163,42 @@ TEST(AmxContext, WeightPartsSumToTheWeightExactly) {
   }
   const cpu::WeightParts nan = cpu::weight_parts(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(std::isnan(cpu::float_of(nan.part[0])));
+}
+
+// The kernels' vector twin (cpu/tile/weight_pairs-inl.h) gives put_weight_parts' bits on
+// every target this CPU runs: one rounded part (ties to even both ways, weights that round
+// up to the next binade) and three exact ones, for keys seen from either half of a pair.
+TEST(AmxContext, WeightPairsAreWeightPartsBitsOnEveryTarget) {
+  constexpr Index kRows = 48, kSpan = 70;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> weights_t(static_cast<std::size_t>(kSpan * kRows));
+  for (std::size_t i = 0; i < weights_t.size(); ++i) {
+    const float w = unit(rng) * std::exp2(-static_cast<float>(i % 30));
+    std::uint32_t bits;
+    std::memcpy(&bits, &w, 4);
+    // Every fifth a tie below an even or an odd bf16, every seventh all ones below one.
+    if (i % 5 == 0) bits = (bits & 0xFFFF0000u) | 0x8000u;
+    if (i % 7 == 0) bits |= 0xFFFFu;
+    std::memcpy(&weights_t[i], &bits, 4);
+  }
+  weights_t[3] = 0.0f, weights_t[4] = 1.0f;
+  for (const int parts : {1, cpu::kWeightParts}) {
+    for (const auto& [first, end] : {std::pair<Index, Index>{0, kSpan}, {3, 67}, {4, 41}}) {
+      SCOPED_TRACE(std::to_string(parts) + " parts, keys [" + std::to_string(first) + ", " +
+                   std::to_string(end) + ")");
+      const std::size_t words = static_cast<std::size_t>(parts * kSpan / 2 * kRows);
+      std::vector<std::uint32_t> want(words);
+      cpu::put_weight_parts(weights_t.data() + first * kRows, kRows, first, end, kSpan, kRows,
+                            kRows, parts, want.data());
+      testing::for_each_target([&] {
+        std::vector<std::uint32_t> got(words, 0xDEADBEEFu);
+        cpu::put_weight_pairs_dispatched(weights_t.data() + first * kRows, kRows, first, end, kSpan,
+                                         kRows, parts, got.data());
+        EXPECT_EQ(got, want);
+      });
+    }
+  }
 }
 
 struct ContextCase {

@@ -154,7 +154,34 @@ TEST(Plan, PvPrecisionChoosesTheWeightPartsOfTheAmxContext) {
   const Plan rounded(p.problem, kSapphireRapids);
   EXPECT_EQ(rounded.weight_parts(), 1);
   EXPECT_NE(rounded.describe().find("P rounded to bf16"), std::string::npos);
-  EXPECT_EQ(Plan(p.problem, kZen4).describe().find("P rounded"), std::string::npos);
+}
+
+// Without AMX, P rounded to bf16 takes vdpbf16ps for P V beside the AVX512-BF16 scores, on
+// items without narrow chunks; exact P stays on float rows, where three parts would cost more.
+TEST(Plan, PvPrecisionBf16TakesTheDotInstructionWithoutAmx) {
+  Planned p = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
+  EXPECT_FALSE(Plan(p.problem, kZen4).packs_values());
+  p.problem.pv_precision = PvPrecision::bf16;
+  const Plan plan(p.problem, kZen4);
+  ASSERT_TRUE(plan.packs_values());
+  EXPECT_EQ(plan.weight_parts(), 1);
+  bool pairs = false, rows = false;
+  for (const cpu::WorkItem& item : plan.items()) {
+    const ContextKernel context = plan.context_of(item);
+    pairs |= context == ContextKernel::bf16_pairs;
+    rows |= context == ContextKernel::float_rows;
+  }
+  EXPECT_TRUE(pairs && rows);  // the last item's 8 rows are a narrow chunk
+  const std::string text = plan.describe();
+  EXPECT_NE(text.find("context: AVX512-BF16 dot products (vdpbf16ps), V^T packed per KV head "
+                      "(P rounded to bf16"),
+            std::string::npos)
+      << text;
+  EXPECT_FALSE(Plan(p.problem, {16, true, false, false}).packs_values());  // no AVX512-BF16
+  Planned mixed = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
+  mixed.problem.v.dtype = DType::f16;
+  mixed.problem.pv_precision = PvPrecision::bf16;
+  EXPECT_FALSE(Plan(mixed.problem, kZen4).packs_values());
 }
 
 TEST(Plan, NarrowTilesReadSixteenBitKAndVInPlaceWithoutAMask) {

@@ -60,6 +60,53 @@ void score_keys(const std::uint16_t* q_pairs, Index rows_stride, const std::uint
   }
 }
 
+// Value dims per block of the context: with 3 row vectors, 24 accumulators, the weights'
+// 3 vectors and a value pair in the 32 registers; one row vector takes 16 dims, to keep as
+// many products in flight.
+template <int C>
+constexpr int kContextDims = C == 1 ? 16 : 8;
+
+template <int C>
+__attribute__((target("avx512f,avx512bf16"))) void context_block(const std::uint16_t* values_t,
+                                                                 Index values_stride,
+                                                                 const std::uint32_t* weight_pairs,
+                                                                 Index rows_stride, Index pairs,
+                                                                 float* out_t, Index out_stride) {
+  constexpr int kDims = kContextDims<C>;
+  __m512 acc[kDims][C];
+  for (int d = 0; d < kDims; ++d)
+    for (int c = 0; c < C; ++c) {
+      acc[d][c] = _mm512_loadu_ps(out_t + d * out_stride + c * kBf16RowsPerVector);
+    }
+  for (Index p = 0; p < pairs; ++p) {
+    __m512bh w[C];
+    for (int c = 0; c < C; ++c) {
+      w[c] = reinterpret_cast<__m512bh>(
+          _mm512_loadu_si512(weight_pairs + p * rows_stride + c * kBf16RowsPerVector));
+    }
+    for (int d = 0; d < kDims; ++d) {
+      std::int32_t pair = 0;
+      std::memcpy(&pair, values_t + d * values_stride + 2 * p, sizeof pair);
+      const auto value = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      for (int c = 0; c < C; ++c) acc[d][c] = _mm512_dpbf16_ps(acc[d][c], w[c], value);
+    }
+  }
+  for (int d = 0; d < kDims; ++d)
+    for (int c = 0; c < C; ++c) {
+      _mm512_storeu_ps(out_t + d * out_stride + c * kBf16RowsPerVector, acc[d][c]);
+    }
+}
+
+template <int C>
+void context_dims(const std::uint16_t* values_t, Index values_stride, Index dims,
+                  const std::uint32_t* weight_pairs, Index rows_stride, Index pairs, float* out_t,
+                  Index out_stride) {
+  for (Index d = 0; d < dims; d += kContextDims<C>) {
+    context_block<C>(values_t + d * values_stride, values_stride, weight_pairs, rows_stride, pairs,
+                     out_t + d * out_stride, out_stride);
+  }
+}
+
 }  // namespace
 
 bool has_bf16_dot() {
@@ -80,10 +127,26 @@ void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std
   score_keys<3>(q_pairs, rows_stride, keys, key_stride, key_count, pairs, scale, out);
 }
 
+void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index dims,
+                       const std::uint32_t* weight_pairs, Index rows_stride, Index span,
+                       int vectors, float* out_t, Index out_stride) {
+  const Index pairs = span / 2;
+  if (vectors == 1) {
+    return context_dims<1>(values_t, values_stride, dims, weight_pairs, rows_stride, pairs, out_t,
+                           out_stride);
+  }
+  if (vectors == 2) {
+    return context_dims<2>(values_t, values_stride, dims, weight_pairs, rows_stride, pairs, out_t,
+                           out_stride);
+  }
+  context_dims<3>(values_t, values_stride, dims, weight_pairs, rows_stride, pairs, out_t,
+                  out_stride);
+}
+
 #else
 
-// Elsewhere no caller reaches scores_rows_bf16 (forward.cpp calls it on x86 AVX-512 targets
-// only), so it is not defined.
+// Elsewhere no caller reaches scores_rows_bf16 or context_rows_bf16 (forward.cpp calls them
+// on x86 AVX-512 targets only), so they are not defined.
 bool has_bf16_dot() {
   return false;
 }

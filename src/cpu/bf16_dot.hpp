@@ -1,8 +1,10 @@
-// S^T = K Q^T on bfloat16 q and k by AVX512-BF16's dot-product instruction (vdpbf16ps):
-// pairs of bf16 along d are multiplied exactly and added into float32 lanes, two
-// multiply-adds per lane and instruction where the float32 path does one. The bf16 twin of
-// tile::scores_rows_vectorised (src/cpu/tile/), lanes being 16 query rows; compiled
-// once, for x86-64, and called only where has_bf16_dot() says the CPU runs it.
+// Forward's products on AVX512-BF16's dot-product instruction (vdpbf16ps): pairs of bf16 are
+// multiplied exactly and added into float32 lanes, two multiply-adds per lane and
+// instruction where the float32 path does one. S^T = K Q^T on bfloat16 q and k (pairs along
+// d), the bf16 twin of tile::scores_rows_vectorised (src/cpu/tile/); and O^T += V^T P^T on
+// bf16 V with P rounded to bf16 (pairs along keys), the twin of the AMX context
+// (cpu/amx/context.hpp). Lanes are 16 query rows; compiled once, for x86-64, and called only
+// where has_bf16_dot() says the CPU runs it.
 #pragma once
 
 #include <cstdint>
@@ -35,5 +37,15 @@ inline void put_query_pairs(const bfloat16* q, Index dim, Index row, Index rows_
 void scores_rows_bf16(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                       Index key_stride, Index key_count, Index dim, float scale, int vectors,
                       float* out);
+
+// out_t[d][r] += sum over keys k < span of P[k][r] V[k][d], for value dims d < dims (a
+// multiple of 16) and `vectors` (1 to 3) vectors of 16 rows: values_t is V^T ([d]
+// [values_stride] bf16 at the span's first key), weight_pairs the weights rounded to bf16 in
+// pairs of keys as put_weight_parts lays them with one part ([span / 2][rows_stride] uint32:
+// key k in the low half, k + 1 in the high), out_t [d][out_stride] floats at the first row.
+// span is even. Each row adds its pairs of keys in order, whatever the other arguments.
+void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index dims,
+                       const std::uint32_t* weight_pairs, Index rows_stride, Index span,
+                       int vectors, float* out_t, Index out_stride);
 
 }  // namespace attn::cpu

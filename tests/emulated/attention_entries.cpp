@@ -52,6 +52,7 @@ struct AttentionArgs {
   float* dv;
   double dropout_p;  // Options::dropout_p (0: off) and dropout_seed
   std::uint64_t dropout_seed;
+  std::int32_t pv_precision;  // attn::PvPrecision
 };
 
 Dims contiguous(const Dims& shape) {
@@ -86,6 +87,7 @@ attn::core::Problem make_problem(const AttentionArgs& a) {
   p.rule.scale = a.scale;
   p.rule.causal = a.causal != 0;
   p.dropout = attn::core::make_dropout(a.dropout_p, a.dropout_seed);
+  p.pv_precision = static_cast<attn::PvPrecision>(a.pv_precision);
   p.threads = 1;
   return p;
 }

@@ -49,10 +49,11 @@ class _Case:
     """One case's inputs in the emulator's data area, and its float64 oracle."""
 
     def __init__(self, emulator, dtype, batch, heads_q, heads_kv, len_q, len_k, dim, causal,
-                 dropout_p=0.0):
+                 dropout_p=0.0, pv_precision=0):
         rng = np.random.default_rng(len_q * 1000 + len_k + dim)
         self.emulator, self.dtype, self.causal = emulator, dtype, causal
         self.dropout_p, self.dropout_seed = dropout_p, 777
+        self.pv_precision = pv_precision  # attn::PvPrecision: 0 exact, 1 bf16
         self.shape = (batch, heads_q, heads_kv, len_q, len_k, dim)
         q_bytes, self.q = _stored(rng.standard_normal((batch, heads_q, len_q, dim)), dtype)
         k_bytes, self.k = _stored(rng.standard_normal((batch, heads_kv, len_k, dim)), dtype)
@@ -76,10 +77,10 @@ class _Case:
     def call(self, entry, context=0, lse=0, weights=0, lse64=0, out=0, dout=0, dq=0, dk=0,
              dv=0):
         batch, heads_q, heads_kv, len_q, len_k, dim = self.shape
-        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQQdQ", self.q_at, self.k_at, self.v_at,
+        args = struct.pack("<QQQiiqqqqqqqdQQQQQQQQQdQi", self.q_at, self.k_at, self.v_at,
                            DTYPES[self.dtype], int(self.causal), batch, heads_q, heads_kv, len_q,
                            len_k, dim, dim, self.scale, context, lse, weights, lse64, out, dout,
-                           dq, dk, dv, self.dropout_p, self.dropout_seed)
+                           dq, dk, dv, self.dropout_p, self.dropout_seed, self.pv_precision)
         self.emulator.call(entry, self.emulator.put(args))
 
 
@@ -121,6 +122,52 @@ def test_forward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_
 
 
 POISONED_KEY = 50  # causal hides it from the rows before it
+
+
+@pytest.mark.parametrize("poisoned", [False, True])
+@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights",
+                         [case for case in CASES if case[3] * case[1] // case[2] >= 64])
+def test_forward_with_p_rounded_to_bf16(emulator, poisoned, batch, heads_q, heads_kv, len_q,
+                                        len_k, dim, causal, weights):
+    """pv_precision bf16 on bf16 inputs (items of 64 rows or more per KV head): P V by
+    vdpbf16ps (src/cpu/bf16_dot.cpp), each weight rounded to bf16, so each context element
+    is off float64's by at most 2^-8 of sum_k w_k |v_k| (bf16's unit roundoff) and differs
+    from exact P's; lse and kept weights stay exact. A NaN in one value row reaches only the
+    rows that see it (its span of keys goes key by key, P exact)."""
+    case = _Case(emulator, "bfloat16", batch, heads_q, heads_kv, len_q, len_k, dim, causal)
+    if poisoned:
+        for head in range(batch * heads_kv):
+            emulator.write(case.v_at + ((head * len_k + POISONED_KEY) * dim + 3) * 2,
+                           np.array([np.nan], ml_dtypes.bfloat16).tobytes())
+    n_weights = case.rows * len_k
+    outputs = {}
+    for pv_precision in (0, 1):
+        case.pv_precision = pv_precision
+        context_at, lse_at = _guarded(emulator, case.rows * dim), _guarded(emulator, case.rows)
+        weights_at = _guarded(emulator, n_weights) if weights else 0
+        case.call("emulated_forward", context=context_at, lse=lse_at, weights=weights_at)
+        outputs[pv_precision] = (_read(emulator, context_at, case.rows * dim),
+                                 _read(emulator, lse_at, case.rows),
+                                 _read(emulator, weights_at, n_weights) if weights else None)
+    context, lse, kept = outputs[1]
+    group = heads_q // heads_kv
+    magnitude = np.einsum("bhqk,bhkd->bhqd", case.want_weights,
+                          np.abs(np.repeat(case.v, group, axis=1))).ravel()
+    seen = np.ones(case.want.shape, bool)
+    if poisoned:
+        sees = case.want_weights[..., POISONED_KEY] > 0
+        assert sees.any() and not sees.all()
+        assert np.all(np.isnan(context.reshape(case.want.shape)[sees][:, 3]))
+        seen[sees] = False
+    seen = seen.ravel()
+    assert np.all(np.isfinite(context[seen])) and np.all(np.isfinite(lse))
+    error = np.abs(context - case.want.ravel())[seen]
+    assert np.all(error <= 2.0 ** -8 * magnitude[seen] + 1e-6)
+    if not poisoned:  # a poisoned value's span of keys keeps exact P (key by key)
+        assert not np.array_equal(context, outputs[0][0])
+    assert np.array_equal(lse, outputs[0][1])
+    if weights:
+        assert np.array_equal(kept, outputs[0][2])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -85,3 +85,60 @@ def test_bf16_scores_keep_nan_to_its_row(emulator):
     assert guards_kept
     assert np.all(np.isnan(got[:, 3]))
     assert np.all(np.isfinite(np.delete(got, 3, axis=1)))
+
+
+def _run_context(emulator, weights, values, out, padding):
+    """out_t + V^T P^T by context_rows_bf16 (src/cpu/bf16_dot.cpp), forward's P V on
+    AVX512-BF16 with P rounded to bf16: weights [span][rows] (rows 16 per vector), values
+    [span][dims], out [dims][rows] the transposed context it adds onto. Returns the new
+    [dims][rows] and whether every float outside it kept its guard value."""
+    span, rows = weights.shape
+    dims = values.shape[1]
+    w_bits, _ = _bf16(weights)
+    v_bits, _ = _bf16(values)
+    # [span / 2][rows][2]: each row's weights of a pair of keys, as put_weight_parts lays them.
+    pairs = w_bits.reshape(span // 2, 2, rows).transpose(0, 2, 1).copy()
+    # V^T rows KEY_GAP elements longer than the span, NaN past it: a read past the span shows.
+    values_t = np.full((dims, span + KEY_GAP), BF16_NAN, np.uint16)
+    values_t[:, :span] = v_bits.T
+    stride = rows + padding
+    guarded = np.full(dims * stride + 64, GUARD, np.float32)  # 64 guard floats after the rows
+    guarded[:dims * stride].reshape(dims, stride)[:, :rows] = out
+    emulator.reset_data()
+    v_at = emulator.put(values_t.tobytes())
+    w_at = emulator.put(pairs.tobytes())
+    out_at = emulator.put(guarded.tobytes())
+    args = struct.pack("<QqqQqqi4xQq", v_at, span + KEY_GAP, dims, w_at, rows, span, rows // 16,
+                       out_at, stride)
+    emulator.call("emulated_context_rows_bf16", emulator.put(args))
+    got = np.frombuffer(emulator.read(out_at, guarded.nbytes), np.float32)
+    grid = got[:dims * stride].reshape(dims, stride)
+    guards_kept = bool(np.all(grid[:, rows:] == GUARD) and np.all(got[dims * stride:] == GUARD))
+    return grid[:, :rows].astype(np.float64), guards_kept
+
+
+# (value dims, keys, groups of 16 rows, padding rows): one pair of keys to more than a tile,
+# 1 to 3 groups (16 or 8 dims a block), padding rows that must stay untouched.
+CONTEXT_CASES = [(16, 2, 1, 0), (32, 6, 2, 3), (48, 64, 3, 0), (64, 66, 1, 16), (128, 130, 3, 5),
+                 (256, 40, 2, 0)]
+
+
+@pytest.mark.parametrize("dims, keys, vectors, padding", CONTEXT_CASES)
+def test_bf16_context_matches_float64(emulator, dims, keys, vectors, padding):
+    """out_t[d][r] + sum_k P[k][r] V[k][d] with P and V rounded to bf16: products exact in
+    float32, float32 sums in key order."""
+    rng = np.random.default_rng(dims * 1000 + keys * 10 + vectors)
+    weights = rng.uniform(0, 1, (keys, 16 * vectors))
+    values = rng.standard_normal((keys, dims))
+    out = rng.standard_normal((dims, 16 * vectors)).astype(np.float32)
+    got, guards_kept = _run_context(emulator, weights, values, out, padding)
+    w64, v64 = _bf16(weights)[1], _bf16(values)[1]
+    want = out + v64.T @ w64
+    assert np.all(np.isfinite(got))
+    assert guards_kept
+    # float32 sums of keys exact products onto out: at most keys + 1 ulps of the sum of
+    # magnitudes.
+    bound = (keys + 1) * np.finfo(np.float32).eps * (np.abs(out) + np.abs(v64).T @ w64)
+    assert np.all(np.abs(got - want) <= bound)
+    nmse = np.sum((got - want) ** 2) / np.sum(want ** 2)
+    assert nmse < 1e-12

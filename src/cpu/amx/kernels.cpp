@@ -25,10 +25,10 @@ __attribute__((target("avx512f"), flatten)) void scores_rows_fp16(
                                     key_count, dim, scale, vectors, out);
 }
 
-void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
-                       const std::uint32_t* parts, int weight_parts, Index rows_stride, Index span,
-                       int vectors, float* out_t, Index out_stride, int value_parts,
-                       Index value_plane) {
+void context_rows_bf16_on_tiles(const std::uint16_t* values_t, Index values_stride,
+                                Index value_blocks, const std::uint32_t* parts, int weight_parts,
+                                Index rows_stride, Index span, int vectors, float* out_t,
+                                Index out_stride, int value_parts, Index value_plane) {
   context_by_amx<HardwareTiles>(values_t, values_stride, value_blocks, parts, weight_parts,
                                 rows_stride, span, vectors, out_t, out_stride, value_parts,
                                 value_plane);

@@ -25,9 +25,9 @@ void scores_rows_fp16(const std::uint16_t* q_parts, const std::uint8_t* rows_fin
 
 // out_t[d][r] += sum_k P[k][r] V[k][d] on tiles: cpu/amx/context.hpp's context_by_amx, its
 // arguments and layouts.
-void context_rows_bf16(const std::uint16_t* values_t, Index values_stride, Index value_blocks,
-                       const std::uint32_t* parts, int weight_parts, Index rows_stride, Index span,
-                       int vectors, float* out_t, Index out_stride, int value_parts,
-                       Index value_plane);
+void context_rows_bf16_on_tiles(const std::uint16_t* values_t, Index values_stride,
+                                Index value_blocks, const std::uint32_t* parts, int weight_parts,
+                                Index rows_stride, Index span, int vectors, float* out_t,
+                                Index out_stride, int value_parts, Index value_plane);
 
 }  // namespace attn::cpu

@@ -27,14 +27,16 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 
-// A slot per (segment, KV head): [parts][dim_v_padded][keys_padded] with keys_padded the
-// segment's keys in whole key blocks (32), zeros past its keys and value dims, parts 1 for
-// bf16 V and 2 for fp16 V (its exact bf16 parts, cpu/amx/fp16_parts.hpp); and per key block
-// whether its values are all finite (a block that is not goes key by key, so that a weight
-// of 0 never meets a NaN).
+// A slot per (segment, KV head): [parts][dim_v_padded][stride] with stride the segment's
+// keys in whole key blocks (32), one block more where that would be an even number of blocks
+// (rows an even number of 64-byte lines apart crowd into fewer L1 sets, and the contexts read
+// 8 to 32 rows at once), zeros past its keys and value dims, parts 1 for bf16 V and 2 for
+// fp16 V (its exact bf16 parts, cpu/amx/fp16_parts.hpp); and per key block whether its values
+// are all finite (a block that is not goes key by key, so that a weight of 0 never meets a
+// NaN).
 struct PackedValues {
   struct Slot {
-    Index offset = 0, keys_padded = 0, first_block = 0, plane = 0;  // plane: one part's size
+    Index offset = 0, stride = 0, first_block = 0, plane = 0;  // plane: one part's size
   };
 
   PackedValues(const core::Problem& p, int threads) : parts(p.v.dtype == DType::f16 ? 2 : 1) {
@@ -42,9 +44,11 @@ struct PackedValues {
     Index total = 0, blocks = 0;
     for (const core::Segment& segment : p.segments) {
       const Index keys_padded = core::round_up(segment.len_k, kAmxKeyBlock);
+      const Index stride =
+          keys_padded / kAmxKeyBlock % 2 == 0 ? keys_padded + kAmxKeyBlock : keys_padded;
       for (Index h = 0; h < p.heads_kv; ++h) {
-        slots.push_back({total, keys_padded, blocks, dim_v_padded * keys_padded});
-        total += parts * dim_v_padded * keys_padded;
+        slots.push_back({total, stride, blocks, dim_v_padded * stride});
+        total += parts * dim_v_padded * stride;
         blocks += keys_padded / kAmxKeyBlock;
       }
     }
@@ -55,9 +59,11 @@ struct PackedValues {
                     [&](int) { return [&](Index slot) { pack(p, slot); }; });
   }
 
+  // Whether the values of keys [first_key, end_key) are all finite, by their whole key blocks.
   bool finite_over(Index slot, Index first_key, Index end_key) const {
     const Slot& at = slots[static_cast<std::size_t>(slot)];
-    for (Index b = first_key / kAmxKeyBlock; b < end_key / kAmxKeyBlock; ++b) {
+    const Index end_block = core::round_up(end_key, kAmxKeyBlock) / kAmxKeyBlock;
+    for (Index b = first_key / kAmxKeyBlock; b < end_block; ++b) {
       if (!finite[static_cast<std::size_t>(at.first_block + b)]) return false;
     }
     return true;
@@ -86,15 +92,15 @@ struct PackedValues {
                   row.data());
         all_finite = put_parts<1>(row.data(), p.dim_v, halves.data(), halves.data() + p.dim_v);
         for (Index d = 0; d < p.dim_v; ++d) {
-          column[d * at.keys_padded] = bfloat16{halves[static_cast<std::size_t>(d)]};
-          column[at.plane + d * at.keys_padded] =
+          column[d * at.stride] = bfloat16{halves[static_cast<std::size_t>(d)]};
+          column[at.plane + d * at.stride] =
               bfloat16{halves[static_cast<std::size_t>(p.dim_v + d)]};
         }
       } else {
         const bfloat16* v =
             core::row_of<bfloat16>(p.v, segment.batch, kv_head, segment.k_begin + k);
         for (Index d = 0; d < p.dim_v; ++d) {
-          column[d * at.keys_padded] = v[d];
+          column[d * at.stride] = v[d];
           all_finite &= (v[d].bits & 0x7F80u) != 0x7F80u;
         }
       }

@@ -7,8 +7,9 @@
 //                  scratch: cpu/tile/to_floats-inl.h, RowDistance); a tile of only narrow
 //                  chunks (decoding one token) reads 16-bit K and V in place, each row only
 //                  the value rows it sees; an item the plan puts on AMX tiles computes
-//                  O^T = O^T corr + V^T P^T there (cpu/amx/context.hpp), V^T packed once per
-//                  KV head (PackedValues, fp16 as its two parts), the context kept transposed
+//                  O^T = O^T corr + V^T P^T there (cpu/amx/context.hpp), or with P rounded
+//                  to bf16 by vdpbf16ps (cpu/bf16_dot.hpp), V^T packed once per KV head
+//                  (PackedValues, fp16 as its two parts), the context kept transposed
 // Keys that causal / window hide for every row of a chunk are never computed; keys that a
 // mask hides for a whole chunk are skipped too. Scores of hidden keys are overwritten with
 // -inf (never added to), so their weight is exactly 0; a hidden V row with a NaN or infinity
@@ -37,6 +38,7 @@
 #include "core/problem.hpp"
 #include "cpu/amx/context.hpp"
 #include "cpu/amx/kernels.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "cpu/forward/forward.hpp"
 #include "cpu/forward/traits.hpp"
 #include "cpu/head_dim.hpp"
@@ -50,6 +52,7 @@
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/target-inl.h"
 #include "cpu/tile/to_floats-inl.h"
+#include "cpu/tile/weight_pairs-inl.h"
 #include "cpu/walk/scorer-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -90,7 +93,7 @@ struct ContextScratch {
   // sets for the context's column passes
   hwy::AlignedFreeUniquePtr<float[]> values;
   hwy::AlignedFreeUniquePtr<RowBlock[]> blocks;  // of the current tile (at most one per row)
-  // A chunk's weights as the AMX context takes them (put_weight_parts), with an AMX context
+  // A chunk's weights as the bf16 contexts take them (put_weight_pairs), with such a context
   hwy::AlignedFreeUniquePtr<std::uint32_t[]> weight_parts;
   // Each row's dropout bits (core::dropout_row), by row of the item, with dropout
   hwy::AlignedFreeUniquePtr<std::uint32_t[]> drop_low, drop_high;
@@ -114,8 +117,13 @@ class ItemKernel {
     slot_ = item.segment * p_.heads_kv + item.kv_head;
     if (p_.dropout.on()) start_dropout();
     if constexpr (kWide != WideScores::float_chain) {
-      if (plan_.context_of(item) == ContextKernel::amx_tiles) {
-        return walk_item<ContextKernel::amx_tiles>();
+      switch (plan_.context_of(item)) {
+        case ContextKernel::amx_tiles:
+          return walk_item<ContextKernel::amx_tiles>();
+        case ContextKernel::bf16_pairs:
+          return walk_item<ContextKernel::bf16_pairs>();
+        case ContextKernel::float_rows:
+          break;
       }
     }
     walk_item<ContextKernel::float_rows>();
@@ -131,8 +139,8 @@ class ItemKernel {
       const Index tile_end = std::min<Index>(tile + plan_.key_tile(), end);
       const TileChunks chunks = scorer_.plan_tile(tile, tile_end);
       if (chunks.count == 0) continue;
-      if constexpr (kContext == ContextKernel::amx_tiles) {
-        attend_on_tiles(chunks);
+      if constexpr (kContext != ContextKernel::float_rows) {
+        attend_transposed<kContext>(chunks);
       } else if (plan_.narrow_tiles_in_place() && chunks.all_narrow) {
         with_float_type(p_.k.dtype, [&](auto tag) {
           using T = decltype(tag);
@@ -144,7 +152,7 @@ class ItemKernel {
         attend(chunks, tile, tile_end);
       }
     }
-    finish(kContext == ContextKernel::amx_tiles);
+    finish(kContext != ContextKernel::float_rows);
   }
 
   void weigh(const Chunk& chunk) {
@@ -242,13 +250,14 @@ class ItemKernel {
     accumulate_context(chunks, values_finite);
   }
 
-  // Scores (K read in place, or fp16 K's parts) and O^T = O^T corr + V^T P^T, both on AMX
-  // tiles; no tile of K or V is widened.
-  void attend_on_tiles(const TileChunks& chunks) {
+  // Scores (K read in place, or fp16 K's parts) and O^T = O^T corr + V^T P^T, both on bf16
+  // products (AMX tiles, or vdpbf16ps); no tile of K or V is widened.
+  template <ContextKernel kContext>
+  void attend_transposed(const TileChunks& chunks) {
     for (Index c = 0; c < chunks.count; ++c) {
       weigh(chunks.chunks[c]);
       rescale_transposed(chunks.chunks[c]);
-      context_on_tiles(chunks.chunks[c]);
+      context_on_bf16<kContext>(chunks.chunks[c]);
     }
   }
 
@@ -412,25 +421,35 @@ class ItemKernel {
     }
   }
 
-  // O^T += V^T P^T over the whole key blocks around the chunk's keys, P 0 outside them; a
-  // span holding a value that is not finite goes key by key instead.
-  void context_on_tiles([[maybe_unused]] const Chunk& chunk) {
+  // O^T += V^T P^T over the keys around the chunk's, P 0 outside them: whole key blocks on
+  // AMX tiles, whole pairs by vdpbf16ps. A span holding a value that is not finite goes key
+  // by key instead.
+  template <ContextKernel kContext>
+  void context_on_bf16([[maybe_unused]] const Chunk& chunk) {
 #if HWY_ARCH_X86
-    const Index span_first = chunk.first / kAmxKeyBlock * kAmxKeyBlock;
-    const Index span_end = round_up(chunk.end, kAmxKeyBlock);
+    constexpr Index kAlign = kContext == ContextKernel::amx_tiles ? kAmxKeyBlock : 2;
+    const Index span_first = chunk.first / kAlign * kAlign;
+    const Index span_end = round_up(chunk.end, kAlign);
     if (!packed_->finite_over(slot_, span_first, span_end)) {
       return context_skipping_hidden_transposed(chunk);
     }
     const Index rows = chunk.vectors * lanes_;
     const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
-    put_weight_parts(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
-                     chunk.first - span_first, chunk.end - span_first, span_end - span_first, rows,
-                     rows, plan_.weight_parts(), s_.weight_parts.get());
-    context_rows_bf16(&packed_->values_t[at.offset + span_first].bits, at.keys_padded,
-                      dim_v_padded_ / kAmxRows, s_.weight_parts.get(), plan_.weight_parts(), rows,
-                      span_end - span_first, static_cast<int>(chunk.vectors),
-                      s_.context.get() + chunk.first_row, scorer_.rows_padded(), packed_->parts,
-                      at.plane);
+    tile::put_weight_pairs(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
+                           chunk.first - span_first, chunk.end - span_first, span_end - span_first,
+                           rows, plan_.weight_parts(), s_.weight_parts.get());
+    const std::uint16_t* values_t = &packed_->values_t[at.offset + span_first].bits;
+    float* out_t = s_.context.get() + chunk.first_row;
+    if constexpr (kContext == ContextKernel::amx_tiles) {
+      context_rows_bf16_on_tiles(values_t, at.stride, dim_v_padded_ / kAmxRows,
+                                 s_.weight_parts.get(), plan_.weight_parts(), rows,
+                                 span_end - span_first, static_cast<int>(chunk.vectors), out_t,
+                                 scorer_.rows_padded(), packed_->parts, at.plane);
+    } else {
+      context_rows_bf16(values_t, at.stride, dim_v_padded_, s_.weight_parts.get(), rows,
+                        span_end - span_first, static_cast<int>(chunk.vectors), out_t,
+                        scorer_.rows_padded());
+    }
 #endif
   }
 
@@ -444,7 +463,7 @@ class ItemKernel {
           packed_->values_t.get() + at.offset + part * at.plane + chunk.first;
       for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
         tile::context_skipping_zero_weights_transposed(
-            scores_at(chunk.first, r), scorer_.rows_padded(), values_t, at.keys_padded,
+            scores_at(chunk.first, r), scorer_.rows_padded(), values_t, at.stride,
             chunk.end - chunk.first, s_.context.get() + r, scorer_.rows_padded(), dim_v_);
       }
     }

@@ -38,6 +38,23 @@ ScoreKernel wide_kernel(const core::Problem& p, const PlanTarget& target) {
   return ScoreKernel::float_chain;
 }
 
+// The context of items with wide chunks on bf16 products, V^T packed: AMX tiles where the
+// scores take them and V has their dtype (bf16, or fp16 as exact parts); else for bf16 V
+// with P rounded (pv_precision bf16) vdpbf16ps beside the AVX512-BF16 scores; else none
+// (float rows), as for exact P without AMX, where three parts by vdpbf16ps would cost more
+// than float32 FMAs.
+ContextKernel packed_context(const core::Problem& p, ScoreKernel wide) {
+  if ((wide == ScoreKernel::bf16_tiles && p.v.dtype == DType::bf16) ||
+      (wide == ScoreKernel::fp16_parts && p.v.dtype == DType::f16)) {
+    return ContextKernel::amx_tiles;
+  }
+  if (wide == ScoreKernel::bf16_pairs && p.v.dtype == DType::bf16 &&
+      p.pv_precision == PvPrecision::bf16) {
+    return ContextKernel::bf16_pairs;
+  }
+  return ContextKernel::float_rows;
+}
+
 // bf16 parts of a value in the packed V^T: 1 for bf16 V, 2 for fp16 V.
 Index value_parts(const core::Problem& p) {
   return p.v.dtype == DType::f16 ? 2 : 1;
@@ -66,8 +83,15 @@ const char* kernel_name(ScoreKernel kernel) {
 }
 
 const char* kernel_name(ContextKernel kernel) {
-  return kernel == ContextKernel::amx_tiles ? "AMX bf16 tiles, V^T packed per KV head"
-                                            : "float32 FMAs, P broadcast against V rows";
+  switch (kernel) {
+    case ContextKernel::float_rows:
+      return "float32 FMAs, P broadcast against V rows";
+    case ContextKernel::amx_tiles:
+      return "AMX bf16 tiles, V^T packed per KV head";
+    case ContextKernel::bf16_pairs:
+      return "AVX512-BF16 dot products (vdpbf16ps), V^T packed per KV head";
+  }
+  return "?";
 }
 
 Plan::Plan(const core::Problem& p, PlanTarget target)
@@ -106,9 +130,9 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
     }
   }
   splits_keys_ = wide_scores_ == ScoreKernel::fp16_parts && any_wide;
-  const bool tiles_take_v = (wide_scores_ == ScoreKernel::bf16_tiles && p.v.dtype == DType::bf16) ||
-                            (wide_scores_ == ScoreKernel::fp16_parts && p.v.dtype == DType::f16);
-  packs_values_ = tiles_take_v && enough_rows && packed_bytes <= kAmxPackedMaxBytes;
+  if (enough_rows && packed_bytes <= kAmxPackedMaxBytes) {
+    packed_context_ = packed_context(p, wide_scores_);
+  }
   weight_parts_ = p.pv_precision == PvPrecision::bf16 ? 1 : kWeightParts;
 }
 
@@ -134,8 +158,8 @@ bool Plan::has_narrow_chunk(Index rows) const {
 }
 
 ContextKernel Plan::context_of(const WorkItem& item) const {
-  return packs_values_ && !has_narrow_chunk(item.positions * group_) ? ContextKernel::amx_tiles
-                                                                     : ContextKernel::float_rows;
+  return packs_values() && !has_narrow_chunk(item.positions * group_) ? packed_context_
+                                                                      : ContextKernel::float_rows;
 }
 
 Index Plan::item_of(Index segment, Index kv_head, Index i) const {
@@ -151,8 +175,8 @@ std::string Plan::describe() const {
   out += " for fewer";
   if (narrow_in_place_) out += " (K and V read where they lie)";
   out += "; context: ";
-  out += kernel_name(packs_values_ ? ContextKernel::amx_tiles : ContextKernel::float_rows);
-  if (packs_values_) {
+  out += kernel_name(packed_context_);
+  if (packs_values()) {
     out += weight_parts_ == 1 ? " (P rounded to bf16, pv_precision bf16)"
                               : " (P in three exact bf16 parts)";
     out += " for items without narrow chunks, ";

@@ -32,6 +32,8 @@ enum class ContextKernel : std::uint8_t {
   float_rows,  // P broadcast against V rows in float32 (16-bit V widened per tile, or read in
                // place where every chunk of a tile is narrow)
   amx_tiles,   // O^T += V^T P^T on AMX tiles, V^T packed once per (segment, KV head)
+  bf16_pairs,  // O^T += V^T P^T by AVX512-BF16's vdpbf16ps on P rounded to bf16, V^T packed
+               // as for AMX tiles
 };
 
 const char* kernel_name(ScoreKernel kernel);
@@ -88,13 +90,14 @@ class Plan {
   bool narrow_tiles_in_place() const { return narrow_in_place_; }
   // Wide chunks on fp16 parts read K's parts, split once before the items (KeyParts).
   bool splits_keys() const { return splits_keys_; }
-  // Some item multiplies P V on AMX tiles, and V^T is packed before the items.
-  bool packs_values() const { return packs_values_; }
-  // bf16 parts of each weight on AMX tiles: kWeightParts (exact), or 1 (rounded) for
-  // Options::pv_precision bf16.
+  // Some item multiplies P V on bf16 products (AMX tiles or vdpbf16ps), and V^T is packed
+  // before the items.
+  bool packs_values() const { return packed_context_ != ContextKernel::float_rows; }
+  // bf16 parts of each weight in those products: kWeightParts (exact, AMX tiles only), or 1
+  // (rounded) for Options::pv_precision bf16.
   int weight_parts() const { return weight_parts_; }
-  // An item's context path: on AMX tiles where V^T is packed and no chunk of it is narrow
-  // (narrow chunks read V by rows).
+  // An item's context path: the packed context where V^T is packed and no chunk of the item
+  // is narrow (narrow chunks read V by rows), else float rows.
   ContextKernel context_of(const WorkItem& item) const;
 
   const std::vector<WorkItem>& items() const { return items_; }
@@ -110,7 +113,8 @@ class Plan {
 
   Index lanes_, group_, heads_kv_, key_tile_, chunk_rows_, positions_per_item_, rows_per_item_ = 0;
   ScoreKernel wide_scores_ = ScoreKernel::float_chain;
-  bool narrow_in_place_ = false, splits_keys_ = false, packs_values_ = false;
+  ContextKernel packed_context_ = ContextKernel::float_rows;
+  bool narrow_in_place_ = false, splits_keys_ = false;
   int weight_parts_ = 0;
   std::vector<WorkItem> items_;
   std::vector<Index> first_item_;  // [segments * heads_kv]: index of each one's first item

@@ -140,7 +140,7 @@ struct CommandLine {
   bool memory = false;
   bool memory_backward = false;
   std::optional<Index> memory_length;
-  std::string pv_precision = "exact";
+  std::string pv_precision = "bf16";
   std::vector<std::string> benchmark_flags;
 };
 
@@ -253,8 +253,8 @@ int main(int argc, char** argv) {
                  "L for --memory or --memory-backward")
       ->check(CLI::PositiveNumber);
   app.add_option("--pv-precision", command_line.pv_precision,
-                 "exact (default) or bf16: Options::pv_precision for every case (bf16 rounds P "
-                 "for P V on AMX tiles)")
+                 "bf16 (default, as Options) or exact: Options::pv_precision for every case "
+                 "(bf16 rounds P for P V of bf16 V on AMX tiles or AVX512-BF16)")
       ->check(CLI::IsMember({"exact", "bf16"}));
   app.allow_extras();
   app.footer(

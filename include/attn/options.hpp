@@ -22,11 +22,13 @@ enum class Backend : std::uint8_t {
   fast,       // the fast CPU kernel; throws if it does not support the request
 };
 
-// How the weights P enter the product P V. exact: float32 P, on AMX tiles as three exact
-// bf16 parts. bf16: P rounded to bfloat16 once per weight (to nearest, ties to even) where
-// P V runs on AMX tiles (bf16 or fp16 V), as PyTorch's, OpenVINO's and FlashAttention's
-// kernels round it: one tile product where exact takes three, each weight within 2^-9 of
-// itself; elsewhere P stays float32. The weights and lse outputs are exact either way.
+// How the weights P enter the product P V. bf16 (the default): P rounded to bfloat16 once
+// per weight (to nearest, ties to even) where P V runs on bf16 products, as PyTorch's,
+// OpenVINO's and FlashAttention's kernels round it: AMX tiles (bf16 or fp16 V), or
+// AVX512-BF16's vdpbf16ps (bf16 V) on a CPU without AMX; each weight within 2^-8 of
+// itself, at twice the float32 rate or more. Elsewhere, and for float32 V, P stays float32.
+// exact: float32 P everywhere (on AMX tiles as three exact bf16 parts). The weights and lse
+// outputs are exact either way.
 enum class PvPrecision : std::uint8_t { exact, bf16 };
 
 // Keys j with p - left <= j <= p + right are visible to the query at key position p; a
@@ -57,7 +59,7 @@ struct Options {
   // and cu_seqlens_k[s] .. cu_seqlens_k[s + 1] of k and v. Both empty means "not packed".
   std::vector<std::int64_t> cu_seqlens_q;
   std::vector<std::int64_t> cu_seqlens_k;
-  PvPrecision pv_precision = PvPrecision::exact;
+  PvPrecision pv_precision = PvPrecision::bf16;
   // Dropout on the weights in P V, for training (PyTorch's and FlashAttention's dropout_p):
   // weight (b, h, i, j) is kept and scaled by 1 / (1 - dropout_p) with probability
   // 1 - dropout_p, else it is 0. Whether it is kept is a function of dropout_seed and

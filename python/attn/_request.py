@@ -62,11 +62,12 @@ OPTIONS_DOC = """
         threads: None follows torch.get_num_threads() when q is a torch tensor, else uses
             ATTN_NUM_THREADS from the environment, else every core; an int bounds the
             kernel's threads. Results do not depend on it.
-        pv_precision: "exact" (float32 weights in P V) or "bf16": the weights rounded to
-            bfloat16 once for the product P V where it runs on AMX tiles (bf16 or fp16 V on
-            a CPU with AMX), as PyTorch's and FlashAttention's kernels round them: one tile
-            product where exact takes three, each weight within 2^-9 of itself. Elsewhere
-            it changes nothing. The weights and lse outputs are exact either way.
+        pv_precision: "bf16" (the default): the weights rounded to bfloat16 once for the
+            product P V where it runs on bf16 products (bf16 or fp16 V on AMX tiles, bf16 V
+            by AVX512-BF16 without AMX), as PyTorch's and FlashAttention's kernels round
+            them, each weight within 2^-8 of itself, at twice the float32 rate or more;
+            elsewhere, and for float32 V, it changes nothing. "exact": float32 weights in
+            P V everywhere. The weights and lse outputs are exact either way.
         dropout_p: dropout of the weights in P V, for training (PyTorch's and
             FlashAttention's): each weight is kept and scaled by 1 / (1 - dropout_p) with
             probability 1 - dropout_p, else 0. lse and the weights outputs are those before
@@ -135,7 +136,7 @@ def options(like, keywords, function, refused=()):
     o.position_offset = _arrays.integer(keywords.get("position_offset", 0), "position_offset",
                                         "an int")
     o.threads = threads_of(keywords.get("threads"), like)
-    o.pv_precision = keywords.get("pv_precision", "exact")
+    o.pv_precision = keywords.get("pv_precision", "bf16")
     o.dropout_p = _arrays.number(keywords.get("dropout_p", 0.0), "dropout_p", finite=False)
     seed = keywords.get("dropout_seed")
     if seed is None and o.dropout_p != 0.0 and function == "attention_backward":

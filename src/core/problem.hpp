@@ -39,7 +39,7 @@ struct Problem {
   TensorView mask;  // strides of broadcast dims set to 0
   Outputs outputs;
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
-  PvPrecision pv_precision = PvPrecision::exact;
+  PvPrecision pv_precision = PvPrecision::bf16;
   Dropout dropout;  // of P in P V (forward and backward); off by default
 
   Index group_size() const { return heads_q / heads_kv; }

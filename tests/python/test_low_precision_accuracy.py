@@ -1,9 +1,10 @@
 """The accuracy contract of float16 and bfloat16 inputs: against the float64 reference on
-the same (rounded) inputs, attn's output is no less accurate than PyTorch's own CPU kernel
-(torch.nn.functional.scaled_dot_product_attention) in the same dtype: its NMSE at most
-torch's, its max abs error at most 1.25x torch's (the largest errors of both are mostly the
-final rounding of the same element). Every kernel path for these dtypes, whatever the CPU
-dispatches to, must keep to it."""
+the same (rounded) inputs, attn's output with float32 P (pv_precision="exact") is no less
+accurate than PyTorch's own CPU kernel (torch.nn.functional.scaled_dot_product_attention)
+in the same dtype: its NMSE at most torch's, its max abs error at most 1.25x torch's (the
+largest errors of both are mostly the final rounding of the same element); with P rounded
+to bf16 (the default) it is as accurate as torch, which rounds P the same way. Every kernel
+path for these dtypes, whatever the CPU dispatches to, must keep to it."""
 
 import itertools
 
@@ -44,9 +45,9 @@ def _inputs_and_errors(dtype, shape, causal, seed, **options):
 
 @pytest.mark.parametrize("dtype, shape, causal", list(itertools.product(DTYPES, SHAPES, (False, True))),
                          ids=lambda x: str(x).replace("torch.", ""))
-def test_no_less_accurate_than_torch(dtype, shape, causal):
+def test_exact_p_no_less_accurate_than_torch(dtype, shape, causal):
     _, ours, (ours_nmse, ours_max), (theirs_nmse, theirs_max) = _inputs_and_errors(
-        dtype, shape, causal, seed=shape[3] * 7 + shape[4])
+        dtype, shape, causal, seed=shape[3] * 7 + shape[4], pv_precision="exact")
     assert ours.dtype == dtype
     assert ours_nmse <= theirs_nmse, f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
     assert ours_max <= 1.25 * theirs_max, f"max abs {ours_max:.3g} against torch's {theirs_max:.3g}"
@@ -54,14 +55,18 @@ def test_no_less_accurate_than_torch(dtype, shape, causal):
 
 @pytest.mark.parametrize("dtype, shape, causal", list(itertools.product(DTYPES, SHAPES, (False, True))),
                          ids=lambda x: str(x).replace("torch.", ""))
-def test_weights_rounded_for_p_v_stay_within_torchs_accuracy(dtype, shape, causal):
-    """pv_precision="bf16" rounds each weight to bfloat16 for P V where it runs on AMX tiles,
-    as PyTorch's kernel rounds P: its error stays within 2x torch's NMSE and 1.5x its max
-    abs error (one more rounding of the same size as the output's own). Where P V does not
-    run on AMX tiles it changes no bit."""
+def test_default_p_rounded_to_bf16_as_accurate_as_torch(dtype, shape, causal):
+    """The default, pv_precision="bf16", rounds each weight to bfloat16 for P V where it runs
+    on bf16 products (AMX tiles; vdpbf16ps for bf16 V without AMX), as PyTorch's kernel
+    rounds P: for bf16 inputs the same algorithm's accuracy, NMSE within 1.05x torch's (at
+    most 1.007x over 48 runs on Zen 4); for fp16, whose output is finer than the rounded P,
+    within 2x. Max abs error within 1.5x torch's (one more rounding of the same size as the
+    output's own). Where P V does not run on bf16 products it changes no bit."""
     (q, k, v), ours, (ours_nmse, ours_max), (theirs_nmse, theirs_max) = _inputs_and_errors(
-        dtype, shape, causal, seed=shape[3] * 5 + shape[4], pv_precision="bf16")
-    if "P rounded to bf16" not in attn.explain(q, k, v, causal=causal, pv_precision="bf16")["plan"]:
-        assert torch.equal(ours, attn.attention(q, k, v, causal=causal))
-    assert ours_nmse <= 2 * theirs_nmse, f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
+        dtype, shape, causal, seed=shape[3] * 5 + shape[4])
+    if "P rounded to bf16" not in attn.explain(q, k, v, causal=causal)["plan"]:
+        assert torch.equal(ours, attn.attention(q, k, v, causal=causal, pv_precision="exact"))
+    nmse_ratio = 1.05 if dtype == torch.bfloat16 else 2
+    assert ours_nmse <= nmse_ratio * theirs_nmse, \
+        f"NMSE {ours_nmse:.3g} against torch's {theirs_nmse:.3g}"
     assert ours_max <= 1.5 * theirs_max, f"max abs {ours_max:.3g} against torch's {theirs_max:.3g}"

@@ -236,6 +236,9 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   o.softcap = c.softcap;
   o.dropout_p = c.dropout;
   o.dropout_seed = 0x5EED0000u + seed;
+  // The case lists hold float32 P to float32's bounds; P rounded to bf16, the default for
+  // bf16 V, has tests of its own (cpu_forward_test.cpp, test_low_precision_accuracy.py).
+  o.pv_precision = PvPrecision::exact;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   if (c.alibi) {
     for (Index h = 0; h < c.heads_q; ++h)

@@ -2,11 +2,11 @@
 // is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by forward.cpp's
 // pack_values), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
 // of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
-// context. By default P is never rounded: put_weight_parts cuts each weight into three bf16
-// parts whose sum is the weight exactly, and each part is multiplied in turn, so the context
-// is float32 sums of exact products, as on the float path; with one part (Options::
-// pv_precision bf16) each weight is rounded to bf16 once, one product where exact takes
-// three. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a V^T of
+// context. With one part (Options::pv_precision bf16, the default) each weight is rounded to
+// bf16 once; with pv_precision exact put_weight_parts cuts each weight into three bf16 parts
+// whose sum is the weight exactly, and each part is multiplied in turn, so the context is
+// float32 sums of exact products, as on the float path: three products where rounded takes
+// one. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a V^T of
 // its own, so six products per tile of work (two with one part). A template
 // over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
 #pragma once

@@ -97,6 +97,9 @@ def sharded(dc):
     """dc's global inputs and keywords, this rank's shards of them, and its query runs."""
     c = dc.case
     q, k, v, kwargs, _ = make_inputs(c)
+    # float32 P, so that both sides round only their float32 contexts: with P rounded to bf16
+    # (the default) each block rounds weights against its own running maximum.
+    kwargs["pv_precision"] = "exact"
     axis = sequence_axis(c)
     q_runs = pieces(dc.sharding, c.len_q, RANK, keys=False)
     k_runs = pieces(dc.sharding, c.len_k, RANK, keys=True)

@@ -23,6 +23,15 @@ constexpr int kWeightParts = 3;        // bf16 parts of a float32 weight: 3 x 8 
 constexpr Index kAmxKeyBlock = 32;     // keys per tile row of A: the K of one TDPBF16PS
 constexpr Index kAmxRows = kTileRows;  // rows (or value dims) per tile
 
+// Elements between the rows of a packed V^T (forward.cpp's PackedValues) of `keys` keys: the
+// keys in whole key blocks, one block more where that would be an even number of blocks
+// (rows an even number of 64-byte lines apart crowd into fewer L1 sets, and the contexts
+// read 8 to 32 rows at once).
+constexpr Index packed_values_stride(Index keys) {
+  const Index blocks = (keys + kAmxKeyBlock - 1) / kAmxKeyBlock;
+  return (blocks % 2 == 0 ? blocks + 1 : blocks) * kAmxKeyBlock;
+}
+
 // The top 16 bits of a float's pattern: a bf16 by truncation. x minus it is exact in float.
 inline std::uint32_t high_half(float x) {
   std::uint32_t bits;

@@ -27,13 +27,11 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 
-// A slot per (segment, KV head): [parts][dim_v_padded][stride] with stride the segment's
-// keys in whole key blocks (32), one block more where that would be an even number of blocks
-// (rows an even number of 64-byte lines apart crowd into fewer L1 sets, and the contexts read
-// 8 to 32 rows at once), zeros past its keys and value dims, parts 1 for bf16 V and 2 for
-// fp16 V (its exact bf16 parts, cpu/amx/fp16_parts.hpp); and per key block whether its values
-// are all finite (a block that is not goes key by key, so that a weight of 0 never meets a
-// NaN).
+// A slot per (segment, KV head): [parts][dim_v_padded][stride] with stride
+// packed_values_stride of the segment's keys (cpu/amx/context.hpp), zeros past its keys and
+// value dims, parts 1 for bf16 V and 2 for fp16 V (its exact bf16 parts,
+// cpu/amx/fp16_parts.hpp); and per key block whether its values are all finite (a block that
+// is not goes key by key, so that a weight of 0 never meets a NaN).
 struct PackedValues {
   struct Slot {
     Index offset = 0, stride = 0, first_block = 0, plane = 0;  // plane: one part's size
@@ -43,13 +41,11 @@ struct PackedValues {
     const Index dim_v_padded = core::round_up(p.dim_v, kAmxRows);
     Index total = 0, blocks = 0;
     for (const core::Segment& segment : p.segments) {
-      const Index keys_padded = core::round_up(segment.len_k, kAmxKeyBlock);
-      const Index stride =
-          keys_padded / kAmxKeyBlock % 2 == 0 ? keys_padded + kAmxKeyBlock : keys_padded;
+      const Index stride = packed_values_stride(segment.len_k);
       for (Index h = 0; h < p.heads_kv; ++h) {
         slots.push_back({total, stride, blocks, dim_v_padded * stride});
         total += parts * dim_v_padded * stride;
-        blocks += keys_padded / kAmxKeyBlock;
+        blocks += core::round_up(segment.len_k, kAmxKeyBlock) / kAmxKeyBlock;
       }
     }
     values_t = tile::scratch_buffer<bfloat16>(total);

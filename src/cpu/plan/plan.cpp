@@ -119,7 +119,7 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
     any_wide |= segment.len_q > 0 && !narrow(std::min(first_rows, chunk_rows_));
     enough_rows |= segment.len_q * group_ >= kAmxContextMinRows;
     packed_bytes += 2 * value_parts(p) * p.heads_kv * round_up(p.dim_v, kAmxRows) *
-                    round_up(segment.len_k, kAmxKeyBlock);
+                    packed_values_stride(segment.len_k);
     rows_per_item_ = std::max(rows_per_item_, round_up(first_rows, lanes_));
     for (Index kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
       first_item_.push_back(static_cast<Index>(items_.size()));

@@ -165,7 +165,9 @@ bench: build
 # (about 5 GiB with the CUDA libraries its wheel links against) into .venv.
 bench-peers: build
 	@scripts/python-env.sh requirements/bench.txt
-	.venv/bin/python bench/peers.py --attn-bench $(BUILD)/bench/attn_bench $(ARGS)
+	@zentorch=$$(scripts/zentorch-env.sh); \
+	.venv/bin/python bench/peers.py --attn-bench $(BUILD)/bench/attn_bench \
+	  $${zentorch:+--zentorch-python $$zentorch} $(ARGS)
 
 # Plants each bug of mutants/*.patch in a scratch copy of the tree and reruns the tests
 # it names; fails when one survives (scripts/mutants.sh). Slow: a rebuild per mutant.

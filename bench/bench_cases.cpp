@@ -111,19 +111,20 @@ std::vector<BenchCase> bench_cases(bool quick) {
       for (const int threads : thread_counts)
         out.push_back({fp32_case(1, len, dim, false), threads});
   // The dtypes models run in: bf16 and fp16 prefill at L = 2048 (the table), and a
-  // grouped-query decode step (32 query heads on 8 KV heads, as Llama-3-8B) against a long
-  // cache, in every dtype.
+  // grouped-query decode step (32 query heads on 8 KV heads, as Llama-3-8B) against a cache
+  // that sits in L3 (Lk 4096: 16 MiB in 16 bits) and a long one, in every dtype.
   for (const DType dtype : {DType::bf16, DType::f16})
     for (const Index dim : dims)
       for (const bool causal : {false, true})
         for (const int threads : thread_counts)
           out.push_back({with_dtype(fp32_case(2048, 2048, dim, causal), dtype), threads});
-  for (const DType dtype : {DType::f32, DType::bf16, DType::f16})
-    for (const int threads : thread_counts) {
-      testing::Case decode = with_dtype(fp32_case(1, 32768, 128, false), dtype);
-      decode.heads_q = 32;
-      out.push_back({decode, threads});
-    }
+  for (const Index cache : {4096, 32768})
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (const int threads : thread_counts) {
+        testing::Case decode = with_dtype(fp32_case(1, cache, 128, false), dtype);
+        decode.heads_q = 32;
+        out.push_back({decode, threads});
+      }
   return out;
 }
 

@@ -14,6 +14,10 @@ threads; bf16 and fp16 prefill; a grouped-query decode step), each round times
   openvino  OpenVINO's CPU plugin on a one-op `scaled_dot_product_attention` model, compiled
          with the case's precision hint and thread count (forward only; grouped-query
          heads folded into a broadcast dim, as its users write it),
+  zentorch  AMD's zentorch, `torch.ops.zentorch.zentorch_sdpa`, in a venv of its own with
+         the torch it supports (--zentorch-python; `make bench-peers` makes .venv-zentorch
+         on an AMD CPU): forward only, K and V repeated per query head for grouped-query
+         cases, as its op has no GQA,
 one after the other, rotating who goes first, so that a noisy machine slows all of them
 alike. A peer that does not import is left out; every peer's output is checked against a
 float64 oracle before it is timed. The figure per peer is the median over rounds of the mean time of one call in a
@@ -42,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PEERS = ("attn", "torch", "numpy", "onnxruntime", "openvino")
+PEERS = ("attn", "torch", "numpy", "onnxruntime", "openvino", "zentorch")
 OPENBLAS_PINNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
@@ -382,8 +386,49 @@ class OpenVinoPeer:
     check_backward = staticmethod(_forward_only)
 
 
+class ZentorchPeer(TorchPeer):
+    """AMD's zentorch SDPA kernel (`torch.ops.zentorch.zentorch_sdpa`), on the torch its
+    venv holds. Its op takes [B, H, L, D] with as many K/V heads as query heads: grouped-query
+    cases repeat K and V per query head first (outside the timing). No dropout, no
+    backward."""
+
+    def __init__(self):
+        super().__init__()
+        import zentorch
+
+        self.zentorch = zentorch
+
+    def describe(self):
+        return {**super().describe(), "zentorch": self.zentorch.__version__}
+
+    def _run(self, q, k, v, causal):
+        torch = self.torch
+        group = q.shape[1] // k.shape[1]
+        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+
+        def run():
+            with torch.inference_mode():
+                return torch.ops.zentorch.zentorch_sdpa(q, k, v, 0.0, causal)[0]
+
+        return run
+
+    def prepare(self, case, q, k, v):
+        if case["work"] == "backward" or case.get("dropout"):
+            return None
+        torch = self.torch
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                 "float16": torch.float16}[case["dtype"]]
+        return self._run(*(torch.from_numpy(x).to(dtype) for x in (q, k, v)),
+                         bool(case["causal"]))
+
+    def check(self, q, k, v, causal):
+        return self._run(*(self.torch.from_numpy(x) for x in (q, k, v)), causal)().numpy()
+
+    check_backward = staticmethod(_forward_only)
+
+
 WORKER_PEERS = {"torch": TorchPeer, "numpy": NumpyPeer, "onnxruntime": OnnxRuntimePeer,
-                "openvino": OpenVinoPeer}
+                "openvino": OpenVinoPeer, "zentorch": ZentorchPeer}
 
 
 def self_check(peer):
@@ -453,10 +498,10 @@ def worker(kind):
 
 
 class Worker:
-    def __init__(self, kind, env):
+    def __init__(self, kind, env, python=sys.executable):
         self.kind = kind
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", kind], env=env, text=True,
+            [str(python), __file__, "--worker", kind], env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.hello = self._read()
 
@@ -514,6 +559,9 @@ def parse_arguments():
                              "spinning threads (OpenBLAS, OpenMP) have gone to sleep "
                              "(default 0.2)")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    parser.add_argument("--zentorch-python", type=Path,
+                        help="the python of a venv with zentorch and the torch it supports "
+                             "(default: none, zentorch left out)")
     parser.add_argument("--worker", choices=PEERS[1:], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rounds < 1:
@@ -528,15 +576,24 @@ def parse_arguments():
         re.compile(args.filter)
     except re.error as error:
         parser.error(f"--filter: not a regex ({error}): {args.filter}")
+    if args.zentorch_python is not None and not os.access(args.zentorch_python, os.X_OK):
+        parser.error(f"--zentorch-python: {args.zentorch_python} is not an executable")
     if args.json is not None and not os.access(args.json.parent, os.W_OK):
         parser.error(f"--json: cannot write into {args.json.parent}")
     return args
 
 
-def start_workers():
+def start_workers(zentorch_python):
+    """A worker per peer; zentorch's runs on zentorch_python (its own venv), or is left out
+    without one."""
     numpy_env = {name: value for name, value in os.environ.items() if name not in OPENBLAS_PINNING}
     workers = {kind: Worker(kind, numpy_env if kind == "numpy" else os.environ.copy())
-               for kind in PEERS[1:]}
+               for kind in PEERS[1:] if kind != "zentorch"}
+    if zentorch_python is None:
+        print("zentorch: no --zentorch-python (make bench-peers makes .venv-zentorch on an AMD "
+              "CPU), left out")
+    else:
+        workers["zentorch"] = Worker("zentorch", os.environ.copy(), zentorch_python)
     if workers["numpy"].hello["available"]:
         workers["numpy"].hello["info"]["openblas_pinning_removed"] = {
             name: os.environ[name] for name in OPENBLAS_PINNING if name in os.environ}
@@ -606,7 +663,7 @@ def print_table(rows):
     def cell(row, key, form):
         return format(row[key], form) if key in row else format("-", ">" + form.split(".")[0])
 
-    short = {"onnxruntime": "ort", "openvino": "ov"}
+    short = {"onnxruntime": "ort", "openvino": "ov", "zentorch": "zen"}
     names = [short.get(peer, peer) for peer in PEERS[1:]]
     header = (f"{'case':<55} {'attn':>8} {'of peak':>7} "
               + " ".join(f"{name:>8}" for name in names)
@@ -633,7 +690,7 @@ def main():
             print(f"peers.py: no case matches --filter {args.filter!r} (see attn_bench --list)",
                   file=sys.stderr)
             return 2
-        workers = start_workers()
+        workers = start_workers(args.zentorch_python)
         info = {kind: w.hello["info"] for kind, w in workers.items()}
         seconds, peaks = measure(args, cases, workers)
     except RuntimeError as error:

@@ -184,7 +184,7 @@ TEST(AmxContext, WeightPairsAreWeightPartsBitsOnEveryTarget) {
   }
   weights_t[3] = 0.0f, weights_t[4] = 1.0f;
   for (const int parts : {1, cpu::kWeightParts}) {
-    for (const std::pair<Index, Index> keys :
+    for (const std::pair<Index, Index>& keys :
          {std::pair<Index, Index>{0, kSpan}, {3, 67}, {4, 41}}) {
       const Index first = keys.first, end = keys.second;  // named: clang 14 captures no bindings
       SCOPED_TRACE(std::to_string(parts) + " parts, keys [" + std::to_string(first) + ", " +

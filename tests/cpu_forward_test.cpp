@@ -218,7 +218,8 @@ TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
 
 // pv_precision bf16 on the same cases: P V by vdpbf16ps on each weight rounded to bf16
 // (cpu/bf16_dot.hpp) on the AVX-512 targets, within bf16's rounding of P (worst NMSE seen
-// 2.0e-6 on Zen 4), and not exact P's bits there; any thread count gives the same bits.
+// 2.0e-6 on Zen 4), and not exact P's bits where the plan rounds P; any thread count gives
+// the same bits.
 TEST(FastForwardBf16Dot, RoundedPMatchesReferenceWithinItsRounding) {
   if (!cpu::has_bf16_dot()) {
     GTEST_SKIP() << "this CPU has no AVX512-BF16: P V by vdpbf16ps was not exercised here "
@@ -244,7 +245,11 @@ TEST(FastForwardBf16Dot, RoundedPMatchesReferenceWithinItsRounding) {
       const auto* data = static_cast<const unsigned char*>(t.data());
       return std::vector<unsigned char>(data, data + t.nbytes());
     };
-    EXPECT_NE(bytes(rounded[0]), bytes(exact));
+    // Not exact P's bits where the dispatched target takes vdpbf16ps (a build of fewer
+    // targets, as the TSan one, may dispatch to AVX2, where P stays float32).
+    if (explain(in.q, in.k, in.v, in.options).plan.find("P rounded to bf16") != std::string::npos) {
+      EXPECT_NE(bytes(rounded[0]), bytes(exact));
+    }
     EXPECT_EQ(bytes(rounded[1]), bytes(rounded[0]));
     EXPECT_EQ(bytes(rounded[2]), bytes(rounded[0]));
   }

@@ -16,8 +16,8 @@ threads; bf16 and fp16 prefill; a grouped-query decode step), each round times
          heads folded into a broadcast dim, as its users write it),
   zentorch  AMD's zentorch, `torch.ops.zentorch.zentorch_sdpa`, in a venv of its own with
          the torch it supports (--zentorch-python; `make bench-peers` makes .venv-zentorch
-         on an AMD CPU): forward only, K and V repeated per query head for grouped-query
-         cases, as its op has no GQA,
+         on an AMD CPU): forward only; its op has no GQA, so a decode step folds query
+         heads into query rows (causal cases repeat K and V per query head),
 one after the other, rotating who goes first, so that a noisy machine slows all of them
 alike. A peer that does not import is left out; every peer's output is checked against a
 float64 oracle before it is timed. The figure per peer is the median over rounds of the mean time of one call in a
@@ -389,8 +389,9 @@ class OpenVinoPeer:
 class ZentorchPeer(TorchPeer):
     """AMD's zentorch SDPA kernel (`torch.ops.zentorch.zentorch_sdpa`), on the torch its
     venv holds. Its op takes [B, H, L, D] with as many K/V heads as query heads: grouped-query
-    cases repeat K and V per query head first (outside the timing). No dropout, no
-    backward."""
+    cases fold each KV head's query heads into its query rows where no causal mask tells
+    them apart (a decode step: K and V read once, as its users would call it), else repeat
+    K and V per query head first (outside the timing). No dropout, no backward."""
 
     def __init__(self):
         super().__init__()
@@ -404,7 +405,10 @@ class ZentorchPeer(TorchPeer):
     def _run(self, q, k, v, causal):
         torch = self.torch
         group = q.shape[1] // k.shape[1]
-        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+        if group > 1 and not causal:
+            q = q.reshape(q.shape[0], k.shape[1], group * q.shape[2], q.shape[3])
+        elif group > 1:
+            k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
 
         def run():
             with torch.inference_mode():

@@ -1,14 +1,14 @@
 // O^T += V^T P^T on AMX tiles (TDPBF16PS), for forward's context where the CPU has AMX and V
-// is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by forward.cpp's
-// pack_values), tile B the weights' pairs of keys [key / 2][rows][2] (the layout
-// of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the transposed
-// context. With one part (Options::pv_precision bf16, the default) each weight is rounded to
-// bf16 once; with pv_precision exact put_weight_parts cuts each weight into three bf16 parts
-// whose sum is the weight exactly, and each part is multiplied in turn, so the context is
-// float32 sums of exact products, as on the float path: three products where rounded takes
-// one. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a V^T of
-// its own, so six products per tile of work (two with one part). A template
-// over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
+// is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by PackedValues,
+// cpu/amx/packed_values-inl.h), tile B the weights' pairs of keys [key / 2][rows][2] (the
+// layout of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the
+// transposed context. With one part (Options::pv_precision bf16, the default) each weight
+// is rounded to bf16 once; with pv_precision exact put_weight_parts cuts each weight into
+// three bf16 parts whose sum is the weight exactly, and each part is multiplied in turn, so
+// the context is float32 sums of exact products, as on the float path: three products where
+// rounded takes one. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a
+// V^T of its own, so six products per tile of work (two with one part). A template over the tile
+// instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +23,10 @@ constexpr int kWeightParts = 3;        // bf16 parts of a float32 weight: 3 x 8 
 constexpr Index kAmxKeyBlock = 32;     // keys per tile row of A: the K of one TDPBF16PS
 constexpr Index kAmxRows = kTileRows;  // rows (or value dims) per tile
 
-// Elements between the rows of a packed V^T (forward.cpp's PackedValues) of `keys` keys: the
-// keys in whole key blocks, one block more where that would be an even number of blocks
-// (rows an even number of 64-byte lines apart crowd into fewer L1 sets, and the contexts
-// read 8 to 32 rows at once).
+// Elements between the rows of a packed V^T (PackedValues, cpu/amx/packed_values-inl.h) of
+// `keys` keys: the keys in whole key blocks, one block more where that would be an even
+// number of blocks (rows an even number of 64-byte lines apart crowd into fewer L1 sets, and
+// the contexts read 8 to 32 rows at once).
 constexpr Index packed_values_stride(Index keys) {
   const Index blocks = (keys + kAmxKeyBlock - 1) / kAmxKeyBlock;
   return (blocks % 2 == 0 ? blocks + 1 : blocks) * kAmxKeyBlock;

@@ -4,7 +4,7 @@
 // row holds the pairs (high, low) along d; a query row goes in twice, as pairs (high, high)
 // and then (low, low), so that scores_by_amx's two passes sum k_d q_high_d, then k_d q_low_d:
 // four exact products per d, added in float32 as the float path adds its one. fp16 V goes into
-// V^T as its two parts (forward.cpp's pack_values, cpu/amx/context.hpp). The parts serve on
+// V^T as its two parts (PackedValues, cpu/amx/packed_values-inl.h). The parts serve on
 // CPUs with AMX-FP16 too: its TDPFP16PS reads fp16 denormals as zero, so it would drop
 // products that the float path keeps.
 //

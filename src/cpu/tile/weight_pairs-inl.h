@@ -1,7 +1,7 @@
 // A chunk's weights as forward's bf16 products of P V take them (AMX tiles, vdpbf16ps): the
 // vector twin of put_weight_parts (cpu/amx/context.hpp), to its bits, a vector of rows at a
-// time where the scalar loop took a weight at a time (in a profile of the bf16 forward on
-// Zen 4 it had taken longer than the products it fed).
+// time: the scalar loop, a weight at a time, took longer than the products it fed
+// (bench/README.md).
 #if defined(ATTN_CPU_TILE_WEIGHT_PAIRS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TILE_WEIGHT_PAIRS_INL_H_
 #undef ATTN_CPU_TILE_WEIGHT_PAIRS_INL_H_

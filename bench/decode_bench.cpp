@@ -27,18 +27,20 @@ struct DecodeCase {
   std::vector<Index> lengths;  // one sequence each
 };
 
-// A cache storage format and the bytes a step reads per key (or value) row of one head: its
-// elements and, for int8, the row's float32 scale.
+// A cache storage format, the bytes a step reads per key (or value) row of one head (its
+// elements and, for int8, the row's float32 scale) and the dtype of the queries: a model's
+// own dtype for a 16-bit cache, as a serving engine passes them, else float32.
 struct Format {
   CacheDType dtype;
   Index row_bytes;
+  DType queries;
 };
 
 Format format_of(const std::string& name) {
-  if (name == "f16") return {CacheDType::f16, kDim * 2};
-  if (name == "bf16") return {CacheDType::bf16, kDim * 2};
-  if (name == "f32") return {CacheDType::f32, kDim * 4};
-  if (name == "int8") return {CacheDType::int8, kDim + 4};
+  if (name == "f16") return {CacheDType::f16, kDim * 2, DType::f16};
+  if (name == "bf16") return {CacheDType::bf16, kDim * 2, DType::bf16};
+  if (name == "f32") return {CacheDType::f32, kDim * 4, DType::f32};
+  if (name == "int8") return {CacheDType::int8, kDim + 4, DType::f32};
   throw std::invalid_argument("--formats: expected f16, bf16, f32 or int8, given " + name);
 }
 
@@ -140,9 +142,13 @@ int main(int argc, char** argv) {
     std::vector<StepQueries> steps;
     for (std::size_t f = 0; f < formats.size(); ++f) {
       for (const Index heads_q : kHeadsQChoices) {
-        Tensor q(DType::f32, {sequences, heads_q, 1, kDim});
-        for (Index i = 0; i < q.numel(); ++i)
-          q.data_as<float>()[i] = 0.01f * static_cast<float>(i % 97);
+        Tensor q(formats[f].queries, {sequences, heads_q, 1, kDim});
+        for (Index i = 0; i < q.numel(); ++i) {
+          const float value = 0.01f * static_cast<float>(i % 97);
+          if (q.dtype() == DType::f16) q.data_as<float16>()[i] = to_float16(value);
+          if (q.dtype() == DType::bf16) q.data_as<bfloat16>()[i] = to_bfloat16(value);
+          if (q.dtype() == DType::f32) q.data_as<float>()[i] = value;
+        }
         const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * formats[f].row_bytes);
         steps.push_back({format_names[f], &caches[f], bytes, heads_q, std::move(q)});
       }

@@ -15,6 +15,7 @@
 
 #include "attn/decode.hpp"
 #include "attn/paged.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "support/compare.hpp"
 #include "support/error_message.hpp"
 #include "support/targets.hpp"
@@ -64,10 +65,26 @@ float representable(float x, CacheDType dtype) {
 // shape so that pools of any page size and layout can hold the same keys and values.
 struct Tokens {
   std::vector<std::vector<float>> keys, values;
-  Tensor q;  // [1, total_q, Hq, dim] float32
+  Tensor q;                    // [1, total_q, Hq, dim] float32, values q_dtype holds exactly
+  DType q_dtype = DType::f32;  // the dtype the kernel is given q in (f32 or bf16)
 };
 
-Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed) {
+// q (float32) in `dtype` (float32 or bfloat16, which holds its values exactly).
+Tensor queries_in(const Tensor& q, DType dtype) {
+  Tensor out(dtype, q.shape());
+  for (Index i = 0; i < q.numel(); ++i) {
+    const float x = q.data_as<float>()[i];
+    if (dtype == DType::bf16) {
+      out.data_as<bfloat16>()[i] = to_bfloat16(x);
+    } else {
+      out.data_as<float>()[i] = x;
+    }
+  }
+  return out;
+}
+
+Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed,
+                   DType q_dtype = DType::f32) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Tokens t;
@@ -93,7 +110,11 @@ Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed) {
   Index total = 0;
   for (const Sequence& s : shape.sequences) total += s.queries;
   t.q = Tensor(DType::f32, {1, total, shape.heads_q, shape.dim});
-  for (Index i = 0; i < t.q.numel(); ++i) t.q.data_as<float>()[i] = normal(rng);
+  t.q_dtype = q_dtype;
+  for (Index i = 0; i < t.q.numel(); ++i) {
+    const float x = normal(rng);
+    t.q.data_as<float>()[i] = q_dtype == DType::bf16 ? representable(x, CacheDType::bf16) : x;
+  }
   return t;
 }
 
@@ -240,7 +261,8 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
 }
 
 PagedOutput run(Paged& p, const Tokens& tokens, const Options& options) {
-  return paged_attention(tokens.q.view(), p.pool(false), p.pool(true), p.batch(), options);
+  return paged_attention(queries_in(tokens.q, tokens.q_dtype).view(), p.pool(false), p.pool(true),
+                         p.batch(), options);
 }
 
 // Sequence s's rows of an output [1, total_q, Hq, d] as [1, Hq, n_q, d] float64.
@@ -302,7 +324,8 @@ std::vector<Expected> reference(const Paged& p, const Tokens& tokens, Options op
   return out;
 }
 
-void expect_matches(const Paged& p, const PagedOutput& got, const std::vector<Expected>& want) {
+void expect_matches(const Paged& p, const PagedOutput& got, const std::vector<Expected>& want,
+                    double context_nmse = 1e-12) {
   for (std::size_t s = 0; s < want.size(); ++s) {
     SCOPED_TRACE("sequence " + std::to_string(s));
     const Index first = p.query_start[s], count = p.query_start[s + 1] - first;
@@ -310,7 +333,7 @@ void expect_matches(const Paged& p, const PagedOutput& got, const std::vector<Ex
       const Tensor rows = rows_of_sequence(lse ? got.lse : got.context, first, count);
       const Comparison c = compare(rows.view(), (lse ? want[s].lse : want[s].context).view());
       EXPECT_TRUE(c.hard_failure.empty()) << (lse ? "lse: " : "context: ") << c.hard_failure;
-      EXPECT_LT(c.nmse, 1e-12) << (lse ? "lse: " : "context: ") << describe(c);
+      EXPECT_LT(c.nmse, lse ? 1e-12 : context_nmse) << (lse ? "lse: " : "context: ") << describe(c);
     }
   }
 }
@@ -415,12 +438,51 @@ Subset subset(const Paged& p, const Tokens& tokens, const std::vector<Index>& pi
   return out;
 }
 
-TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
+// P rounded to bf16 for P V (pv_precision bf16): each weight off by at most 2^-8 of itself
+// (tests/cpu_forward_test.cpp's bound).
+constexpr double kRoundedPContextNmse = 1e-5;
+
+// A bf16 cache with bf16 q, d 40 (a tail of 8 past the last 32 pairs) and dim_v 64: on an
+// AVX-512 target of a CPU with AVX512-BF16 the scores and P V run on vdpbf16ps
+// (cpu/tile/bf16_pairs-inl.h), elsewhere in float32. Exact P holds float32's bound and
+// rounded P bf16's; rounded P's bits differ from exact P's exactly where P V runs on
+// vdpbf16ps.
+TEST(Paged, Bf16ProductsMatchTheReferenceOnEveryTarget) {
   Shape shape = ragged_shape();
+  shape.dim_v = 64;
+  const Tokens tokens = make_tokens(shape, CacheDType::bf16, 23, DType::bf16);
+  for (const Index page : {1, 16, 256}) {
+    for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+      Paged p = make_paged(shape, {CacheDType::bf16, page, layout, true}, tokens, 7);
+      for (Options options : option_list()) {
+        SCOPED_TRACE("page " + std::to_string(page) + " " + page_layout_name(layout) + " causal " +
+                     std::to_string(options.causal));
+        const std::vector<Expected> want = reference(p, tokens, options);
+        for_each_target([&](std::int64_t target) {
+          options.pv_precision = PvPrecision::exact;
+          const PagedOutput exact = run(p, tokens, options);
+          expect_matches(p, exact, want);
+          options.pv_precision = PvPrecision::bf16;
+          const PagedOutput rounded = run(p, tokens, options);
+          expect_matches(p, rounded, want, kRoundedPContextNmse);
+          const Index rows = exact.context.shape()[1];
+          const bool on_pairs = target <= HWY_AVX3 && cpu::has_bf16_dot();
+          EXPECT_EQ(same_bytes(row_bits(rounded, 0, rows), row_bits(exact, 0, rows)), !on_pairs);
+        });
+      }
+    }
+  }
+}
+
+// With float32 q and dim_v 24 the products run in float32; with bf16 q and dim_v 64 on
+// vdpbf16ps where the target and CPU have AVX512-BF16 (P rounded by default).
+void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v) {
+  Shape shape = ragged_shape();
+  shape.dim_v = dim_v;
   shape.sequences.push_back({1200, 1});
   shape.sequences.push_back({1100, 1});
   shape.share_prefix = false;
-  const Tokens tokens = make_tokens(shape, CacheDType::bf16, 11);
+  const Tokens tokens = make_tokens(shape, CacheDType::bf16, 11, q_dtype);
   Options options;
   options.causal = true;
   options.window = {900, -1};
@@ -439,7 +501,7 @@ TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
     Subset back = subset(p, tokens, reversed);
     PagePool keys = p.pool(false), values = p.pool(true);
     const PagedOutput reordered =
-        paged_attention(back.q.view(), keys, values,
+        paged_attention(queries_in(back.q, tokens.q_dtype).view(), keys, values,
                         {back.query_start, back.seq_lens, back.table, p.max_pages}, options);
     for (Index s = 0; s < sequences; ++s) {
       SCOPED_TRACE("sequence " + std::to_string(s));
@@ -449,7 +511,7 @@ TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
         Options o = options;
         o.threads = threads;
         const PagedOutput got =
-            paged_attention(alone.q.view(), keys, values,
+            paged_attention(queries_in(alone.q, tokens.q_dtype).view(), keys, values,
                             {alone.query_start, alone.seq_lens, alone.table, p.max_pages}, o);
         EXPECT_TRUE(same_bytes(bits_of(got, alone.query_start, 0, s), want))
             << "alone, " << threads << " threads";
@@ -470,6 +532,11 @@ TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
       }
     }
   });
+}
+
+TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
+  expect_bits_are_each_sequences_own(DType::f32, 24);
+  expect_bits_are_each_sequences_own(DType::bf16, 64);
 }
 
 TEST(Paged, SharingPagesChangesNoBit) {
@@ -508,8 +575,9 @@ std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Op
     const std::vector<std::int32_t> starts{0, static_cast<std::int32_t>(n),
                                            static_cast<std::int32_t>(n + 1)};
     const std::vector<std::int32_t> lengths{static_cast<std::int32_t>(begin + n), other_length};
-    const PagedOutput out = paged_attention(q.view(), p.pool(false), p.pool(true),
-                                            {starts, lengths, p.table, p.max_pages}, options);
+    const PagedOutput out =
+        paged_attention(queries_in(q, tokens.q_dtype).view(), p.pool(false), p.pool(true),
+                        {starts, lengths, p.table, p.max_pages}, options);
     const std::vector<float> bits = row_bits(out, 0, n);
     context.insert(context.end(), bits.begin(), bits.begin() + n * heads * dim_v);
     lse.insert(lse.end(), bits.begin() + n * heads * dim_v, bits.end());
@@ -520,29 +588,36 @@ std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Op
 
 // A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
 // at once: each query's bits are the same (a window, so that the runs' first keys differ).
+// The same for a bf16 cache with bf16 q and dim_v 64 (vdpbf16ps where the CPU has it).
 TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   constexpr Index kPrompt = 1100;
-  Shape shape;
-  shape.sequences = {{kPrompt, kPrompt}, {600, 1}};
-  const Tokens tokens = make_tokens(shape, CacheDType::f16, 29);
-  Options options;
-  options.causal = true;
-  options.window = {300, -1};
-  options.softcap = 20.0;
-  for_each_target([&] {
-    Paged p = make_paged(shape, {CacheDType::f16, 16, PageLayout::token_major, true}, tokens, 31);
-    const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
-    for (const Index chunk : {1, 7, 64}) {
-      SCOPED_TRACE("chunks of " + std::to_string(chunk));
-      EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, chunk), want));
-    }
-  });
+  for (const CacheDType dtype : {CacheDType::f16, CacheDType::bf16}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    Shape shape;
+    shape.sequences = {{kPrompt, kPrompt}, {600, 1}};
+    if (dtype == CacheDType::bf16) shape.dim_v = 64;
+    const Tokens tokens =
+        make_tokens(shape, dtype, 29, dtype == CacheDType::bf16 ? DType::bf16 : DType::f32);
+    Options options;
+    options.causal = true;
+    options.window = {300, -1};
+    options.softcap = 20.0;
+    for_each_target([&] {
+      Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 31);
+      const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+      for (const Index chunk : {1, 7, 64}) {
+        SCOPED_TRACE("chunks of " + std::to_string(chunk));
+        EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, chunk), want));
+      }
+    });
+  }
 }
 
 // A prefill run (more than DecodeTraits::kWidenRows rows of a KV head) reads each tile of
 // 16-bit or int8 rows widened to float32 once, a query alone reads the stored rows: one
 // query at a time gives the run's bits for every dtype and every tail of d (d % 16 from 0
-// to 15, and d below a vector), on every target.
+// to 15, and d below a vector), on every target; and bf16 q on a bf16 cache (vdpbf16ps
+// where the CPU has it, never widened), with dim_v 32.
 TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
   constexpr Index kPrompt = 45;
   std::vector<Index> dims{1, 2, 3, 5, 128};
@@ -553,16 +628,19 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
        {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
     for (const Index dim : dims) {
       SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim));
-      Shape shape;
-      shape.dim = dim;
-      shape.dim_v = 24;
-      shape.sequences = {{kPrompt, kPrompt}, {20, 1}};
-      const Tokens tokens = make_tokens(shape, dtype, static_cast<unsigned>(dim));
-      for_each_target([&] {
-        Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 5);
-        const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
-        EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, 1), want));
-      });
+      for (const DType q_dtype : {DType::f32, DType::bf16}) {
+        if (q_dtype == DType::bf16 && dtype != CacheDType::bf16) continue;
+        Shape shape;
+        shape.dim = dim;
+        shape.dim_v = q_dtype == DType::bf16 ? 32 : 24;
+        shape.sequences = {{kPrompt, kPrompt}, {20, 1}};
+        const Tokens tokens = make_tokens(shape, dtype, static_cast<unsigned>(dim), q_dtype);
+        for_each_target([&] {
+          Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 5);
+          const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+          EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, 1), want));
+        });
+      }
     }
   }
 }

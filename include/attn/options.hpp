@@ -25,8 +25,9 @@ enum class Backend : std::uint8_t {
 // How the weights P enter the product P V. bf16 (the default): P rounded to bfloat16 once
 // per weight (to nearest, ties to even) where P V runs on bf16 products, as PyTorch's,
 // OpenVINO's and FlashAttention's kernels round it: AMX tiles (bf16 or fp16 V), or
-// AVX512-BF16's vdpbf16ps (bf16 V) on a CPU without AMX; each weight within 2^-8 of
-// itself, at twice the float32 rate or more. Elsewhere, and for float32 V, P stays float32.
+// AVX512-BF16's vdpbf16ps (bf16 V) on a CPU without AMX, and in decode and paged attention
+// over a bf16 cache on a CPU with AVX512-BF16; each weight within 2^-8 of itself, at twice
+// the float32 rate or more. Elsewhere, and for float32 V, P stays float32.
 // exact: float32 P everywhere (on AMX tiles as three exact bf16 parts). The weights and lse
 // outputs are exact either way.
 enum class PvPrecision : std::uint8_t { exact, bf16 };

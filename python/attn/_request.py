@@ -64,8 +64,9 @@ OPTIONS_DOC = """
             kernel's threads. Results do not depend on it.
         pv_precision: "bf16" (the default): the weights rounded to bfloat16 once for the
             product P V where it runs on bf16 products (bf16 or fp16 V on AMX tiles, bf16 V
-            by AVX512-BF16 without AMX), as PyTorch's and FlashAttention's kernels round
-            them, each weight within 2^-8 of itself, at twice the float32 rate or more;
+            by AVX512-BF16 without AMX, a bf16 cache in decode and paged attention), as
+            PyTorch's and FlashAttention's kernels round them, each weight within 2^-8 of
+            itself, at twice the float32 rate or more;
             elsewhere, and for float32 V, it changes nothing. "exact": float32 weights in
             P V everywhere. The weights and lse outputs are exact either way.
         dropout_p: dropout of the weights in P V, for training (PyTorch's and

@@ -30,6 +30,7 @@ void set_step_options(cpu::DecodeProblem& p, const Options& options, Index heads
   p.rule = core::make_score_rule(options, dim);
   p.rule.causal_align = CausalAlign::bottom_right;
   p.threads = options.threads;
+  p.pv_precision = options.pv_precision;
 }
 
 void set_paged_rows(cpu::DecodeProblem& p, const TensorView& q, const PagePool& keys,

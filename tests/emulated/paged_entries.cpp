@@ -22,13 +22,14 @@ namespace {
 using attn::CacheDType;
 using attn::Index;
 
-// q [total_q, Hq, D] float32; key and value pools of `dtype` in `layout` (0: token-major
-// [pages, page_size, Hkv, D], 1: head-major [pages, Hkv, page_size, D]) with int8 scales,
-// one per token and KV head in the pool's layout; query_start [S + 1], seq_lens [S] and table [S,
-// max_pages] int32; causal, a left window and softcap as Options has them. Out: the kernel's
+// q [total_q, Hq, D] of q_dtype (attn::DType: float32 or bfloat16); key and value pools of
+// `dtype` in `layout` (0: token-major [pages, page_size, Hkv, D], 1: head-major [pages, Hkv,
+// page_size, D]) with int8 scales, one per token and KV head in the pool's layout;
+// query_start [S + 1], seq_lens [S] and table [S, max_pages] int32; causal, a left window,
+// softcap and pv_precision (attn::PvPrecision) as Options has them. Out: the kernel's
 // float32 state rows [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).
 struct PagedArgs {
-  const float* q;
+  const void* q;
   const void* keys;
   const void* values;
   float* key_scales;
@@ -46,6 +47,8 @@ struct PagedArgs {
   float* m;
   float* l;
   float* acc;
+  std::int32_t q_dtype;
+  std::int32_t pv_precision;
 };
 
 attn::PagePool pool_of(const PagedArgs& a, bool values) {
@@ -66,7 +69,7 @@ extern "C" __attribute__((visibility("default"))) void emulated_paged(const Page
   attn::cpu::DecodeProblem p;
   const Index total_q = a->query_start[a->sequences];
   const attn::Dims q_shape{1, total_q, a->heads_q, a->dim};
-  const attn::TensorView q(a->q, attn::DType::f32, q_shape,
+  const attn::TensorView q(a->q, static_cast<attn::DType>(a->q_dtype), q_shape,
                            {total_q * a->heads_q * a->dim, a->heads_q * a->dim, a->dim, 1});
   const auto count = [](Index n) { return static_cast<std::size_t>(n); };
   const attn::PagedBatch batch{{a->query_start, count(a->sequences + 1)},
@@ -81,6 +84,7 @@ extern "C" __attribute__((visibility("default"))) void emulated_paged(const Page
   p.rule.softcap = a->softcap;
   p.rule.causal_align = attn::CausalAlign::bottom_right;
   p.threads = 1;
+  p.pv_precision = static_cast<attn::PvPrecision>(a->pv_precision);
   attn::State state = attn::State::empty(attn::DType::f32, 1, a->heads_q, total_q, a->dim_v);
   attn::cpu::HWY_NAMESPACE::DecodeTarget(p, state, 1);
   const Index rows = a->heads_q * total_q;

@@ -4,7 +4,8 @@ by tests/emulated with a one-thread runtime and run on an emulated Sapphire Rapi
 ragged batch, against float64 with tests/paged_test.cpp's bound; and the batch invariance
 tests/paged_test.cpp checks bit for bit on the targets the CPU has, here on AVX-512: each
 sequence alone, and a prefill in chunks, give the batch's (one shot's) state bits. d = 40
-leaves a tail of 8 past the last whole AVX-512 vector."""
+leaves a tail of 8 past the last whole AVX-512 vector. bf16 q over a bf16 cache takes the
+vdpbf16ps products (AVX512-BF16, which the emulated CPU has), exact and rounded P."""
 
 import struct
 
@@ -19,6 +20,9 @@ DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}  # attn::CacheDT
 STORED = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
           "int8": np.int8}
 LAYOUTS = {"token_major": 0, "head_major": 1}
+Q_DTYPES = {"float32": 2, "bfloat16": 1}  # attn::DType
+PV_PRECISIONS = {"exact": 0, "bf16": 1}  # attn::PvPrecision
+ROUNDED_P_NMSE = 1e-5  # tests/paged_test.cpp: each weight within 2^-8 of itself
 HEADS_Q, HEADS_KV, DIM, DIM_V = 4, 2, 40, 24
 # (keys, queries) per sequence: a decode token, a draft over a split (merged) context, more
 # queries than keys, a sequence holding keys only, an empty one asked for queries, and a
@@ -30,9 +34,11 @@ class _Batch:
     """Pools holding every sequence's tokens on shuffled pages (a table that is not monotone,
     spare pages between), and the float64 values they hold."""
 
-    def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7):
+    def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7, q_dtype="float32",
+                 dim_v=DIM_V):
         rng = np.random.default_rng(seed)
         self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
+        self.q_dtype, self.dim_v = q_dtype, dim_v
         self.max_pages = max(1, max(-(-length // page) for length, _ in sequences))
         self.pages = 2 * len(sequences) * self.max_pages
         order = rng.permutation(self.pages)
@@ -40,26 +46,26 @@ class _Batch:
         shape = (self.pages, page, HEADS_KV) if layout == "token_major" else (
             self.pages, HEADS_KV, page)
         self.keys = np.zeros(shape + (DIM,), STORED[dtype])
-        self.values = np.zeros(shape + (DIM_V,), STORED[dtype])
+        self.values = np.zeros(shape + (dim_v,), STORED[dtype])
         self.key_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)  # per token
         self.value_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)
         self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
         for s, (length, _) in enumerate(sequences):
             self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
             k = np.zeros((HEADS_KV, length, DIM))
-            v = np.zeros((HEADS_KV, length, DIM_V))
+            v = np.zeros((HEADS_KV, length, dim_v))
             for t in range(length):
                 page_index, slot = self.table[s][t // page], t % page
                 for h in range(HEADS_KV):
                     at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
                     k[h, t] = self._store(self.keys, at, rng.standard_normal(DIM),
                                           self.key_scales[at])
-                    v[h, t] = self._store(self.values, at, rng.standard_normal(DIM_V),
+                    v[h, t] = self._store(self.values, at, rng.standard_normal(dim_v),
                                           self.value_scales[at])
             self.k.append(k)
             self.v.append(v)
         self.q = rng.standard_normal((sum(n for _, n in sequences), HEADS_Q, DIM)).astype(
-            np.float32)
+            STORED[q_dtype])
 
     def _store(self, pool, at, x, scale):
         if self.dtype == "int8":
@@ -68,7 +74,8 @@ class _Batch:
         pool[at] = x.astype(STORED[self.dtype])
         return pool[at].astype(np.float64)
 
-    def run(self, emulator, q, sequences, table, window_left=-1, softcap=0.0):
+    def run(self, emulator, q, sequences, table, window_left=-1, softcap=0.0,
+            pv_precision="bf16"):
         """The kernel's causal state rows for queries q [total_q, Hq, d] of `sequences`
         (keys, queries) with `table`: m, l [Hq, total_q] and acc [Hq, total_q, Dv],
         float32."""
@@ -78,32 +85,32 @@ class _Batch:
         starts = np.concatenate([[0], np.cumsum([n for _, n in sequences])]).astype(np.int32)
         lengths = np.array([length for length, _ in sequences], np.int32)
         rows = HEADS_Q * total_q
-        m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64)) for n in (rows, rows, rows * DIM_V))
+        m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64))
+                              for n in (rows, rows, rows * self.dim_v))
         int8 = self.dtype == "int8"
         args = struct.pack(
-            "<QQQQQiiiiQQQqqqqqqqqddQQQ", put(np.ascontiguousarray(q, np.float32).tobytes()),
+            "<QQQQQiiiiQQQqqqqqqqqddQQQii",
+            put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
             put(self.keys.tobytes()), put(self.values.tobytes()),
             put(self.key_scales.tobytes()) if int8 else 0,
             put(self.value_scales.tobytes()) if int8 else 0, DTYPES[self.dtype],
             LAYOUTS[self.layout], 1, len(sequences), put(starts.tobytes()),
             put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
-            self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, DIM, DIM_V, window_left,
-            1 / np.sqrt(DIM), softcap, m_at, l_at, acc_at)
+            self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, DIM, self.dim_v,
+            window_left, 1 / np.sqrt(DIM), softcap, m_at, l_at, acc_at, Q_DTYPES[self.q_dtype],
+            PV_PRECISIONS[pv_precision])
         emulator.call("emulated_paged", put(args))
 
         def read(at, count):
             return np.frombuffer(emulator.read(at, 4 * count), np.float32).copy()
 
         return (read(m_at, rows).reshape(HEADS_Q, total_q), read(l_at, rows).reshape(
-            HEADS_Q, total_q), read(acc_at, rows * DIM_V).reshape(HEADS_Q, total_q, DIM_V))
+            HEADS_Q, total_q), read(acc_at, rows * self.dim_v).reshape(HEADS_Q, total_q,
+                                                                        self.dim_v))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("page", [16, 5])
-def test_paged_matches_float64(emulator, dtype, layout, page):
-    batch = _Batch(dtype, layout, page)
-    m, l, acc = batch.run(emulator, batch.q, batch.sequences, batch.table)
+def _expect_matches_float64(batch, state, context_nmse=CONTEXT_NMSE):
+    m, l, acc = state
     assert np.all(np.isfinite(acc)) and np.all(np.isfinite(l))
     first = 0
     for s, (length, n_q) in enumerate(batch.sequences):
@@ -123,9 +130,31 @@ def test_paged_matches_float64(emulator, dtype, layout, page):
             continue
         got = acc[:, rows][sees] / l[:, rows][sees][:, None]
         err = np.sum((got - want[sees]) ** 2) / np.sum(want[sees] ** 2)
-        assert err < CONTEXT_NMSE, f"sequence {s}: NMSE {err:.3g}"
+        assert err < context_nmse, f"sequence {s}: NMSE {err:.3g}"
         lse = m[:, rows][sees] + np.log(l[:, rows][sees].astype(np.float64))
         assert np.abs(lse - want_lse[sees]).max() < 2e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("page", [16, 5])
+def test_paged_matches_float64(emulator, dtype, layout, page):
+    batch = _Batch(dtype, layout, page)
+    _expect_matches_float64(batch, batch.run(emulator, batch.q, batch.sequences, batch.table))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("page", [16, 5])
+def test_bf16_products_match_float64(emulator, layout, page):
+    """A bf16 cache with bf16 q (d 40: 8 past the last 32 pairs) and dim_v 64: the scores and
+    P V on vdpbf16ps (cpu/tile/bf16_pairs-inl.h), exact P within float32's bound and rounded
+    P (the default) within bf16's, its bits not exact P's."""
+    batch = _Batch("bfloat16", layout, page, q_dtype="bfloat16", dim_v=64)
+    exact = batch.run(emulator, batch.q, batch.sequences, batch.table, pv_precision="exact")
+    _expect_matches_float64(batch, exact)
+    rounded = batch.run(emulator, batch.q, batch.sequences, batch.table)
+    _expect_matches_float64(batch, rounded, ROUNDED_P_NMSE)
+    assert rounded[2].tobytes() != exact[2].tobytes()
 
 
 def _rows(state, first, count):
@@ -148,12 +177,15 @@ def test_each_sequence_alone_gives_the_batchs_bits(emulator, dtype):
 
 
 @pytest.mark.parametrize("chunk", [1, 7])
-def test_chunked_prefill_gives_one_shots_bits(emulator, chunk):
-    """A 70-query prefill (a run of 32 queries is 64 rows a KV head: widened tiles) in
-    chunks, each chunk's queries the newest of the keys so far, with a window (so a chunk's
-    first visible key is not a tile's) and softcap."""
+@pytest.mark.parametrize("q_dtype", Q_DTYPES)
+def test_chunked_prefill_gives_one_shots_bits(emulator, chunk, q_dtype):
+    """A 70-query prefill (a run of 32 queries is 64 rows a KV head: widened tiles for
+    float32 q, vdpbf16ps products for bf16 q and dim_v 64) in chunks, each chunk's queries
+    the newest of the keys so far, with a window (so a chunk's first visible key is not a
+    tile's, nor even) and softcap."""
     prompt, window, softcap = 70, 23, 20.0
-    batch = _Batch("bfloat16", "head_major", 16, sequences=[(prompt, prompt)])
+    batch = _Batch("bfloat16", "head_major", 16, sequences=[(prompt, prompt)], q_dtype=q_dtype,
+                   dim_v=DIM_V if q_dtype == "float32" else 64)
     whole = batch.run(emulator, batch.q, batch.sequences, batch.table, window, softcap)
     for begin in range(0, prompt, chunk):
         n = min(chunk, prompt - begin)

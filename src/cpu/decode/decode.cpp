@@ -7,13 +7,13 @@
 // keys go by tiles of one page (or a few small pages), every KV head of a tile in turn,
 // which is the order of the pages' memory. Per tile and KV head, with the pieces of
 // cpu/tile/: scores for blocks of the head's rows by the dot micro-kernel (K converted to
-// float32 in registers), then per softmax step of kSoftmaxKeys keys the shared shaper and
-// online softmax per row and P V into the row's accumulator. Each task leaves one state per
-// row; the states of a row's parts are merged in key order afterwards by the shared state
-// merge, so threads only change who computes a part, never what is merged in which order.
-// Every kernel here computes a row alone (the NR-row kernels give each row the bits of the
-// one-row kernel), which with the fixed cuts of DecodeTraits makes a row's bits its own.
-// Keys outside a row's causal/window range are not read for that row (scores set to
+// float32 in registers, or bf16 pairs by vdpbf16ps: Bf16Products), then per softmax step of
+// kSoftmaxKeys keys the shared shaper and online softmax per row and P V into the row's
+// accumulator. Each task leaves one state per row; the states of a row's parts are merged in key
+// order afterwards by the shared state merge, so threads only change who computes a part, never
+// what is merged in which order. Every kernel here computes a row alone (the NR-row kernels give
+// each row the bits of the one-row kernel), which with the fixed cuts of DecodeTraits makes a row's
+// bits its own. Keys outside a row's causal/window range are not read for that row (scores set to
 // -inf, value rows skipped), so NaN in them never reaches the output.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/decode/decode.cpp"
@@ -35,11 +35,13 @@
 #include "core/element_type.hpp"
 #include "core/rotary.hpp"
 #include "core/visible_keys.hpp"
+#include "cpu/bf16_dot.hpp"
 #include "cpu/decode/decode.hpp"
 #include "cpu/decode/parts.hpp"
 #include "cpu/decode/traits.hpp"
 #include "cpu/threads.hpp"
 
+#include "cpu/tile/bf16_pairs-inl.h"
 #include "cpu/tile/context_kernels-inl.h"
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/score_kernels-inl.h"
@@ -94,7 +96,8 @@ struct Scratch {
         key_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim)),
         value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
         rotated(tile::scratch_buffer<double>(dim)),
-        rotated_floats(tile::scratch_buffer<float>(dim)) {}
+        rotated_floats(tile::scratch_buffer<float>(dim)),
+        query_bf16(tile::scratch_buffer<bfloat16>(rows * dim)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
@@ -107,7 +110,23 @@ struct Scratch {
   const float* value_rows[Traits::kKeyTile];
   hwy::AlignedFreeUniquePtr<double[]> rotated;        // [dim]: a query row being rotated
   hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
+  hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;   // [rows][dim]: q as given (bf16 scores)
 };
+
+// Which products run on AVX512-BF16's vdpbf16ps (cpu/tile/bf16_pairs-inl.h): a bf16 cache
+// on an AVX-512 target of a CPU that has it, the scores where q is bf16 as given (rotary
+// rounds rotated rows to float32), P V where P is rounded (pv_precision bf16) and dim_v a
+// multiple of 32. Chosen per call, never by row count, so that a row's bits stay its own.
+struct Bf16Products {
+  bool scores = false, context = false;
+};
+
+template <class T>
+Bf16Products bf16_products(const DecodeProblem& p) {
+  if (!ATTN_TILE_BF16_DOT || !std::is_same_v<T, bfloat16> || !has_bf16_dot()) return {};
+  return {p.q_dtype == DType::bf16 && p.rotary == nullptr,
+          p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
+}
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key.
 template <class T>
@@ -176,8 +195,14 @@ class TaskKernel {
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
     std::copy_n(s_.row_max.get(), all_rows, partial_.m.data_as<float>() + offset);
     std::copy_n(s_.row_sum.get(), all_rows, partial_.l.data_as<float>() + offset);
-    std::copy_n(s_.acc.get(), all_rows * p_.dim_v,
-                partial_.acc.data_as<float>() + offset * p_.dim_v);
+    float* acc = partial_.acc.data_as<float>() + offset * p_.dim_v;
+    if (!bf16_.context) {
+      std::copy_n(s_.acc.get(), all_rows * p_.dim_v, acc);
+      return;
+    }
+    for (Index r = 0; r < all_rows; ++r)
+      for (Index d = 0; d < p_.dim_v; ++d)
+        acc[r * p_.dim_v + d] = s_.acc[r * p_.dim_v + tile::paired_position(d)];
   }
 
  private:
@@ -198,6 +223,12 @@ class TaskKernel {
       using Q = decltype(tag);
       const Q* q = static_cast<const Q*>(p_.q) + p_.q_rows.at(seq, head, i);
       const auto scale = static_cast<float>(p_.rule.scale);
+      if constexpr (std::is_same_v<Q, bfloat16>) {
+        if (bf16_.scores) {
+          std::copy_n(q, p_.dim, s_.query_bf16.get() + r * p_.dim);
+          return;
+        }
+      }
       if (p_.rotary == nullptr) {
         tile::scaled_query(q, p_.dim, scale, s_.queries.get() + r * p_.dim);
         return;
@@ -233,8 +264,10 @@ class TaskKernel {
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
-        rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
-        rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
+        if constexpr (kInt8) {
+          rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
+          rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
+        }
       }
     }
   }
@@ -273,7 +306,8 @@ class TaskKernel {
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
     // for every block, and the bits are the same.
-    if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows) {
+    if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows && !bf16_.scores &&
+        !bf16_.context) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
     }
@@ -312,6 +346,11 @@ class TaskKernel {
   template <class K>
   void score_rows(Index r0, Index block_rows, const K* const* keys, Index count,
                   const Lookahead* ahead) {
+#if ATTN_TILE_BF16_DOT
+    if constexpr (std::is_same_v<K, bfloat16>) {
+      if (bf16_.scores) return score_rows_bf16(r0, block_rows, keys, count, ahead);
+    }
+#endif
     switch (block_rows) {
       case 4:
         return score_rows_n<4>(r0, keys, count, ahead);
@@ -346,14 +385,67 @@ class TaskKernel {
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
     if (k < count) {
-      // The last keys, the last one repeated to fill the block; the tile's scores have
-      // room, since kKeyTile is a multiple of the block.
       const K* last[kBlockKeys];
-      for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
-      tile::scores_by_dot<K, NR>(q, last, p_.dim, at(k).data());
+      tile::scores_by_dot<K, NR>(q, last_keys<kBlockKeys>(keys, k, count, last), p_.dim,
+                                 at(k).data());
     }
     if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
   }
+
+  // The last keys [k, count) of a tile, the last one repeated to fill a block of kBlockKeys
+  // (the tile's scores have room, since kKeyTile is a multiple of the block), in `last`.
+  template <Index kBlockKeys, class K>
+  static const K* const* last_keys(const K* const* keys, Index k, Index count, const K** last) {
+    for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
+    return last;
+  }
+
+#if ATTN_TILE_BF16_DOT
+  // score_rows on AVX512-BF16 (bf16_.scores): the same blocks and requests ahead, q as
+  // given, the scale after the sums.
+  ATTN_BF16_TARGET void score_rows_bf16(Index r0, Index block_rows, const bfloat16* const* keys,
+                                        Index count, const Lookahead* ahead) {
+    switch (block_rows) {
+      case 4:
+        return score_rows_bf16_n<4>(r0, keys, count, ahead);
+      case 3:
+        return score_rows_bf16_n<3>(r0, keys, count, ahead);
+      case 2:
+        return score_rows_bf16_n<2>(r0, keys, count, ahead);
+      default:
+        return score_rows_bf16_n<1>(r0, keys, count, ahead);
+    }
+  }
+
+  template <int NR>
+  ATTN_BF16_TARGET HWY_INLINE void score_rows_bf16_n(Index r0, const bfloat16* const* keys,
+                                                     Index count, const Lookahead* ahead) {
+    constexpr Index kBlockKeys = tile::kDotKeys<NR>;
+    const auto scale = static_cast<float>(p_.rule.scale);
+    const bfloat16* q[NR];
+    float* out[NR];
+    for (int r = 0; r < NR; ++r) {
+      q[r] = s_.query_bf16.get() + (r0 + r) * p_.dim;
+      out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
+    }
+    const auto at = [&](Index k) {
+      std::array<float*, NR> scores;
+      for (int r = 0; r < NR; ++r) scores[r] = out[r] + k;
+      return scores;
+    };
+    Index k = 0;
+    for (; k + kBlockKeys <= count; k += kBlockKeys) {
+      tile::scores_by_dot_bf16<NR>(q, keys + k, p_.dim, scale, at(k).data());
+      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
+    }
+    if (k < count) {
+      const bfloat16* last[kBlockKeys];
+      tile::scores_by_dot_bf16<NR>(q, last_keys<kBlockKeys>(keys, k, count, last), p_.dim, scale,
+                                   at(k).data());
+    }
+    if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
+  }
+#endif
 
   // Keys [first, end) of the softmax step from key `step` that row r sees.
   std::pair<Index, Index> step_keys(Index r, Index step) const {
@@ -426,13 +518,17 @@ class TaskKernel {
     };
     bool same = true;
     for (Index r = r0 + 1; r < r0 + block_rows; ++r) same = same && range(r) == range(r0);
-    if (same && block_rows == 4) return accumulate_n<4>(r0, values, range(r0));
-    if (same && block_rows == 2) return accumulate_n<2>(r0, values, range(r0));
-    for (Index r = r0; r < r0 + block_rows; ++r) accumulate_n<1>(r, values, range(r));
+    const Index origin = step - t0;
+    if (same && block_rows == 4) return accumulate_n<4>(r0, values, origin, range(r0));
+    if (same && block_rows == 2) return accumulate_n<2>(r0, values, origin, range(r0));
+    for (Index r = r0; r < r0 + block_rows; ++r) accumulate_n<1>(r, values, origin, range(r));
   }
 
+  // P V of NR rows over the keys [first, end) of the softmax step from key `origin` (all
+  // relative to the tile).
   template <int NR, class K>
-  void accumulate_n(Index r0, const K* const* values, std::pair<Index, Index> keys) {
+  void accumulate_n(Index r0, const K* const* values, [[maybe_unused]] Index origin,
+                    std::pair<Index, Index> keys) {
     if (keys.first >= keys.second) return;
     float* acc[NR];
     const float* p[NR];
@@ -440,8 +536,24 @@ class TaskKernel {
       acc[r] = s_.acc.get() + (r0 + r) * p_.dim_v;
       p[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
     }
+#if ATTN_TILE_BF16_DOT
+    if constexpr (std::is_same_v<K, bfloat16>) {
+      if (bf16_.context) return context_by_pairs<NR>(acc, p, values, origin, keys);
+    }
+#endif
     tile::context_by_rows<K, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
   }
+
+#if ATTN_TILE_BF16_DOT
+  // accumulate_n's P V on AVX512-BF16 (bf16_.context): P rounded to bf16, keys in pairs from
+  // the step's first key, the accumulators in tile::paired_position's order.
+  template <int NR>
+  ATTN_BF16_TARGET void context_by_pairs(float* const* acc, const float* const* p,
+                                         const bfloat16* const* values, Index origin,
+                                         std::pair<Index, Index> keys) const {
+    tile::context_by_pairs_bf16<NR>(acc, p, values, origin, keys.first, keys.second, p_.dim_v);
+  }
+#endif
 
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
 
@@ -450,6 +562,7 @@ class TaskKernel {
   Scratch& s_;
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
+  const Bf16Products bf16_ = bf16_products<T>(p_);
 };
 
 // The state row of (s, head, i) = the partial states of the parts holding it, merged in key

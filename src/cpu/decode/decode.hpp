@@ -38,6 +38,9 @@ struct DecodeProblem {
   Index heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0;
   core::ScoreRule rule;  // causal_align is always bottom-right: the queries are the newest
   int threads = 0;       // Options::threads
+  // Options::pv_precision: bf16 rounds P where P V runs on bf16 products (a bf16 cache on
+  // a CPU with AVX512-BF16).
+  PvPrecision pv_precision = PvPrecision::bf16;
   // Queries are rotated at rotary->positions[query_start[s] + i], or at their key position
   // when it holds none.
   const Rotary* rotary = nullptr;

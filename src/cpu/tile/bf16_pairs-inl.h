@@ -1,0 +1,173 @@
+// The dot-layout micro-kernels of bf16 rows on AVX512-BF16's vdpbf16ps (two products of
+// bf16 pairs added into each float32 lane, exactly multiplied): the twins, for few query
+// rows (decode), of scores_by_dot (score_kernels-inl.h) on bf16 q and K, pairs along d, and
+// of context_by_rows (context_kernels-inl.h) on bf16 V with P rounded to bf16, pairs along
+// keys. Compiled on the x86 AVX-512 targets only (ATTN_TILE_BF16_DOT), with AVX512-BF16
+// added to the target's features (ATTN_BF16_TARGET); a caller reaches them only where
+// has_bf16_dot() (cpu/bf16_dot.hpp) says the CPU runs it, from a function of that target.
+#if defined(ATTN_CPU_TILE_BF16_PAIRS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_CPU_TILE_BF16_PAIRS_INL_H_
+#undef ATTN_CPU_TILE_BF16_PAIRS_INL_H_
+#else
+#define ATTN_CPU_TILE_BF16_PAIRS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "attn/half.hpp"
+#include "attn/tensor.hpp"
+
+#include "cpu/tile/score_kernels-inl.h"
+#include "cpu/tile/target-inl.h"
+
+#undef ATTN_TILE_BF16_DOT
+#undef ATTN_BF16_TARGET
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define ATTN_TILE_BF16_DOT 1
+// This target's features and AVX512-BF16 (clang takes a function's target attribute in
+// place of the target's, so the attribute names both).
+#define ATTN_BF16_TARGET __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+#include <immintrin.h>
+#else
+#define ATTN_TILE_BF16_DOT 0
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attn::cpu::HWY_NAMESPACE {
+namespace tile {
+
+// bf16 elements in a vector: a pair per float32 lane.
+inline constexpr Index kBf16PerVector = 32;
+
+// Where context_by_pairs_bf16 keeps value dim d of a row's accumulator: value dims go in
+// blocks of 32, each as vpunpcklwd / vpunpckhwd pair two value rows, 128 bits at a time.
+// So position c + 4 b + m holds dim c + 8 b + m and position c + 16 + 4 b + m dim
+// c + 8 b + 4 + m (block c, 128-bit lane b < 4, m < 4). On every target, for the code that
+// reads the accumulators back.
+inline Index paired_position(Index d) {
+  const Index c = d - d % kBf16PerVector, in = d % kBf16PerVector;
+  return c + (in % 8 < 4 ? 0 : 16) + in / 8 * 4 + in % 4;
+}
+
+#if ATTN_TILE_BF16_DOT
+
+// The 32 bf16 of a row from element d, those past `dim` read as zero.
+ATTN_BF16_TARGET HWY_INLINE __m512bh load_bf16_pairs(const bfloat16* row, Index d, Index dim) {
+  if (d + kBf16PerVector <= dim) return (__m512bh)_mm512_loadu_si512(row + d);
+  const auto valid = static_cast<__mmask32>((std::uint64_t{1} << (dim - d)) - 1);
+  return (__m512bh)_mm512_maskz_loadu_epi16(valid, row + d);
+}
+
+// scores[r][k] = scale * (q[r] . key[k]) for NR rows and kDotKeys<NR> keys, bf16 q and keys
+// of any dim: lane-wise vdpbf16ps chains over d (the last pairs past dim zero), the shuffle
+// tree of scores_by_dot, then the scale. q: NR rows of [dim] bf16  keys: kDotKeys<NR> rows
+// of [dim] bf16 (repeat the last key of a short block)  scores: NR rows of kDotKeys<NR>.
+template <int NR>
+ATTN_BF16_TARGET HWY_INLINE void scores_by_dot_bf16(const bfloat16* const* q,
+                                                    const bfloat16* const* keys, Index dim,
+                                                    float scale, float* const* scores) {
+  constexpr int KK = kDotKeys<NR>;
+  const DF df;
+  __m512 acc[NR][KK];
+  for (int r = 0; r < NR; ++r)
+    for (int k = 0; k < KK; ++k) acc[r][k] = _mm512_setzero_ps();
+  for (Index d = 0; d < dim; d += kBf16PerVector) {
+    __m512bh key[KK];
+    for (int k = 0; k < KK; ++k) key[k] = load_bf16_pairs(keys[k], d, dim);
+    for (int r = 0; r < NR; ++r) {
+      const __m512bh query = load_bf16_pairs(q[r], d, dim);
+      for (int k = 0; k < KK; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], query, key[k]);
+    }
+  }
+  // The NR * KK sums four a tree, in row-major order (zero vectors past the last).
+  const auto sum = [&](int i) { return i < NR * KK ? VF{acc[i / KK][i % KK]} : hn::Zero(df); };
+  for (int i = 0; i < NR * KK; i += 4) {
+    alignas(16) float sums[4];
+    sums_of_lanes4(df, sum(i), sum(i + 1), sum(i + 2), sum(i + 3), sums);
+    for (int j = i; j < NR * KK && j < i + 4; ++j) scores[j / KK][j % KK] = sums[j - i] * scale;
+  }
+}
+
+// Value dims [c, c + 32 W) of context_by_pairs_bf16's rows: weight_pairs[r][i] the bf16
+// weights of keys 2 i and 2 i + 1, rows[j] key j's value row or nullptr (a zero row).
+template <int NR, int W>
+ATTN_BF16_TARGET HWY_INLINE void context_pairs_block(float* const* acc,
+                                                     const std::uint32_t (*weight_pairs)[8],
+                                                     const bfloat16* const* rows, Index pairs,
+                                                     Index c) {
+  __m512 sums[NR][W][2];
+  for (int r = 0; r < NR; ++r)
+    for (int w = 0; w < W; ++w)
+      for (int h = 0; h < 2; ++h) {
+        sums[r][w][h] = _mm512_loadu_ps(acc[r] + c + w * kBf16PerVector + h * 16);
+      }
+  for (Index i = 0; i < pairs; ++i) {
+    __m512bh weights[NR];
+    for (int r = 0; r < NR; ++r) {
+      weights[r] = (__m512bh)_mm512_set1_epi32(static_cast<std::int32_t>(weight_pairs[r][i]));
+    }
+    const bfloat16 *first = rows[2 * i], *second = rows[2 * i + 1];
+    for (int w = 0; w < W; ++w) {
+      const Index d = c + w * kBf16PerVector;
+      const __m512i a = first == nullptr ? _mm512_setzero_si512() : _mm512_loadu_si512(first + d);
+      const __m512i b = second == nullptr ? _mm512_setzero_si512() : _mm512_loadu_si512(second + d);
+      const auto low = (__m512bh)_mm512_unpacklo_epi16(a, b);
+      const auto high = (__m512bh)_mm512_unpackhi_epi16(a, b);
+      for (int r = 0; r < NR; ++r) {
+        sums[r][w][0] = _mm512_dpbf16_ps(sums[r][w][0], low, weights[r]);
+        sums[r][w][1] = _mm512_dpbf16_ps(sums[r][w][1], high, weights[r]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int w = 0; w < W; ++w)
+      for (int h = 0; h < 2; ++h) {
+        _mm512_storeu_ps(acc[r] + c + w * kBf16PerVector + h * 16, sums[r][w][h]);
+      }
+}
+
+// acc[r] += sum over keys t in [first, end) of p[r][t] V[t], P rounded to bf16 (to nearest,
+// ties to even), for NR rows of one softmax step: keys go in pairs (origin + 2 i,
+// origin + 2 i + 1), a key outside [first, end) taking weight 0 and a zero value row, so
+// that a row's sum is the same chain of pairs whatever rows share the call. At most 16
+// keys from origin; dim_v a multiple of 32; acc in the order of paired_position.
+template <int NR>
+ATTN_BF16_TARGET HWY_INLINE void context_by_pairs_bf16(float* const* acc, const float* const* p,
+                                                       const bfloat16* const* values, Index origin,
+                                                       Index first, Index end, Index dim_v) {
+  constexpr Index kMostKeys = 16;
+  const Index pair_first = first - (first - origin) % 2;
+  const Index pairs = (end - pair_first + 1) / 2;
+  // The step's weights in bf16, two keys per 32-bit word (the first key in the low half).
+  const auto visible = static_cast<__mmask16>(((std::uint32_t{1} << (end - pair_first)) - 1) &
+                                              ~((std::uint32_t{1} << (first - pair_first)) - 1));
+  alignas(32) std::uint32_t weight_pairs[NR][kMostKeys / 2];
+  for (int r = 0; r < NR; ++r) {
+    const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(visible, p[r] + pair_first));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(weight_pairs[r]), (__m256i)rounded);
+  }
+  const bfloat16* rows[kMostKeys];
+  for (Index j = 0; j < 2 * pairs; ++j) {
+    const Index t = pair_first + j;
+    rows[j] = t >= first && t < end ? values[t] : nullptr;
+  }
+  // W blocks of 32 value dims at a time: NR * W * 2 accumulators, at most 16.
+  constexpr int W = NR <= 2 ? 4 : 2;
+  Index c = 0;
+  for (; c + W * kBf16PerVector <= dim_v; c += W * kBf16PerVector) {
+    context_pairs_block<NR, W>(acc, weight_pairs, rows, pairs, c);
+  }
+  for (; c < dim_v; c += kBf16PerVector)
+    context_pairs_block<NR, 1>(acc, weight_pairs, rows, pairs, c);
+}
+
+#endif  // ATTN_TILE_BF16_DOT
+
+}  // namespace tile
+}  // namespace attn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggled per target

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -89,13 +90,27 @@ int main(int argc, char** argv) {
   bool quick = false;
   int repetitions = 5;
   std::vector<std::string> format_names{"f16"};
+  std::vector<std::string> case_names;
+  std::vector<Index> heads_q_choices(std::begin(kHeadsQChoices), std::end(kHeadsQChoices));
   app.add_flag("--quick", quick, "leave out Lk = 262144");
+  app.add_option("--cases", case_names, "only these cases (B1_Lk4096, B1_Lk32768, ...)")
+      ->delimiter(',');
+  app.add_option("--heads-q", heads_q_choices, "query heads per step (8, 32 by default)")
+      ->delimiter(',')
+      ->check(CLI::Range(Index{1}, Index{1024}));
   app.add_option("--formats", format_names,
                  "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  for (const Index heads_q : heads_q_choices) {
+    if (heads_q % kHeadsKv != 0) {
+      std::fprintf(stderr, "--heads-q: expected multiples of %lld (the KV heads), given %lld\n",
+                   static_cast<long long>(kHeadsKv), static_cast<long long>(heads_q));
+      return 2;
+    }
+  }
   std::vector<Format> formats;
   try {
     for (const std::string& name : format_names) formats.push_back(format_of(name));
@@ -113,6 +128,11 @@ int main(int argc, char** argv) {
   DecodeCase batch{"B16_mixed", {}};
   for (Index i = 0; i < 16; ++i) batch.lengths.push_back(1024 + (i * 11117) % 31744);
   cases.push_back(batch);
+  if (!case_names.empty()) {
+    std::erase_if(cases, [&](const DecodeCase& c) {
+      return std::find(case_names.begin(), case_names.end(), c.name) == case_names.end();
+    });
+  }
 
   constexpr int kMaxThreads = 2;
   MemoryBandwidthProbe probe(kMaxThreads);
@@ -141,7 +161,7 @@ int main(int argc, char** argv) {
     const auto sequences = static_cast<Index>(c.lengths.size());
     std::vector<StepQueries> steps;
     for (std::size_t f = 0; f < formats.size(); ++f) {
-      for (const Index heads_q : kHeadsQChoices) {
+      for (const Index heads_q : heads_q_choices) {
         Tensor q(formats[f].queries, {sequences, heads_q, 1, kDim});
         for (Index i = 0; i < q.numel(); ++i) {
           const float value = 0.01f * static_cast<float>(i % 97);

@@ -217,42 +217,44 @@ TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
 }
 
 // pv_precision bf16 on the same cases: P V by vdpbf16ps on each weight rounded to bf16
-// (cpu/bf16_dot.hpp) on the AVX-512 targets, within bf16's rounding of P (worst NMSE seen
-// 2.0e-6 on Zen 4), and not exact P's bits where the plan rounds P; any thread count gives
-// the same bits.
+// (cpu/bf16_dot.hpp; for Lq 2, narrow chunks, on V rows in pairs: cpu/tile/bf16_pairs-inl.h)
+// on the AVX-512 targets, within bf16's rounding of P (worst NMSE seen 2.0e-6 on Zen 4), and
+// not exact P's bits where the plan rounds P; any thread count gives the same bits.
 TEST(FastForwardBf16Dot, RoundedPMatchesReferenceWithinItsRounding) {
   if (!cpu::has_bf16_dot()) {
     GTEST_SKIP() << "this CPU has no AVX512-BF16: P V by vdpbf16ps was not exercised here "
                     "(it runs emulated in tests/python/test_emulated_attention.py)";
   }
-  for (const Index dim : {64, 80, 128, 256}) {
-    SCOPED_TRACE("dim " + std::to_string(dim));
-    Case c;
-    c.heads_q = 4, c.heads_kv = 2, c.len_q = 150, c.len_k = 231, c.dim = c.dim_v = dim;
-    c.causal = dim != 80, c.align = CausalAlign::bottom_right, c.dtype = DType::bf16;
-    testing::Inputs in = testing::make_inputs(c);
-    const ReferenceResult want = run_reference(in);
-    in.options.backend = Backend::fast;
-    const Tensor exact = forward(in.q, in.k, in.v, in.options).context;
-    in.options.pv_precision = PvPrecision::bf16;
-    for_each_target([&] { expect_fast_matches(in, want, kRoundedPContextNmse); });
-    std::vector<Tensor> rounded;
-    for (const int threads : {1, 2, 3}) {
-      in.options.threads = threads;
-      rounded.push_back(forward(in.q, in.k, in.v, in.options).context);
+  for (const Index dim : {64, 80, 128, 256})
+    for (const Index len_q : {150, 2}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + ", Lq " + std::to_string(len_q));
+      Case c;
+      c.heads_q = 4, c.heads_kv = 2, c.len_q = len_q, c.len_k = 231, c.dim = c.dim_v = dim;
+      c.causal = dim != 80, c.align = CausalAlign::bottom_right, c.dtype = DType::bf16;
+      testing::Inputs in = testing::make_inputs(c);
+      const ReferenceResult want = run_reference(in);
+      in.options.backend = Backend::fast;
+      const Tensor exact = forward(in.q, in.k, in.v, in.options).context;
+      in.options.pv_precision = PvPrecision::bf16;
+      for_each_target([&] { expect_fast_matches(in, want, kRoundedPContextNmse); });
+      std::vector<Tensor> rounded;
+      for (const int threads : {1, 2, 3}) {
+        in.options.threads = threads;
+        rounded.push_back(forward(in.q, in.k, in.v, in.options).context);
+      }
+      const auto bytes = [](const Tensor& t) {
+        const auto* data = static_cast<const unsigned char*>(t.data());
+        return std::vector<unsigned char>(data, data + t.nbytes());
+      };
+      // Not exact P's bits where the dispatched target takes vdpbf16ps (a build of fewer
+      // targets, as the TSan one, may dispatch to AVX2, where P stays float32).
+      if (explain(in.q, in.k, in.v, in.options).plan.find("P rounded to bf16") !=
+          std::string::npos) {
+        EXPECT_NE(bytes(rounded[0]), bytes(exact));
+      }
+      EXPECT_EQ(bytes(rounded[1]), bytes(rounded[0]));
+      EXPECT_EQ(bytes(rounded[2]), bytes(rounded[0]));
     }
-    const auto bytes = [](const Tensor& t) {
-      const auto* data = static_cast<const unsigned char*>(t.data());
-      return std::vector<unsigned char>(data, data + t.nbytes());
-    };
-    // Not exact P's bits where the dispatched target takes vdpbf16ps (a build of fewer
-    // targets, as the TSan one, may dispatch to AVX2, where P stays float32).
-    if (explain(in.q, in.k, in.v, in.options).plan.find("P rounded to bf16") != std::string::npos) {
-      EXPECT_NE(bytes(rounded[0]), bytes(exact));
-    }
-    EXPECT_EQ(bytes(rounded[1]), bytes(rounded[0]));
-    EXPECT_EQ(bytes(rounded[2]), bytes(rounded[0]));
-  }
 }
 
 TEST(FastForwardHiddenKeys, NanInHiddenKeysNeverReachesOutput) {

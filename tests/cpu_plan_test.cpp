@@ -130,7 +130,7 @@ TEST(Plan, TheAmxContextServesItemsWithoutNarrowChunks) {
     const Index item_rows = item.positions * p.problem.group_size();
     bool narrow = false;
     for (const cpu::ChunkRows& chunk : plan.chunks(item_rows)) {
-      narrow |= chunk.scores == ScoreKernel::dot;
+      narrow |= cpu::scores_by_dot(chunk.scores);
     }
     const ContextKernel context = plan.context_of(item);
     EXPECT_EQ(context, narrow ? ContextKernel::float_rows : ContextKernel::amx_tiles);
@@ -193,6 +193,33 @@ TEST(Plan, NarrowTilesReadSixteenBitKAndVInPlaceWithoutAMask) {
   EXPECT_FALSE(Plan(problem_of(shaped(2, 2, 1, 300, 64)).problem, kAvx2).narrow_tiles_in_place());
 }
 
+// Narrow chunks of bf16 q and k take vdpbf16ps on an AVX-512 target of a CPU with
+// AVX512-BF16 (any head dim); their in-place tiles' P V too for bf16 V with P rounded and
+// dim_v a multiple of 32.
+TEST(Plan, NarrowChunksOfBf16TakeTheDotInstruction) {
+  Planned bf16 = problem_of(shaped(8, 2, 1, 300, 64, DType::bf16));
+  bf16.problem.pv_precision = PvPrecision::bf16;
+  const Plan zen4(bf16.problem, kZen4);
+  EXPECT_EQ(zen4.narrow_scores(), ScoreKernel::dot_bf16);
+  EXPECT_EQ(zen4.chunk_scores(4), ScoreKernel::dot_bf16);
+  EXPECT_TRUE(zen4.narrow_context_on_pairs());
+  EXPECT_NE(zen4.describe().find("on V rows paired key by key"), std::string::npos);
+  EXPECT_EQ(Plan(bf16.problem, kAvx2).narrow_scores(), ScoreKernel::dot);
+  EXPECT_FALSE(Plan(bf16.problem, kAvx2).narrow_context_on_pairs());
+  EXPECT_EQ(Plan(bf16.problem, PlanTarget{16, true, false, false}).narrow_scores(),
+            ScoreKernel::dot);
+  bf16.problem.pv_precision = PvPrecision::exact;
+  EXPECT_FALSE(Plan(bf16.problem, kZen4).narrow_context_on_pairs());
+  Planned odd = problem_of(shaped(8, 2, 1, 300, 41, DType::bf16));
+  odd.problem.pv_precision = PvPrecision::bf16;
+  EXPECT_EQ(Plan(odd.problem, kZen4).narrow_scores(), ScoreKernel::dot_bf16);
+  EXPECT_FALSE(Plan(odd.problem, kZen4).narrow_context_on_pairs());
+  EXPECT_EQ(Plan(problem_of(shaped(8, 2, 1, 300, 64)).problem, kZen4).narrow_scores(),
+            ScoreKernel::dot);
+  EXPECT_EQ(Plan(problem_of(shaped(8, 2, 1, 300, 64, DType::f16)).problem, kZen4).narrow_scores(),
+            ScoreKernel::dot);
+}
+
 TEST(Plan, KeyTilesAreNarrowerAtWideHeads) {
   EXPECT_EQ(Plan(problem_of(shaped(2, 2, 10, 10, 128)).problem, kAvx2).key_tile(), 128);
   EXPECT_EQ(Plan(problem_of(shaped(2, 2, 10, 10, 256)).problem, kAvx2).key_tile(), 64);
@@ -202,7 +229,8 @@ TEST(Plan, DescribeNamesTheKernels) {
   const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
   const std::string text = Plan(p.problem, kSapphireRapids).describe();
   EXPECT_NE(text.find("AMX bf16 tiles for chunks of more than 8 rows"), std::string::npos) << text;
-  EXPECT_NE(text.find("dot products along d for fewer"), std::string::npos) << text;
+  EXPECT_NE(text.find("AVX512-BF16 dot products along d (vdpbf16ps) for fewer"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("V^T packed per KV head"), std::string::npos) << text;
 }
 

@@ -124,15 +124,18 @@ def test_forward_matches_float64(emulator, dtype, batch, heads_q, heads_kv, len_
 POISONED_KEY = 50  # causal hides it from the rows before it
 
 
-@pytest.mark.parametrize("poisoned", [False, True])
-@pytest.mark.parametrize("batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights",
-                         [case for case in CASES if case[3] * case[1] // case[2] >= 64])
+@pytest.mark.parametrize(
+    "poisoned, batch, heads_q, heads_kv, len_q, len_k, dim, causal, weights",
+    [(poisoned,) + case for case in CASES if case[3] * case[1] // case[2] >= 64
+     for poisoned in (False, True)] +
+    [(False, 1, 4, 4, 1, 160, 64, False, False), (False, 1, 8, 2, 1, 300, 128, False, True)])
 def test_forward_with_p_rounded_to_bf16(emulator, poisoned, batch, heads_q, heads_kv, len_q,
                                         len_k, dim, causal, weights):
-    """pv_precision bf16 on bf16 inputs (items of 64 rows or more per KV head): P V by
-    vdpbf16ps (src/cpu/bf16_dot.cpp), each weight rounded to bf16, so each context element
-    is off float64's by at most 2^-8 of sum_k w_k |v_k| (bf16's unit roundoff) and differs
-    from exact P's; lse and kept weights stay exact. A NaN in one value row reaches only the
+    """pv_precision bf16 on bf16 inputs (items of 64 rows or more per KV head: P V by
+    vdpbf16ps on V^T, src/cpu/bf16_dot.cpp; decoding rows, narrow chunks: on V rows paired
+    key by key, src/cpu/tile/bf16_pairs-inl.h), each weight rounded to bf16, so each context
+    element is off float64's by at most 2^-8 of sum_k w_k |v_k| (bf16's unit roundoff) and
+    differs from exact P's; lse and kept weights stay exact. A NaN in one value row reaches only the
     rows that see it (its span of keys goes key by key, P exact)."""
     case = _Case(emulator, "bfloat16", batch, heads_q, heads_kv, len_q, len_k, dim, causal)
     if poisoned:

@@ -551,7 +551,8 @@ class TaskKernel {
   ATTN_BF16_TARGET void context_by_pairs(float* const* acc, const float* const* p,
                                          const bfloat16* const* values, Index origin,
                                          std::pair<Index, Index> keys) const {
-    tile::context_by_pairs_bf16<NR>(acc, p, values, origin, keys.first, keys.second, p_.dim_v);
+    tile::context_by_pairs_bf16<NR, tile::PairedOrder::paired>(acc, p, values, origin, keys.first,
+                                                               keys.second, p_.dim_v);
   }
 #endif
 

@@ -47,6 +47,7 @@
 
 #include "cpu/amx/key_parts-inl.h"
 #include "cpu/amx/packed_values-inl.h"
+#include "cpu/tile/bf16_pairs-inl.h"
 #include "cpu/tile/context_kernels-inl.h"
 #include "cpu/tile/dropout-inl.h"
 #include "cpu/tile/run-inl.h"
@@ -145,7 +146,7 @@ class ItemKernel {
         with_float_type(p_.k.dtype, [&](auto tag) {
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-            attend_in_place<T>(chunks, tile_end);
+            attend_in_place<T>(chunks, tile_end, std::min<Index>(tile_end + plan_.key_tile(), end));
           }
         });
       } else {
@@ -243,7 +244,7 @@ class ItemKernel {
 
   // K and V widened where they must be, every chunk weighed, then P V for all of them.
   void attend(const TileChunks& chunks, Index tile_first, Index tile_end) {
-    if (decltype(scorer_)::reads_float_keys(chunks)) scorer_.load_keys(tile_first, tile_end);
+    if (scorer_.reads_float_keys(chunks)) scorer_.load_keys(tile_first, tile_end);
     load_values(tile_first, tile_end, !chunks.all_narrow);
     for (Index c = 0; c < chunks.count; ++c) weigh(chunks.chunks[c]);
     const bool values_finite = !chunks.any_partial || tile_values_finite(tile_end - tile_first);
@@ -266,7 +267,7 @@ class ItemKernel {
   // row reading only the value rows it sees. Widening the tile into scratch first took
   // about as long as the rest of the step.
   template <class T>
-  void attend_in_place(const TileChunks& chunks, Index tile_end) {
+  void attend_in_place(const TileChunks& chunks, Index tile_end, Index next_end) {
     const T* keys[WalkTraits::kKeyTile];
     const T* values[WalkTraits::kKeyTile];
     scorer_.stored_key_rows(tile_end, keys);
@@ -275,11 +276,29 @@ class ItemKernel {
       values[j - scorer_.tile_first()] =
           row_of<T>(p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + j);
     }
+    // Each K and V row is read once (decoding): the next tile's rows are asked to L2 while
+    // this one is computed, or the step waits on memory at a fraction of its bandwidth.
+    for (Index j = tile_end; j < next_end; ++j) {
+      prefetch_to_l2(row_of<T>(p_.k, seg.batch, scorer_.kv_head(), seg.k_begin + j),
+                     p_.dim_qk * static_cast<Index>(sizeof(T)));
+      prefetch_to_l2(row_of<T>(p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + j),
+                     dim_v_ * static_cast<Index>(sizeof(T)));
+    }
     for (Index c = 0; c < chunks.count; ++c) {
       const Chunk& chunk = chunks.chunks[c];
       scorer_.score_in_place(chunk, keys);
       after_scores(chunk);
       context_by_rows(chunk, values);
+    }
+  }
+
+  // Asks for every cache line of a row of `bytes` bytes to come to L2. Inlined: GCC takes a
+  // function with no effect but prefetches as pure and deletes calls to it out of line.
+  HWY_INLINE static void prefetch_to_l2(const void* row, Index bytes) {
+    constexpr Index kLine = 64;
+    constexpr int kRead = 0, kToL2 = 1;
+    for (Index offset = 0; offset < bytes; offset += kLine) {
+      __builtin_prefetch(static_cast<const char*>(row) + offset, kRead, kToL2);
     }
   }
 
@@ -375,9 +394,29 @@ class ItemKernel {
         weights[r][j - tile_first] = *scores_at(j, r0 + r);
       }
     }
+#if ATTN_TILE_BF16_DOT
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (plan_.narrow_context_on_pairs()) {
+        return context_by_pairs<NR>(acc, p, values, keys.first - tile_first,
+                                    keys.second - tile_first);
+      }
+    }
+#endif
     tile::context_by_rows<T, NR>(acc, p, values, keys.first - tile_first, keys.second - tile_first,
                                  dim_v_);
   }
+
+#if ATTN_TILE_BF16_DOT
+  // context_by_rows on AVX512-BF16 (Plan::narrow_context_on_pairs): P rounded to bf16, keys
+  // in pairs from the tile's first.
+  template <int NR>
+  ATTN_BF16_TARGET void context_by_pairs(float* const* acc, const float* const* p,
+                                         const bfloat16* const* values, Index first,
+                                         Index end) const {
+    tile::context_by_pairs_bf16<NR, tile::PairedOrder::natural>(acc, p, values, 0, first, end,
+                                                                dim_v_);
+  }
+#endif
 
   // A block with one real row (decoding) runs 1-row blocks, not 4 rows of which 3 pad.
   void context_columns(const RowBlock& block, Index column, Index width) {

@@ -38,6 +38,14 @@ ScoreKernel wide_kernel(const core::Problem& p, const PlanTarget& target) {
   return ScoreKernel::float_chain;
 }
 
+// The kernel of narrow chunks: dot products, on bf16 pairs for bf16 q and k on an AVX-512
+// target of a CPU with AVX512-BF16 (any head dim: the last pairs past it read as zero).
+ScoreKernel narrow_kernel(const core::Problem& p, const PlanTarget& target) {
+  return target.avx512 && target.bf16_dot && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16
+             ? ScoreKernel::dot_bf16
+             : ScoreKernel::dot;
+}
+
 // The context of items with wide chunks on bf16 products, V^T packed: AMX tiles where the
 // scores take them and V has their dtype (bf16, or fp16 as exact parts); else for bf16 V
 // with P rounded (pv_precision bf16) vdpbf16ps beside the AVX512-BF16 scores; else none
@@ -72,6 +80,8 @@ const char* kernel_name(ScoreKernel kernel) {
       return "float32 FMA chains over d, keys broadcast against q^T";
     case ScoreKernel::dot:
       return "dot products along d";
+    case ScoreKernel::dot_bf16:
+      return "AVX512-BF16 dot products along d (vdpbf16ps)";
     case ScoreKernel::bf16_pairs:
       return "AVX512-BF16 dot products (vdpbf16ps)";
     case ScoreKernel::bf16_tiles:
@@ -107,8 +117,12 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
       p.k.dtype == DType::f32 ? rows : std::max<Index>(rows, Traits::kWidenedRowsPerItem);
   positions_per_item_ = std::max<Index>(1, wanted / group_);
   wide_scores_ = wide_kernel(p, target);
+  narrow_scores_ = narrow_kernel(p, target);
   narrow_in_place_ = p.mask_kind == core::MaskKind::none && p.k.dtype == p.v.dtype &&
                      (p.k.dtype == DType::f16 || p.k.dtype == DType::bf16);
+  narrow_pairs_ = narrow_in_place_ && narrow_scores_ == ScoreKernel::dot_bf16 &&
+                  p.v.dtype == DType::bf16 && p.pv_precision == PvPrecision::bf16 &&
+                  p.dim_v % 32 == 0;
 
   bool any_wide = false, enough_rows = false;
   Index packed_bytes = 0;
@@ -171,9 +185,14 @@ std::string Plan::describe() const {
   std::string out = "scores: ";
   out += kernel_name(wide_scores_);
   out += " for chunks of more than " + std::to_string(lanes_ / 2) + " rows, ";
-  out += kernel_name(ScoreKernel::dot);
+  out += kernel_name(narrow_scores_);
   out += " for fewer";
   if (narrow_in_place_) out += " (K and V read where they lie)";
+  if (narrow_pairs_) {
+    out += "; context of tiles of only those: ";
+    out += "AVX512-BF16 dot products (vdpbf16ps) on V rows paired key by key (P rounded to ";
+    out += "bf16, pv_precision bf16)";
+  }
   out += "; context: ";
   out += kernel_name(packed_context_);
   if (packs_values()) {

@@ -22,10 +22,16 @@ namespace attn::cpu {
 enum class ScoreKernel : std::uint8_t {
   float_chain,  // keys broadcast against q^T: one FMA chain over d per score, in order
   dot,          // q and k rows dotted along d, the lanes summed by one shuffle tree
+  dot_bf16,     // the same on bf16 q and k rows by AVX512-BF16's vdpbf16ps, K read in place
   bf16_pairs,   // bf16 q and k by AVX512-BF16's vdpbf16ps, K read in place
   bf16_tiles,   // bf16 q and k on AMX tiles (TDPBF16PS), K read in place
   fp16_parts,   // fp16 q and k on AMX tiles as exact bf16 parts, K split once per call
 };
+
+// Whether a chunk scored by `kernel` is narrow: dot products, rows of q against rows of K.
+inline bool scores_by_dot(ScoreKernel kernel) {
+  return kernel == ScoreKernel::dot || kernel == ScoreKernel::dot_bf16;
+}
 
 // How a work item adds P V into its context.
 enum class ContextKernel : std::uint8_t {
@@ -79,8 +85,10 @@ class Plan {
 
   // The kernel of chunks of more than half a vector of rows, and of a chunk of `rows`.
   ScoreKernel wide_scores() const { return wide_scores_; }
+  // The kernel of chunks of at most half a vector of rows: dot or dot_bf16.
+  ScoreKernel narrow_scores() const { return narrow_scores_; }
   ScoreKernel chunk_scores(Index rows) const {
-    return narrow(rows) ? ScoreKernel::dot : wide_scores_;
+    return narrow(rows) ? narrow_scores_ : wide_scores_;
   }
   // The chunks of an item of `rows` rows, in order; every item's chunks start at its row 0.
   std::vector<ChunkRows> chunks(Index rows) const;
@@ -88,6 +96,9 @@ class Plan {
   // Tiles whose chunks are all narrow read 16-bit K and V rows where they lie (decoding):
   // 16-bit K and V of one dtype, no mask (a masked key's V row would meet a weight of 0).
   bool narrow_tiles_in_place() const { return narrow_in_place_; }
+  // Those tiles' P V of bf16 V by vdpbf16ps on P rounded to bf16 (pv_precision bf16), where
+  // their scores are dot_bf16 and dim_v a multiple of 32 (tile::context_by_pairs_bf16).
+  bool narrow_context_on_pairs() const { return narrow_pairs_; }
   // Wide chunks on fp16 parts read K's parts, split once before the items (KeyParts).
   bool splits_keys() const { return splits_keys_; }
   // Some item multiplies P V on bf16 products (AMX tiles or vdpbf16ps), and V^T is packed
@@ -112,9 +123,9 @@ class Plan {
   bool has_narrow_chunk(Index rows) const;
 
   Index lanes_, group_, heads_kv_, key_tile_, chunk_rows_, positions_per_item_, rows_per_item_ = 0;
-  ScoreKernel wide_scores_ = ScoreKernel::float_chain;
+  ScoreKernel wide_scores_ = ScoreKernel::float_chain, narrow_scores_ = ScoreKernel::dot;
   ContextKernel packed_context_ = ContextKernel::float_rows;
-  bool narrow_in_place_ = false, splits_keys_ = false;
+  bool narrow_in_place_ = false, narrow_pairs_ = false, splits_keys_ = false;
   int weight_parts_ = 0;
   std::vector<WorkItem> items_;
   std::vector<Index> first_item_;  // [segments * heads_kv]: index of each one's first item

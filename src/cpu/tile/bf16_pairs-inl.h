@@ -91,19 +91,51 @@ ATTN_BF16_TARGET HWY_INLINE void scores_by_dot_bf16(const bfloat16* const* q,
   }
 }
 
+// Most keys of one context_by_pairs_bf16 call: a tile of forward's walk (WalkTraits).
+inline constexpr Index kMostPairedKeys = 128;
+
+// The accumulator order of context_by_pairs_bf16: value dims as they are, or in
+// paired_position's order (cheaper: no permutes where the accumulators are loaded and
+// stored once per few pairs, as in decode's softmax steps).
+enum class PairedOrder : std::uint8_t { natural, paired };
+
+// Value dims [c, c + 32) of a row between natural order (two vectors, dims c .. c + 15 and
+// c + 16 .. c + 31) and paired order (paired_position): vpermt2ps on both vectors.
+ATTN_BF16_TARGET HWY_INLINE void to_paired(__m512& low, __m512& high) {
+  alignas(64) static constexpr std::int32_t kLow[16] = {0,  1,  2,  3,  8,  9,  10, 11,
+                                                        16, 17, 18, 19, 24, 25, 26, 27};
+  alignas(64) static constexpr std::int32_t kHigh[16] = {4,  5,  6,  7,  12, 13, 14, 15,
+                                                         20, 21, 22, 23, 28, 29, 30, 31};
+  const __m512 n0 = low, n1 = high;
+  low = _mm512_permutex2var_ps(n0, _mm512_load_si512(kLow), n1);
+  high = _mm512_permutex2var_ps(n0, _mm512_load_si512(kHigh), n1);
+}
+
+// The inverse of to_paired: element d of the natural vectors is paired_position(d).
+ATTN_BF16_TARGET HWY_INLINE void to_natural(__m512& low, __m512& high) {
+  alignas(64) static constexpr std::int32_t kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19,
+                                                          4, 5, 6, 7, 20, 21, 22, 23};
+  alignas(64) static constexpr std::int32_t kSecond[16] = {8,  9,  10, 11, 24, 25, 26, 27,
+                                                           12, 13, 14, 15, 28, 29, 30, 31};
+  const __m512 lo = low, hi = high;
+  low = _mm512_permutex2var_ps(lo, _mm512_load_si512(kFirst), hi);
+  high = _mm512_permutex2var_ps(lo, _mm512_load_si512(kSecond), hi);
+}
+
 // Value dims [c, c + 32 W) of context_by_pairs_bf16's rows: weight_pairs[r][i] the bf16
 // weights of keys 2 i and 2 i + 1, rows[j] key j's value row or nullptr (a zero row).
-template <int NR, int W>
-ATTN_BF16_TARGET HWY_INLINE void context_pairs_block(float* const* acc,
-                                                     const std::uint32_t (*weight_pairs)[8],
-                                                     const bfloat16* const* rows, Index pairs,
-                                                     Index c) {
+template <int NR, int W, PairedOrder kOrder>
+ATTN_BF16_TARGET HWY_INLINE void context_pairs_block(
+    float* const* acc, const std::uint32_t (*weight_pairs)[kMostPairedKeys / 2],
+    const bfloat16* const* rows, Index pairs, Index c) {
   __m512 sums[NR][W][2];
   for (int r = 0; r < NR; ++r)
-    for (int w = 0; w < W; ++w)
-      for (int h = 0; h < 2; ++h) {
-        sums[r][w][h] = _mm512_loadu_ps(acc[r] + c + w * kBf16PerVector + h * 16);
-      }
+    for (int w = 0; w < W; ++w) {
+      float* at = acc[r] + c + w * kBf16PerVector;
+      sums[r][w][0] = _mm512_loadu_ps(at);
+      sums[r][w][1] = _mm512_loadu_ps(at + 16);
+      if constexpr (kOrder == PairedOrder::natural) to_paired(sums[r][w][0], sums[r][w][1]);
+    }
   for (Index i = 0; i < pairs; ++i) {
     __m512bh weights[NR];
     for (int r = 0; r < NR; ++r) {
@@ -123,33 +155,40 @@ ATTN_BF16_TARGET HWY_INLINE void context_pairs_block(float* const* acc,
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int w = 0; w < W; ++w)
-      for (int h = 0; h < 2; ++h) {
-        _mm512_storeu_ps(acc[r] + c + w * kBf16PerVector + h * 16, sums[r][w][h]);
-      }
+    for (int w = 0; w < W; ++w) {
+      float* at = acc[r] + c + w * kBf16PerVector;
+      if constexpr (kOrder == PairedOrder::natural) to_natural(sums[r][w][0], sums[r][w][1]);
+      _mm512_storeu_ps(at, sums[r][w][0]);
+      _mm512_storeu_ps(at + 16, sums[r][w][1]);
+    }
 }
 
 // acc[r] += sum over keys t in [first, end) of p[r][t] V[t], P rounded to bf16 (to nearest,
-// ties to even), for NR rows of one softmax step: keys go in pairs (origin + 2 i,
-// origin + 2 i + 1), a key outside [first, end) taking weight 0 and a zero value row, so
-// that a row's sum is the same chain of pairs whatever rows share the call. At most 16
-// keys from origin; dim_v a multiple of 32; acc in the order of paired_position.
-template <int NR>
+// ties to even), for NR rows: keys go in pairs (origin + 2 i, origin + 2 i + 1), a key
+// outside [first, end) taking weight 0 and a zero value row, so that a row's sum is the same
+// chain of pairs whatever rows share the call. At most kMostPairedKeys keys from origin;
+// dim_v a multiple of 32; acc in kOrder.
+template <int NR, PairedOrder kOrder>
 ATTN_BF16_TARGET HWY_INLINE void context_by_pairs_bf16(float* const* acc, const float* const* p,
                                                        const bfloat16* const* values, Index origin,
                                                        Index first, Index end, Index dim_v) {
-  constexpr Index kMostKeys = 16;
   const Index pair_first = first - (first - origin) % 2;
   const Index pairs = (end - pair_first + 1) / 2;
-  // The step's weights in bf16, two keys per 32-bit word (the first key in the low half).
-  const auto visible = static_cast<__mmask16>(((std::uint32_t{1} << (end - pair_first)) - 1) &
-                                              ~((std::uint32_t{1} << (first - pair_first)) - 1));
-  alignas(32) std::uint32_t weight_pairs[NR][kMostKeys / 2];
-  for (int r = 0; r < NR; ++r) {
-    const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(visible, p[r] + pair_first));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(weight_pairs[r]), (__m256i)rounded);
+  // The weights in bf16, two keys per 32-bit word (the first key in the low half), 16 keys
+  // at a time.
+  alignas(32) std::uint32_t weight_pairs[NR][kMostPairedKeys / 2];
+  for (Index group = pair_first; group < end; group += 16) {
+    const auto bit = [&](Index t) {
+      return t <= group ? 0u : t >= group + 16 ? 0xFFFFu : (1u << (t - group)) - 1;
+    };
+    const auto visible = static_cast<__mmask16>(bit(end) & ~bit(first));
+    for (int r = 0; r < NR; ++r) {
+      const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(visible, p[r] + group));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(weight_pairs[r] + (group - pair_first) / 2),
+                         (__m256i)rounded);
+    }
   }
-  const bfloat16* rows[kMostKeys];
+  const bfloat16* rows[kMostPairedKeys];
   for (Index j = 0; j < 2 * pairs; ++j) {
     const Index t = pair_first + j;
     rows[j] = t >= first && t < end ? values[t] : nullptr;
@@ -158,10 +197,11 @@ ATTN_BF16_TARGET HWY_INLINE void context_by_pairs_bf16(float* const* acc, const 
   constexpr int W = NR <= 2 ? 4 : 2;
   Index c = 0;
   for (; c + W * kBf16PerVector <= dim_v; c += W * kBf16PerVector) {
-    context_pairs_block<NR, W>(acc, weight_pairs, rows, pairs, c);
+    context_pairs_block<NR, W, kOrder>(acc, weight_pairs, rows, pairs, c);
   }
-  for (; c < dim_v; c += kBf16PerVector)
-    context_pairs_block<NR, 1>(acc, weight_pairs, rows, pairs, c);
+  for (; c < dim_v; c += kBf16PerVector) {
+    context_pairs_block<NR, 1, kOrder>(acc, weight_pairs, rows, pairs, c);
+  }
 }
 
 #endif  // ATTN_TILE_BF16_DOT

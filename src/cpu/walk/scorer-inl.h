@@ -39,6 +39,7 @@
 #include "cpu/tile/state.hpp"
 
 #include "cpu/amx/key_parts-inl.h"
+#include "cpu/tile/bf16_pairs-inl.h"
 #include "cpu/tile/run-inl.h"
 #include "cpu/tile/score_kernels-inl.h"
 #include "cpu/tile/shaping-inl.h"
@@ -93,7 +94,7 @@ struct Chunk {
   Index first = 0, end = 0;
   bool every_row_sees_all = false;  // no per-key hiding needed in [first, end)
 
-  bool narrow() const { return scores == ScoreKernel::dot; }
+  bool narrow() const { return scores_by_dot(scores); }
   Index row_end() const { return first_row + rows; }
 };
 
@@ -112,6 +113,8 @@ struct ScorerScratch {
         query_pairs(scratch_buffer<std::uint16_t>(pair_elements(plan, dim))),
         rows_finite(scratch_buffer<std::uint8_t>(plan.rows_per_item())),
         queries(scratch_buffer<float>(dim * plan.rows_per_item())),
+        query_bf16(scratch_buffer<bfloat16>(
+            plan.narrow_scores() == ScoreKernel::dot_bf16 ? dim * plan.rows_per_item() : 0)),
         scores(scratch_buffer<float>((plan.key_tile() + WalkTraits::kScoreKeys) *
                                      plan.rows_per_item())),
         keys(scratch_buffer<float>(plan.key_tile() * dim)),
@@ -142,9 +145,10 @@ struct ScorerScratch {
   hwy::AlignedFreeUniquePtr<float[]> queries_t;            // [dim][rows]: scale * q, transposed
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> query_pairs;  // q for the paired kernels
   hwy::AlignedFreeUniquePtr<std::uint8_t[]> rows_finite;   // [rows], fp16 parts: q finite
-  hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q, for narrow chunks
-  hwy::AlignedFreeUniquePtr<float[]> scores;   // [key_tile + score_keys][rows]: S^T, then P^T
-  hwy::AlignedFreeUniquePtr<float[]> keys;     // [key_tile][dim]: K tile in f32 (f16/bf16 k)
+  hwy::AlignedFreeUniquePtr<float[]> queries;        // [rows][dim]: scale * q, for narrow chunks
+  hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;  // [rows][dim]: q, for dot_bf16 chunks
+  hwy::AlignedFreeUniquePtr<float[]> scores;         // [key_tile + score_keys][rows]: S^T, then P^T
+  hwy::AlignedFreeUniquePtr<float[]> keys;           // [key_tile][dim]: K tile in f32 (f16/bf16 k)
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
   hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
@@ -210,10 +214,11 @@ class Scorer {
     keys_ = k.rows;
     key_stride_ = k.stride;
   }
-  // Whether a tile's chunks read float32 K rows (load_keys): dot chunks do, and wide chunks
-  // of the float chain.
-  static bool reads_float_keys(const TileChunks& tile) {
-    return kWide == WideScores::float_chain || tile.any_narrow;
+  // Whether a tile's chunks read float32 K rows (load_keys): float dot chunks do, and wide
+  // chunks of the float chain.
+  bool reads_float_keys(const TileChunks& tile) const {
+    return kWide == WideScores::float_chain ||
+           (tile.any_narrow && plan_.narrow_scores() == ScoreKernel::dot);
   }
 
   // Pointers to the tile's K rows as stored, for tiles of narrow chunks read in place.
@@ -227,6 +232,13 @@ class Scorer {
   // S^T of the chunk by its kernel: dot chunks from the float32 K rows of load_keys, wide
   // chunks by the variant's kernel.
   void score(const Chunk& chunk) {
+#if ATTN_TILE_BF16_DOT
+    if (chunk.scores == ScoreKernel::dot_bf16) {
+      const bfloat16* keys[WalkTraits::kKeyTile];
+      stored_key_rows(chunk.end, keys);
+      return score_by_dot_bf16(chunk, keys);
+    }
+#endif
     if (chunk.narrow()) return score_by_dot(chunk, [&](Index j) { return key_row(j); });
     if constexpr (kWide == WideScores::float_chain) {
       if (chunk.vectors == 1) return score_float_chains<1>(chunk);
@@ -242,6 +254,11 @@ class Scorer {
   // S^T of a narrow chunk from K's rows as stored (stored_key_rows).
   template <class T>
   void score_in_place(const Chunk& chunk, const T* const* keys) {
+#if ATTN_TILE_BF16_DOT
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (chunk.scores == ScoreKernel::dot_bf16) return score_by_dot_bf16(chunk, keys);
+    }
+#endif
     score_by_dot(chunk, [&](Index j) { return keys[j - tile_first_]; });
   }
 
@@ -301,21 +318,43 @@ class Scorer {
   }
 
   // Row r's end: its context factor 1 / l and its lse (end_of_row).
-  RowEnd<float> row_end(Index r) const { return end_of_row(s_.row_max[r], s_.row_sum[r]); }
+  RowEnd<float> row_end(Index r) const {
+    return end_of_row(s_.row_max[r], s_.row_sum[r]);
+  }
 
   float* scores_at(Index j, Index row) const {
     return s_.scores.get() + (j - tile_first_) * rows_padded_ + row;
   }
-  Index rows() const { return rows_; }
-  Index rows_padded() const { return rows_padded_; }
-  Index tile_first() const { return tile_first_; }
-  const core::Segment& segment() const { return *seg_; }
-  Index kv_head() const { return kv_head_; }
-  Index first_key(Index r) const { return s_.first_key[r]; }
-  Index end_key(Index r) const { return s_.end_key[r]; }
-  Index head(Index r) const { return s_.head[r]; }
-  Index query_row(Index r) const { return s_.query_row[r]; }
-  const float* rescale() const { return s_.rescale.get(); }
+  Index rows() const {
+    return rows_;
+  }
+  Index rows_padded() const {
+    return rows_padded_;
+  }
+  Index tile_first() const {
+    return tile_first_;
+  }
+  const core::Segment& segment() const {
+    return *seg_;
+  }
+  Index kv_head() const {
+    return kv_head_;
+  }
+  Index first_key(Index r) const {
+    return s_.first_key[r];
+  }
+  Index end_key(Index r) const {
+    return s_.end_key[r];
+  }
+  Index head(Index r) const {
+    return s_.head[r];
+  }
+  Index query_row(Index r) const {
+    return s_.query_row[r];
+  }
+  const float* rescale() const {
+    return s_.rescale.get();
+  }
 
  private:
   // Per row: its head, its query, and the keys [first_key, end_key) that causal and the
@@ -352,6 +391,11 @@ class Scorer {
   // Q[r] = scale * q[head r][query r] (tile::scaled_query) for narrow chunks, and for wide
   // ones its transpose Qt[d][r], or q's own bf16 pairs, or its fp16 parts; padding rows 0.
   void pack_queries() {
+    if (plan_.narrow_scores() == ScoreKernel::dot_bf16) {
+      for (Index r = 0; r < rows_; ++r) {
+        std::copy_n(query_of<bfloat16>(r), dim_, s_.query_bf16.get() + r * dim_);
+      }
+    }
     const auto scale = static_cast<float>(p_.rule.scale);
     core::with_float_type(p_.q.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -430,7 +474,9 @@ class Scorer {
     return row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
   }
 
-  const float* key_row(Index j) const { return keys_ + (j - tile_first_) * key_stride_; }
+  const float* key_row(Index j) const {
+    return keys_ + (j - tile_first_) * key_stride_;
+  }
 
   template <int C>
   void score_float_chains(const Chunk& chunk) {
@@ -522,6 +568,48 @@ class Scorer {
         for (Index i = 0; i < keys; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
     }
   }
+
+#if ATTN_TILE_BF16_DOT
+  // score_by_dot for dot_bf16 chunks: q's bf16 rows against the tile's bf16 K rows as
+  // stored (keys[j - tile_first]), the scale after the sums.
+  ATTN_BF16_TARGET void score_by_dot_bf16(const Chunk& chunk, const bfloat16* const* keys) {
+    for (Index r = chunk.first_row; r < chunk.row_end(); r += 4) {
+      switch (std::min<Index>(4, chunk.row_end() - r)) {
+        case 4:
+          score_by_dot_bf16<4>(chunk, r, keys);
+          break;
+        case 3:
+          score_by_dot_bf16<3>(chunk, r, keys);
+          break;
+        case 2:
+          score_by_dot_bf16<2>(chunk, r, keys);
+          break;
+        default:
+          score_by_dot_bf16<1>(chunk, r, keys);
+      }
+    }
+  }
+
+  template <int NR>
+  ATTN_BF16_TARGET HWY_INLINE void score_by_dot_bf16(const Chunk& chunk, Index r0,
+                                                     const bfloat16* const* keys) {
+    constexpr Index kKeys = tile::kDotKeys<NR>;
+    const auto scale = static_cast<float>(p_.rule.scale);
+    const bfloat16* q[NR];
+    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * dim_;
+    for (Index j = chunk.first; j < chunk.end; j += kKeys) {
+      const Index count = std::min(kKeys, chunk.end - j);
+      const bfloat16* k[kKeys];
+      for (Index i = 0; i < kKeys; ++i) k[i] = keys[j + std::min(i, count - 1) - tile_first_];
+      float dots[NR][kKeys];
+      float* out[NR];
+      for (int r = 0; r < NR; ++r) out[r] = dots[r];
+      tile::scores_by_dot_bf16<NR>(q, k, dim_, scale, out);
+      for (int r = 0; r < NR; ++r)
+        for (Index i = 0; i < count; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
+    }
+  }
+#endif
 
   template <bool kHide>
   void shape_chunk(const Chunk& chunk) {

@@ -161,7 +161,7 @@ class ItemKernel {
       }
       bool loaded = false;
       for_requested_chunks(chunks, [&](const Chunk& chunk) {
-        if (!loaded && decltype(scorer_)::reads_float_keys(chunks)) {
+        if (!loaded && scorer_.reads_float_keys(chunks)) {
           scorer_.load_keys(tile, tile_end);
           loaded = true;
         }

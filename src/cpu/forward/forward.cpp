@@ -409,6 +409,7 @@ class ItemKernel {
 #if ATTN_TILE_BF16_DOT
   // context_by_rows on AVX512-BF16 (Plan::narrow_context_on_pairs): P rounded to bf16, keys
   // in pairs from the tile's first.
+  static_assert(WalkTraits::kKeyTile <= tile::kMostPairedKeys, "a tile's keys in one call");
   template <int NR>
   ATTN_BF16_TARGET void context_by_pairs(float* const* acc, const float* const* p,
                                          const bfloat16* const* values, Index first,

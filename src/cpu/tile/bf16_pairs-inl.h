@@ -1,10 +1,11 @@
 // The dot-layout micro-kernels of bf16 rows on AVX512-BF16's vdpbf16ps (two products of
 // bf16 pairs added into each float32 lane, exactly multiplied): the twins, for few query
-// rows (decode), of scores_by_dot (score_kernels-inl.h) on bf16 q and K, pairs along d, and
-// of context_by_rows (context_kernels-inl.h) on bf16 V with P rounded to bf16, pairs along
-// keys. Compiled on the x86 AVX-512 targets only (ATTN_TILE_BF16_DOT), with AVX512-BF16
-// added to the target's features (ATTN_BF16_TARGET); a caller reaches them only where
-// has_bf16_dot() (cpu/bf16_dot.hpp) says the CPU runs it, from a function of that target.
+// rows (the paged kernel, forward's narrow chunks), of scores_by_dot (score_kernels-inl.h)
+// on bf16 q and K, pairs along d, and of context_by_rows (context_kernels-inl.h) on bf16 V
+// with P rounded to bf16, pairs along keys. Compiled on the x86 AVX-512 targets only
+// (ATTN_TILE_BF16_DOT), with AVX512-BF16 added to the target's features
+// (ATTN_BF16_TARGET); a caller reaches them only where has_bf16_dot() (cpu/bf16_dot.hpp)
+// says the CPU runs it, from a function of that target.
 #if defined(ATTN_CPU_TILE_BF16_PAIRS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TILE_BF16_PAIRS_INL_H_
 #undef ATTN_CPU_TILE_BF16_PAIRS_INL_H_
@@ -15,7 +16,6 @@
 #include <hwy/highway.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"

@@ -143,10 +143,11 @@ class ItemKernel {
       if constexpr (kContext != ContextKernel::float_rows) {
         attend_transposed<kContext>(chunks);
       } else if (plan_.narrow_tiles_in_place() && chunks.all_narrow) {
+        const Index next_end = std::min<Index>(tile_end + plan_.key_tile(), end);
         with_float_type(p_.k.dtype, [&](auto tag) {
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-            attend_in_place<T>(chunks, tile_end, std::min<Index>(tile_end + plan_.key_tile(), end));
+            attend_in_place<T>(chunks, tile_end, next_end);
           }
         });
       } else {

@@ -58,32 +58,20 @@ namespace hn = hwy::HWY_NAMESPACE;
 using tile::DF;
 using tile::DI;
 using tile::kMinusInfinity;
+using tile::kToL1;
+using tile::kToL2;
+using tile::prefetch_row;
 using tile::VF;
 using Traits = DecodeTraits;
-
-// Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
-constexpr int kToL1 = 3, kToL2 = 1;
 
 // Whether the next tile's keys are asked to L1 as well as two tiles ahead to L2: on AVX-512
 // (Zen 4) that made Hq = 8 8% faster from memory; on AVX2 (Zen 3) Hq = 8 the same and
 // Hq = 32 4% slower, so the 16-register x86 targets ask only for L2.
 constexpr bool kNextKeysToL1 = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3);
 
-// Asks for every cache line of a row of `bytes` bytes. It and every function that only
-// prefetches must be inlined (HWY_INLINE): GCC takes a function with no effect but
-// prefetches as pure and deletes calls to it that stay out of line.
-template <int kLocality>
-HWY_INLINE void prefetch_row(const void* row, Index bytes) {
-  constexpr Index kLine = 64;
-  constexpr int kRead = 0;
-  for (Index offset = 0; offset < bytes; offset += kLine) {
-    __builtin_prefetch(static_cast<const char*>(row) + offset, kRead, kLocality);
-  }
-}
-
 // Per-thread scratch, sized for the largest task (tile::scratch_buffer).
 struct Scratch {
-  Scratch(Index rows, Index dim, Index dim_v)
+  Scratch(Index rows, Index dim, Index dim_v, bool bf16_queries)
       : queries(tile::scratch_buffer<float>(rows * dim)),
         scores(tile::scratch_buffer<float>(rows * Traits::kKeyTile)),
         acc(tile::scratch_buffer<float>(rows * dim_v)),
@@ -97,7 +85,7 @@ struct Scratch {
         value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
         rotated(tile::scratch_buffer<double>(dim)),
         rotated_floats(tile::scratch_buffer<float>(dim)),
-        query_bf16(tile::scratch_buffer<bfloat16>(rows * dim)) {}
+        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * dim : 0)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
@@ -369,37 +357,37 @@ class TaskKernel {
   // goes: as many as the keys scored so far, the rest at the end.
   template <int NR, class K>
   void score_rows_n(Index r0, const K* const* keys, Index count, const Lookahead* ahead) {
-    constexpr Index kBlockKeys = tile::kDotKeys<NR>;
     const float* q[NR];
-    float* out[NR];
-    for (int r = 0; r < NR; ++r) {
-      q[r] = s_.queries.get() + (r0 + r) * p_.dim;
-      out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
-    }
+    for (int r = 0; r < NR; ++r) q[r] = s_.queries.get() + (r0 + r) * p_.dim;
+    score_blocks<NR, tile::kDotKeys<NR>>(
+        r0, keys, count, ahead, [&](const K* const* block, float* const* out) ATTN_INLINE_LAMBDA {
+          tile::scores_by_dot<K, NR>(q, block, p_.dim, out);
+        });
+  }
+
+  // score_rows_n's walk over keys [0, count) of rows [r0, r0 + NR), a block of kBlockKeys
+  // at a time by score(block's key rows, the rows' scores at its first key); the last keys
+  // repeated to fill the last block (the tile's scores have room, since kKeyTile is a
+  // multiple of the block).
+  template <int NR, Index kBlockKeys, class K, class ScoreBlock>
+  HWY_INLINE void score_blocks(Index r0, const K* const* keys, Index count, const Lookahead* ahead,
+                               const ScoreBlock& score) {
     const auto at = [&](Index k) {
       std::array<float*, NR> scores;
-      for (int r = 0; r < NR; ++r) scores[r] = out[r] + k;
+      for (int r = 0; r < NR; ++r) scores[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile + k;
       return scores;
     };
     Index k = 0;
     for (; k + kBlockKeys <= count; k += kBlockKeys) {
-      tile::scores_by_dot<K, NR>(q, keys + k, p_.dim, at(k).data());
+      score(keys + k, at(k).data());
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
     if (k < count) {
       const K* last[kBlockKeys];
-      tile::scores_by_dot<K, NR>(q, last_keys<kBlockKeys>(keys, k, count, last), p_.dim,
-                                 at(k).data());
+      for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
+      score(last, at(k).data());
     }
     if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
-  }
-
-  // The last keys [k, count) of a tile, the last one repeated to fill a block of kBlockKeys
-  // (the tile's scores have room, since kKeyTile is a multiple of the block), in `last`.
-  template <Index kBlockKeys, class K>
-  static const K* const* last_keys(const K* const* keys, Index k, Index count, const K** last) {
-    for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
-    return last;
   }
 
 #if ATTN_TILE_BF16_DOT
@@ -422,30 +410,13 @@ class TaskKernel {
   template <int NR>
   ATTN_BF16_TARGET HWY_INLINE void score_rows_bf16_n(Index r0, const bfloat16* const* keys,
                                                      Index count, const Lookahead* ahead) {
-    constexpr Index kBlockKeys = tile::kDotKeys<NR>;
     const auto scale = static_cast<float>(p_.rule.scale);
     const bfloat16* q[NR];
-    float* out[NR];
-    for (int r = 0; r < NR; ++r) {
-      q[r] = s_.query_bf16.get() + (r0 + r) * p_.dim;
-      out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
-    }
-    const auto at = [&](Index k) {
-      std::array<float*, NR> scores;
-      for (int r = 0; r < NR; ++r) scores[r] = out[r] + k;
-      return scores;
-    };
-    Index k = 0;
-    for (; k + kBlockKeys <= count; k += kBlockKeys) {
-      tile::scores_by_dot_bf16<NR>(q, keys + k, p_.dim, scale, at(k).data());
-      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
-    }
-    if (k < count) {
-      const bfloat16* last[kBlockKeys];
-      tile::scores_by_dot_bf16<NR>(q, last_keys<kBlockKeys>(keys, k, count, last), p_.dim, scale,
-                                   at(k).data());
-    }
-    if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
+    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * p_.dim;
+    score_blocks<NR, tile::kDotKeys<NR>>(
+        r0, keys, count, ahead,
+        [&](const bfloat16* const* block, float* const* out)
+            ATTN_BF16_TARGET { tile::scores_by_dot_bf16<NR>(q, block, p_.dim, scale, out); });
   }
 #endif
 
@@ -610,7 +581,10 @@ void run(const DecodeProblem& p, State& state, int threads) {
   threads = tile::threads_for(useful, threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) scratch.emplace_back(plan.max_rows, p.dim, p.dim_v);
+  const bool bf16_queries = bf16_products<T>(p).scores;
+  for (int t = 0; t < threads; ++t) {
+    scratch.emplace_back(plan.max_rows, p.dim, p.dim_v, bf16_queries);
+  }
   tile::run_items(tasks, threads, [&](int thread) {
     return [&, kernel = TaskKernel<T>(p, plan, scratch[static_cast<std::size_t>(thread)], partial)](
                Index task) mutable { kernel.run(task); };

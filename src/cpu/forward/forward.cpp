@@ -280,26 +280,18 @@ class ItemKernel {
     // Each K and V row is read once (decoding): the next tile's rows are asked to L2 while
     // this one is computed, or the step waits on memory at a fraction of its bandwidth.
     for (Index j = tile_end; j < next_end; ++j) {
-      prefetch_to_l2(row_of<T>(p_.k, seg.batch, scorer_.kv_head(), seg.k_begin + j),
-                     p_.dim_qk * static_cast<Index>(sizeof(T)));
-      prefetch_to_l2(row_of<T>(p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + j),
-                     dim_v_ * static_cast<Index>(sizeof(T)));
+      tile::prefetch_row<tile::kToL2>(
+          row_of<T>(p_.k, seg.batch, scorer_.kv_head(), seg.k_begin + j),
+          p_.dim_qk * static_cast<Index>(sizeof(T)));
+      tile::prefetch_row<tile::kToL2>(
+          row_of<T>(p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + j),
+          dim_v_ * static_cast<Index>(sizeof(T)));
     }
     for (Index c = 0; c < chunks.count; ++c) {
       const Chunk& chunk = chunks.chunks[c];
       scorer_.score_in_place(chunk, keys);
       after_scores(chunk);
       context_by_rows(chunk, values);
-    }
-  }
-
-  // Asks for every cache line of a row of `bytes` bytes to come to L2. Inlined: GCC takes a
-  // function with no effect but prefetches as pure and deletes calls to it out of line.
-  HWY_INLINE static void prefetch_to_l2(const void* row, Index bytes) {
-    constexpr Index kLine = 64;
-    constexpr int kRead = 0, kToL2 = 1;
-    for (Index offset = 0; offset < bytes; offset += kLine) {
-      __builtin_prefetch(static_cast<const char*>(row) + offset, kRead, kToL2);
     }
   }
 

@@ -33,6 +33,7 @@
 #include <immintrin.h>
 #else
 #define ATTN_TILE_BF16_DOT 0
+#define ATTN_BF16_TARGET
 #endif
 
 HWY_BEFORE_NAMESPACE();

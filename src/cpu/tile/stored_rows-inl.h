@@ -1,5 +1,6 @@
 // A vector or one element of a stored row (float32, float16, bfloat16 or int8) read as
-// float32, exactly: how every micro-kernel reads K and V where they lie.
+// float32, exactly: how every micro-kernel reads K and V where they lie; and a row asked
+// for ahead of its reads (prefetch_row).
 #if defined(ATTN_CPU_TILE_STORED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TILE_STORED_ROWS_INL_H_
 #undef ATTN_CPU_TILE_STORED_ROWS_INL_H_
@@ -41,6 +42,21 @@ HWY_INLINE float load_float(const T* row, Index d) {
     return to_float(row[d]);
   } else {
     return static_cast<float>(row[d]);
+  }
+}
+
+// Locality hints of __builtin_prefetch: to L1 (what hwy::Prefetch issues), or to L2.
+inline constexpr int kToL1 = 3, kToL2 = 1;
+
+// Asks for every cache line of a row of `bytes` bytes. It and every function that only
+// prefetches must be inlined (HWY_INLINE): GCC takes a function with no effect but
+// prefetches as pure and deletes calls to it that stay out of line.
+template <int kLocality>
+HWY_INLINE void prefetch_row(const void* row, Index bytes) {
+  constexpr Index kLine = 64;
+  constexpr int kRead = 0;
+  for (Index offset = 0; offset < bytes; offset += kLine) {
+    __builtin_prefetch(static_cast<const char*>(row) + offset, kRead, kLocality);
   }
 }
 

@@ -232,13 +232,11 @@ class Scorer {
   // S^T of the chunk by its kernel: dot chunks from the float32 K rows of load_keys, wide
   // chunks by the variant's kernel.
   void score(const Chunk& chunk) {
-#if ATTN_TILE_BF16_DOT
     if (chunk.scores == ScoreKernel::dot_bf16) {
       const bfloat16* keys[WalkTraits::kKeyTile];
       stored_key_rows(chunk.end, keys);
       return score_by_dot_bf16(chunk, keys);
     }
-#endif
     if (chunk.narrow()) return score_by_dot(chunk, [&](Index j) { return key_row(j); });
     if constexpr (kWide == WideScores::float_chain) {
       if (chunk.vectors == 1) return score_float_chains<1>(chunk);
@@ -254,11 +252,9 @@ class Scorer {
   // S^T of a narrow chunk from K's rows as stored (stored_key_rows).
   template <class T>
   void score_in_place(const Chunk& chunk, const T* const* keys) {
-#if ATTN_TILE_BF16_DOT
     if constexpr (std::is_same_v<T, bfloat16>) {
       if (chunk.scores == ScoreKernel::dot_bf16) return score_by_dot_bf16(chunk, keys);
     }
-#endif
     score_by_dot(chunk, [&](Index j) { return keys[j - tile_first_]; });
   }
 
@@ -318,43 +314,21 @@ class Scorer {
   }
 
   // Row r's end: its context factor 1 / l and its lse (end_of_row).
-  RowEnd<float> row_end(Index r) const {
-    return end_of_row(s_.row_max[r], s_.row_sum[r]);
-  }
+  RowEnd<float> row_end(Index r) const { return end_of_row(s_.row_max[r], s_.row_sum[r]); }
 
   float* scores_at(Index j, Index row) const {
     return s_.scores.get() + (j - tile_first_) * rows_padded_ + row;
   }
-  Index rows() const {
-    return rows_;
-  }
-  Index rows_padded() const {
-    return rows_padded_;
-  }
-  Index tile_first() const {
-    return tile_first_;
-  }
-  const core::Segment& segment() const {
-    return *seg_;
-  }
-  Index kv_head() const {
-    return kv_head_;
-  }
-  Index first_key(Index r) const {
-    return s_.first_key[r];
-  }
-  Index end_key(Index r) const {
-    return s_.end_key[r];
-  }
-  Index head(Index r) const {
-    return s_.head[r];
-  }
-  Index query_row(Index r) const {
-    return s_.query_row[r];
-  }
-  const float* rescale() const {
-    return s_.rescale.get();
-  }
+  Index rows() const { return rows_; }
+  Index rows_padded() const { return rows_padded_; }
+  Index tile_first() const { return tile_first_; }
+  const core::Segment& segment() const { return *seg_; }
+  Index kv_head() const { return kv_head_; }
+  Index first_key(Index r) const { return s_.first_key[r]; }
+  Index end_key(Index r) const { return s_.end_key[r]; }
+  Index head(Index r) const { return s_.head[r]; }
+  Index query_row(Index r) const { return s_.query_row[r]; }
+  const float* rescale() const { return s_.rescale.get(); }
 
  private:
   // Per row: its head, its query, and the keys [first_key, end_key) that causal and the
@@ -474,9 +448,7 @@ class Scorer {
     return row_of<M>(p_.mask, seg_->batch, s_.head[r], s_.query_row[r]) + seg_->k_begin;
   }
 
-  const float* key_row(Index j) const {
-    return keys_ + (j - tile_first_) * key_stride_;
-  }
+  const float* key_row(Index j) const { return keys_ + (j - tile_first_) * key_stride_; }
 
   template <int C>
   void score_float_chains(const Chunk& chunk) {
@@ -569,10 +541,12 @@ class Scorer {
     }
   }
 
-#if ATTN_TILE_BF16_DOT
   // score_by_dot for dot_bf16 chunks: q's bf16 rows against the tile's bf16 K rows as
-  // stored (keys[j - tile_first]), the scale after the sums.
-  ATTN_BF16_TARGET void score_by_dot_bf16(const Chunk& chunk, const bfloat16* const* keys) {
+  // stored (keys[j - tile_first]), the scale after the sums. The plan names dot_bf16 only
+  // where ATTN_TILE_BF16_DOT holds; elsewhere the body is empty, as score_bf16_pairs' is.
+  ATTN_BF16_TARGET void score_by_dot_bf16([[maybe_unused]] const Chunk& chunk,
+                                          [[maybe_unused]] const bfloat16* const* keys) {
+#if ATTN_TILE_BF16_DOT
     for (Index r = chunk.first_row; r < chunk.row_end(); r += 4) {
       switch (std::min<Index>(4, chunk.row_end() - r)) {
         case 4:
@@ -588,8 +562,10 @@ class Scorer {
           score_by_dot_bf16<1>(chunk, r, keys);
       }
     }
+#endif
   }
 
+#if ATTN_TILE_BF16_DOT
   template <int NR>
   ATTN_BF16_TARGET HWY_INLINE void score_by_dot_bf16(const Chunk& chunk, Index r0,
                                                      const bfloat16* const* keys) {

@@ -617,19 +617,23 @@ TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
 // 16-bit or int8 rows widened to float32 once, a query alone reads the stored rows: one
 // query at a time gives the run's bits for every dtype and every tail of d (d % 16 from 0
 // to 15, and d below a vector), on every target; and bf16 q on a bf16 cache (vdpbf16ps
-// where the CPU has it, never widened), with dim_v 32.
+// where the CPU has it, never widened, 32 bf16 a vector: d from 1 to 32, also against
+// float64), with dim_v 32.
 TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
   constexpr Index kPrompt = 45;
   std::vector<Index> dims{1, 2, 3, 5, 128};
   for (Index dim = 16; dim < 32; ++dim) dims.push_back(dim);
+  std::vector<Index> pair_dims{128};
+  for (Index dim = 1; dim <= 32; ++dim) pair_dims.push_back(dim);
   Options options;
   options.causal = true;
   for (const CacheDType dtype :
        {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
-    for (const Index dim : dims) {
-      SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim));
-      for (const DType q_dtype : {DType::f32, DType::bf16}) {
-        if (q_dtype == DType::bf16 && dtype != CacheDType::bf16) continue;
+    for (const DType q_dtype : {DType::f32, DType::bf16}) {
+      if (q_dtype == DType::bf16 && dtype != CacheDType::bf16) continue;
+      for (const Index dim : q_dtype == DType::bf16 ? pair_dims : dims) {
+        SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim) +
+                     (q_dtype == DType::bf16 ? ", bf16 q" : ""));
         Shape shape;
         shape.dim = dim;
         shape.dim_v = q_dtype == DType::bf16 ? 32 : 24;
@@ -637,8 +641,13 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
         const Tokens tokens = make_tokens(shape, dtype, static_cast<unsigned>(dim), q_dtype);
         for_each_target([&] {
           Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 5);
-          const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+          const PagedOutput out = run(p, tokens, options);
+          const std::vector<float> want = row_bits(out, 0, kPrompt);
           EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, 1), want));
+          // The pairs' tails (d % 32) against float64 too, P rounded.
+          if (q_dtype == DType::bf16) {
+            expect_matches(p, out, reference(p, tokens, options), kRoundedPContextNmse);
+          }
         });
       }
     }

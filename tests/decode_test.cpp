@@ -35,9 +35,18 @@ void PrintTo(const DecodeCase& c, std::ostream* out) {
 }
 
 // NMSE bound of each storage dtype: the cache holds 16-bit inputs exactly, so only float32
-// accumulation remains; int8 adds its quantisation error.
+// accumulation remains; int8 and fp8 add their rounding.
 double nmse_bound(CacheDType storage) {
-  return storage == CacheDType::int8 ? 1e-3 : 1e-12;
+  switch (storage) {
+    case CacheDType::int8:
+      return 1e-3;
+    case CacheDType::fp8_e4m3:
+      return 3e-3;
+    case CacheDType::fp8_e5m2:
+      return 1e-2;
+    default:
+      return 1e-12;
+  }
 }
 
 TensorView rows_of(const TensorView& t, Index b, Index first, Index count) {
@@ -62,8 +71,8 @@ Tensor reference_context(const Inputs& in, Options options) {
 std::vector<DecodeCase> step_cases() {
   std::vector<DecodeCase> cases;
   const bool full = std::getenv("ATTN_FULL_SWEEP") != nullptr;
-  for (const CacheDType storage :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType storage : {CacheDType::f32, CacheDType::f16, CacheDType::bf16,
+                                   CacheDType::int8, CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
     for (const Index page : {1, 3, 16, 100}) {
       for (const Index group : {1, 2, 3, 4}) {
         for (int option = 0; option < 6; ++option) {
@@ -231,7 +240,8 @@ using testing::for_each_target;
 TEST(Decode, EveryTargetDecodesEveryStorageDtype) {
   for_each_target([] {
     for (const CacheDType storage :
-         {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+         {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8,
+          CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
       DecodeCase c;
       c.storage = storage;
       c.page = 3;

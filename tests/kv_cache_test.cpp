@@ -3,6 +3,7 @@
 // argument errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -217,8 +218,8 @@ TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
   // Growing magnitudes, so that tokens of one block differ in scale.
   for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = normal(rng) * (1 + i % 37);
   for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
-  for (const CacheDType dtype :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType dtype : {CacheDType::f32, CacheDType::f16, CacheDType::bf16,
+                                 CacheDType::int8, CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
     SCOPED_TRACE(cache_dtype_name(dtype));
     KVCache cache({.heads_kv = kHeads,
                    .dim = kDim,
@@ -235,12 +236,18 @@ TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
       cache.append(seq, k1, v1);
     }
     const Tensor got = cache.keys(seq);
-    // Relative error per element; int8: half a step of its own row's scale (max |x| / 127
-    // of that token and head), plus float32's rounding of the scale and the product.
-    const double unit = dtype == CacheDType::f32    ? 0.0
-                        : dtype == CacheDType::f16  ? 1.0 / 2048
-                        : dtype == CacheDType::bf16 ? 1.0 / 256
-                                                    : 1.0 / 254;
+    // Relative error per element (fp8: or half the smallest subnormal step, absolute); int8:
+    // half a step of its own row's scale (max |x| / 127 of that token and head), plus
+    // float32's rounding of the scale and the product.
+    const double unit = dtype == CacheDType::f32        ? 0.0
+                        : dtype == CacheDType::f16      ? 1.0 / 2048
+                        : dtype == CacheDType::bf16     ? 1.0 / 256
+                        : dtype == CacheDType::fp8_e4m3 ? 1.0 / 16
+                        : dtype == CacheDType::fp8_e5m2 ? 1.0 / 8
+                                                        : 1.0 / 254;
+    const double floor = dtype == CacheDType::fp8_e4m3   ? std::ldexp(1.0, -10)
+                         : dtype == CacheDType::fp8_e5m2 ? std::ldexp(1.0, -17)
+                                                         : 0.0;
     for (Index h = 0; h < kHeads; ++h)
       for (Index i = 0; i < 37; ++i) {
         const float* row = k.data_as<float>() + (h * 37 + i) * kDim;
@@ -251,18 +258,19 @@ TEST(KVCache, StoredDtypesRoundTripWithinTheirPrecision) {
           const double error = got.data_as<float>()[(h * 37 + i) * kDim + d] - want;
           const double allowed = dtype == CacheDType::int8
                                      ? unit * row_max * (1.0 + 1e-6) + 1e-7 * std::abs(want)
-                                     : unit * std::abs(want);
+                                     : std::max(unit * std::abs(want), floor);
           ASSERT_LE(std::abs(error), allowed) << "head " << h << " token " << i << " dim " << d;
         }
       }
   }
 }
 
-// int8 quantises each token once, with its own scale: appending a sequence token by token,
-// in runs of any length or at once stores the same bytes and scales, so decode reads the
-// same keys and values whatever the appends were (here with outlier tokens among them,
-// which under a shared block scale would have changed their neighbours' bits).
-TEST(KVCache, Int8StoresTheSameBytesWhateverTheAppends) {
+// int8 quantises each token once, with its own scale, and fp8 each element alone: appending
+// a sequence token by token, in runs of any length or at once stores the same bytes and
+// scales, so decode reads the same keys and values whatever the appends were (here with
+// outlier tokens among them, which under a shared block scale would have changed their
+// neighbours' bits).
+TEST(KVCache, CodesAreTheSameBytesWhateverTheAppends) {
   constexpr Index kTokens = 45;
   std::mt19937_64 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -273,13 +281,13 @@ TEST(KVCache, Int8StoresTheSameBytesWhateverTheAppends) {
     k.data_as<float>()[(h * kTokens + 11) * kDim + 2] = 60.0f;  // outliers mid-block
     v.data_as<float>()[(h * kTokens + 30) * kDimV] = -45.0f;
   }
-  const KVCacheConfig config{.heads_kv = kHeads,
-                             .dim = kDim,
-                             .dim_v = kDimV,
-                             .page_size = 8,
-                             .dtype = CacheDType::int8,
-                             .max_blocks = 16};
-  // The cache's pools after appending the tokens in runs of the given lengths.
+  KVCacheConfig config{.heads_kv = kHeads,
+                       .dim = kDim,
+                       .dim_v = kDimV,
+                       .page_size = 8,
+                       .dtype = CacheDType::int8,
+                       .max_blocks = 16};
+  // The cache's pools (and scales) after appending the tokens in runs of the given lengths.
   const auto stored = [&](const std::vector<Index>& runs) {
     KVCache cache(config);
     const auto seq = cache.add_sequence();
@@ -295,15 +303,52 @@ TEST(KVCache, Int8StoresTheSameBytesWhateverTheAppends) {
       const auto* scales = reinterpret_cast<const std::byte*>(p.scales);
       const Index rows = p.pages * p.heads_kv * p.page_size;
       std::vector<std::byte> out(data, data + rows * dim);
-      out.insert(out.end(), scales, scales + rows * static_cast<Index>(sizeof(float)));
+      if (scales != nullptr) {
+        out.insert(out.end(), scales, scales + rows * static_cast<Index>(sizeof(float)));
+      }
       return out;
     };
     return std::pair{bytes(pools.keys, kDim), bytes(pools.values, kDimV)};
   };
-  const auto at_once = stored({kTokens});
-  EXPECT_EQ(stored(std::vector<Index>(kTokens, 1)), at_once);
-  EXPECT_EQ(stored({3, 5, 1, 8, 13, 2, 13}), at_once);
-  EXPECT_EQ(stored({20, 25}), at_once);
+  for (const CacheDType dtype : {CacheDType::int8, CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    config.dtype = dtype;
+    const auto at_once = stored({kTokens});
+    EXPECT_EQ(stored(std::vector<Index>(kTokens, 1)), at_once);
+    EXPECT_EQ(stored({3, 5, 1, 8, 13, 2, 13}), at_once);
+    EXPECT_EQ(stored({20, 25}), at_once);
+  }
+}
+
+// fp8 stores a magnitude past its largest finite code as that code (as vLLM's fp8
+// quantisation clamps), and refuses what is not finite, naming the argument and the format.
+TEST(KVCache, Fp8SaturatesAndRefusesWhatIsNotFinite) {
+  for (const auto& [dtype, largest] :
+       {std::pair{CacheDType::fp8_e4m3, 448.0f}, std::pair{CacheDType::fp8_e5m2, 57344.0f}}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    KVCache cache({.heads_kv = 1, .dim = 3, .dim_v = 2, .page_size = 4, .dtype = dtype});
+    const auto seq = cache.add_sequence();
+    Tensor k(DType::f32, {1, 1, 1, 3}), v(DType::f32, {1, 1, 1, 2});
+    const float big[] = {1e6f, -1e30f, 3.0f};
+    std::copy_n(big, 3, k.data_as<float>());
+    v.data_as<float>()[0] = -largest * 1.2f;
+    cache.append(seq, k.view(), v.view());
+    const Tensor keys = cache.keys(seq), values = cache.values(seq);
+    EXPECT_EQ(keys.data_as<float>()[0], largest);
+    EXPECT_EQ(keys.data_as<float>()[1], -largest);
+    EXPECT_EQ(keys.data_as<float>()[2], 3.0f);
+    EXPECT_EQ(values.data_as<float>()[0], -largest);
+    for (const float bad : {NAN, INFINITY}) {
+      Tensor bad_v(DType::f32, {1, 1, 1, 2});
+      bad_v.data_as<float>()[1] = bad;
+      EXPECT_EQ(error_message([&] { cache.append(seq, k.view(), bad_v.view()); })
+                    .rfind(std::string("v: expected finite values for ") + cache_dtype_name(dtype) +
+                               " pages",
+                           0),
+                0u);
+    }
+    EXPECT_EQ(cache.length(seq), 1);
+  }
 }
 
 TEST(KVCache, BadInputThrowsNamingTheArgumentAndChangesNothing) {

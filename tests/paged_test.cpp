@@ -15,6 +15,7 @@
 
 #include "attn/decode.hpp"
 #include "attn/paged.hpp"
+#include "core/float8.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "support/compare.hpp"
 #include "support/error_message.hpp"
@@ -42,8 +43,14 @@ struct Storage {
   bool varied_scales = true;  // int8: a random scale per token and head, else one for all
 };
 
+constexpr CacheDType kCacheDTypes[] = {CacheDType::f32,      CacheDType::f16,
+                                       CacheDType::bf16,     CacheDType::int8,
+                                       CacheDType::fp8_e4m3, CacheDType::fp8_e5m2};
+
 std::size_t bytes_of(CacheDType dtype) {
-  return dtype == CacheDType::f32 ? 4 : dtype == CacheDType::int8 ? 1 : 2;
+  return dtype == CacheDType::f32                                ? 4
+         : dtype == CacheDType::f16 || dtype == CacheDType::bf16 ? 2
+                                                                 : 1;
 }
 
 // Token values each storage holds exactly: for int8, integer codes (times the scale).
@@ -57,6 +64,10 @@ float representable(float x, CacheDType dtype) {
       return to_float(to_bfloat16(x));
     case CacheDType::int8:
       return std::clamp(std::round(x * 40.0f), -127.0f, 127.0f);
+    case CacheDType::fp8_e4m3:
+      return to_float(to_float8_e4m3(x));
+    case CacheDType::fp8_e5m2:
+      return to_float(to_float8_e5m2(x));
   }
   return x;
 }
@@ -172,6 +183,10 @@ struct Paged {
                static_cast<double>(
                    (values ? value_scales : key_scales)[static_cast<std::size_t>(row)]);
       }
+      case CacheDType::fp8_e4m3:
+        return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]);
+      case CacheDType::fp8_e5m2:
+        return to_float(reinterpret_cast<const float8_e5m2*>(at)[d]);
     }
     return 0.0;
   }
@@ -197,6 +212,12 @@ void store(std::byte* at, float code, CacheDType dtype) {
       std::memcpy(at, &i, 1);
       return;
     }
+    case CacheDType::fp8_e4m3:
+      *reinterpret_cast<std::uint8_t*>(at) = to_float8_e4m3(code).bits;
+      return;
+    case CacheDType::fp8_e5m2:
+      *reinterpret_cast<std::uint8_t*>(at) = to_float8_e5m2(code).bits;
+      return;
   }
 }
 
@@ -365,8 +386,7 @@ std::vector<Options> option_list() {
 
 TEST(Paged, MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption) {
   const Shape shape = ragged_shape();
-  for (const CacheDType dtype :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType dtype : kCacheDTypes) {
     const Tokens tokens = make_tokens(shape, dtype, 5);
     for (const Index page : {1, 16, 256}) {
       for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
@@ -627,8 +647,7 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
   for (Index dim = 1; dim <= 32; ++dim) pair_dims.push_back(dim);
   Options options;
   options.causal = true;
-  for (const CacheDType dtype :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType dtype : kCacheDTypes) {
     for (const DType q_dtype : {DType::f32, DType::bf16}) {
       if (q_dtype == DType::bf16 && dtype != CacheDType::bf16) continue;
       for (const Index dim : q_dtype == DType::bf16 ? pair_dims : dims) {
@@ -729,8 +748,7 @@ TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
   shape.dim_v = 24;
   // A prefill run (more rows than DecodeTraits::kWidenRows), a decode token, a draft, none.
   shape.sequences = {{70, 20}, {45, 1}, {51, 3}, {9, 0}};
-  for (const CacheDType dtype :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType dtype : kCacheDTypes) {
     SCOPED_TRACE(cache_dtype_name(dtype));
     const Tokens tokens = make_tokens(shape, dtype, 53);
     for_each_target([&] {
@@ -956,8 +974,7 @@ void append_all(Paged& p, const Tokens& tokens, unsigned seed) {
 TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
   Shape shape;
   shape.sequences = {{700, 1}, {1, 1}, {333, 4}};
-  for (const CacheDType dtype :
-       {CacheDType::f32, CacheDType::f16, CacheDType::bf16, CacheDType::int8}) {
+  for (const CacheDType dtype : kCacheDTypes) {
     const Tokens tokens = make_tokens(shape, dtype, 53);
     for (const Index page : {1, 16, 256}) {
       for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {

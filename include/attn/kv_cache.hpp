@@ -24,8 +24,13 @@ namespace attn {
 // that head), quantised once when the token is appended: a token's stored bits depend on
 // that token alone, never on the tokens appended before or after it, so appending a
 // sequence token by token, in chunks or at once stores the same bytes. Each element is
-// within half a scale step (max |x| / 254 of its row) of its value.
-enum class CacheDType : std::uint8_t { f32, f16, bf16, int8 };
+// within half a scale step (max |x| / 254 of its row) of its value. fp8_e4m3, fp8_e5m2:
+// OCP's 8-bit floats (vLLM's kv_cache_dtype "fp8_e4m3" and "fp8_e5m2", PyTorch's
+// float8_e4m3fn and float8_e5m2), unscaled: each element rounded to the nearest code, ties
+// to even, magnitudes past the largest finite code (448, 57344) stored as it; within 2^-4
+// (e4m3) or 2^-3 (e5m2) of its magnitude relative, or half the smallest subnormal step
+// (2^-10, 2^-17) absolute. int8 and fp8 refuse non-finite keys and values on append.
+enum class CacheDType : std::uint8_t { f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2 };
 
 const char* cache_dtype_name(CacheDType dtype);
 

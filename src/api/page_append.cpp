@@ -62,10 +62,8 @@ void append_pages(const TensorView& k, const TensorView& v, std::span<const std:
   core::check_rotary("rotary", rotary, keys.dim, tokens, true);
   const bool rotate = rotary.style != RotaryStyle::none;
   const cache::NewRows new_keys{k, true, rotate ? &rotary : nullptr}, new_values{v, true, nullptr};
-  if (keys.dtype == CacheDType::int8) {
-    cache::check_finite_for_int8("k", new_keys, keys.heads_kv);
-    cache::check_finite_for_int8("v", new_values, values.heads_kv);
-  }
+  cache::check_finite_for_codes("k", new_keys, keys.heads_kv, keys.dtype);
+  cache::check_finite_for_codes("v", new_values, values.heads_kv, values.dtype);
   const cache::PageRows key_rows = api::rows_of(keys), value_rows = api::rows_of(values);
   const Index page = keys.page_size;
   // Runs of tokens bound for consecutive slots of one page go in one write.

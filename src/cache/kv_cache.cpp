@@ -51,6 +51,10 @@ const char* cache_dtype_name(CacheDType dtype) {
       return "bfloat16";
     case CacheDType::int8:
       return "int8";
+    case CacheDType::fp8_e4m3:
+      return "fp8_e4m3";
+    case CacheDType::fp8_e5m2:
+      return "fp8_e5m2";
   }
   return "unknown";
 }
@@ -405,11 +409,8 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
   check_rows("v", v, config_.heads_kv, config_.dim_v, k.shape[2]);
   const Index count = k.shape[2], page = config_.page_size;
   if (count == 0) return;
-  if (config_.dtype == CacheDType::int8) {
-    // A non-finite value has no int8 scale; refuse it before anything is written.
-    cache::check_finite_for_int8("k", {k, false, nullptr}, config_.heads_kv);
-    cache::check_finite_for_int8("v", {v, false, nullptr}, config_.heads_kv);
-  }
+  cache::check_finite_for_codes("k", {k, false, nullptr}, config_.heads_kv, config_.dtype);
+  cache::check_finite_for_codes("v", {v, false, nullptr}, config_.heads_kv, config_.dtype);
   // The blocks this append writes are taken under mutex_; the rows are written after it is
   // released, into blocks that only this sequence holds (its lock keeps them so).
   const Index slot = s.length % page;
@@ -480,6 +481,11 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
         const float scale =
             values ? value_scale(block, h, t % page) : key_scale(block, h, t % page);
         for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
+        continue;
+      }
+      if (cache::is_fp8(config_.dtype)) {
+        cache::fp8_widen(config_.dtype,
+                         reinterpret_cast<const std::uint8_t*>(base) + (t % page) * dim, dim, dst);
         continue;
       }
       const TensorView rows(base, cache::storage_dtype(config_.dtype), {1, 1, page, dim});

@@ -1,11 +1,34 @@
 #include "cache/page_rows.hpp"
 
 #include "cache/kv_cache_blocks.hpp"
+#include "core/float8.hpp"
 
 namespace attn::cache {
 
+bool is_fp8(CacheDType dtype) {
+  return dtype == CacheDType::fp8_e4m3 || dtype == CacheDType::fp8_e5m2;
+}
+
+bool holds_codes(CacheDType dtype) {
+  return dtype == CacheDType::int8 || is_fp8(dtype);
+}
+
+void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes) {
+  for (Index d = 0; d < n; ++d) {
+    codes[d] =
+        dtype == CacheDType::fp8_e4m3 ? to_float8_e4m3(row[d]).bits : to_float8_e5m2(row[d]).bits;
+  }
+}
+
+void fp8_widen(CacheDType dtype, const std::uint8_t* codes, Index n, float* row) {
+  for (Index d = 0; d < n; ++d) {
+    row[d] = dtype == CacheDType::fp8_e4m3 ? to_float(float8_e4m3{codes[d]})
+                                           : to_float(float8_e5m2{codes[d]});
+  }
+}
+
 std::size_t element_bytes(CacheDType dtype) {
-  return dtype == CacheDType::int8 ? 1 : dtype_size(storage_dtype(dtype));
+  return holds_codes(dtype) ? 1 : dtype_size(storage_dtype(dtype));
 }
 
 DType storage_dtype(CacheDType dtype) {
@@ -16,6 +39,8 @@ DType storage_dtype(CacheDType dtype) {
       return DType::bf16;
     case CacheDType::f32:
     case CacheDType::int8:
+    case CacheDType::fp8_e4m3:
+    case CacheDType::fp8_e5m2:
       return DType::f32;
   }
   return DType::f32;

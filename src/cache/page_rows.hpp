@@ -11,8 +11,14 @@
 
 namespace attn::cache {
 
-// Bytes of one stored element; the dtype of the stored rows (int8: of their dequantised
-// float32 values).
+// Whether elements are stored as 8-bit codes (int8, fp8), which hold only finite values;
+// bytes of one stored element; the dtype of the stored rows (codes: of their float32
+// values).
+bool holds_codes(CacheDType dtype);
+bool is_fp8(CacheDType dtype);
+// An fp8 pool's codes of n elements: from float64 values (finite), and back as float32.
+void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes);
+void fp8_widen(CacheDType dtype, const std::uint8_t* codes, Index n, float* row);
 std::size_t element_bytes(CacheDType dtype);
 DType storage_dtype(CacheDType dtype);
 

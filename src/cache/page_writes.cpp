@@ -21,7 +21,8 @@ void load(const NewRows& in, Index i, Index h, double* row) {
 
 }  // namespace
 
-void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) {
+void check_finite_for_codes(const char* name, const NewRows& in, Index heads_kv, CacheDType dtype) {
+  if (!holds_codes(dtype)) return;
   std::vector<double> row(static_cast<std::size_t>(in.rows.shape[3]));
   for (Index h = 0; h < heads_kv; ++h)
     for (Index i = 0; i < in.tokens(); ++i) {
@@ -29,7 +30,7 @@ void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) 
       for (const double x : row) {
         if (!std::isfinite(x)) {
           core::fail(
-              name, "finite values for int8 pages",
+              name, std::string("finite values for ") + cache_dtype_name(dtype) + " pages",
               std::to_string(x) + " at head " + std::to_string(h) + ", token " + std::to_string(i));
         }
       }
@@ -39,12 +40,18 @@ void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv) 
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count) {
   const Index dim = pool.dim;
-  const bool int8 = pool.dtype == CacheDType::int8;
   std::vector<double> row(static_cast<std::size_t>(dim));
   for (Index h = 0; h < pool.heads_kv; ++h) {
     std::byte* base = pool.rows(page, h);
     const auto at = [&](Index s) { return base + s * pool.slot_bytes; };
-    if (!int8) {
+    if (is_fp8(pool.dtype)) {
+      for (Index i = 0; i < count; ++i) {
+        load(in, first + i, h, row.data());
+        fp8_narrow(pool.dtype, row.data(), dim, reinterpret_cast<std::uint8_t*>(at(slot + i)));
+      }
+      continue;
+    }
+    if (pool.dtype != CacheDType::int8) {
       const DType dtype = storage_dtype(pool.dtype);
       const MutableTensorView out(
           at(slot), dtype, {1, 1, count, dim},

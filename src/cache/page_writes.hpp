@@ -24,13 +24,13 @@ struct NewRows {
   Index index2(Index i, Index h) const { return tokens_first ? h : i; }
 };
 
-// int8 pools have no scale for a value that is not finite: throws naming `name`, the head
-// and the token, before anything is written.
-void check_finite_for_int8(const char* name, const NewRows& in, Index heads_kv);
+// Pools of codes (int8, fp8) hold no value that is not finite: for them, throws naming
+// `name`, the dtype, the head and the token, before anything is written.
+void check_finite_for_codes(const char* name, const NewRows& in, Index heads_kv, CacheDType dtype);
 
 // Writes tokens [first, first + count) of `in` into slots [slot, slot + count) of the page,
 // rounded to the pool's dtype. int8: each token's row of each KV head with a scale of its
-// own, so nothing written before changes.
+// own, so nothing written before changes; fp8: each element alone.
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count);
 

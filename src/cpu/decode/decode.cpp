@@ -604,6 +604,10 @@ void DecodeTarget(const DecodeProblem& problem, State& state, int threads) {
       return run<bfloat16>(problem, state, threads);
     case CacheDType::int8:
       return run<std::int8_t>(problem, state, threads);
+    case CacheDType::fp8_e4m3:
+      return run<float8_e4m3>(problem, state, threads);
+    case CacheDType::fp8_e5m2:
+      return run<float8_e5m2>(problem, state, threads);
   }
 }
 

@@ -1,4 +1,4 @@
-// A vector or one element of a stored row (float32, float16, bfloat16 or int8) read as
+// A vector or one element of a stored row (float32, float16, bfloat16, int8 or fp8) read as
 // float32, exactly: how every micro-kernel reads K and V where they lie; and a row asked
 // for ahead of its reads (prefetch_row).
 #if defined(ATTN_CPU_TILE_STORED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -15,6 +15,7 @@
 
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
+#include "core/float8.hpp"
 
 #include "cpu/tile/target-inl.h"
 #include "cpu/tile/to_floats-inl.h"
@@ -23,7 +24,30 @@ HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 namespace tile {
 
-// One vector of a stored row (float, float16, bfloat16 or int8) as float32; exact.
+template <class T>
+inline constexpr bool kIsFloat8 = std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
+
+// A vector of fp8 codes as float32, by way of float16, which holds every code exactly: E5M2
+// is float16's upper byte; E4M3 moved into float16's fields reads 2^(15 - 7) times too
+// small, a power of two the multiply restores exactly. float16's own widening keeps
+// subnormal codes away from float32 subnormals.
+template <class T>
+HWY_INLINE VF load_float8(DF df, const T* HWY_RESTRICT row) {
+  const hn::Rebind<std::uint16_t, DF> du;
+  const auto bits = hn::PromoteTo(
+      du, hn::LoadU(hn::Rebind<std::uint8_t, DF>(), reinterpret_cast<const std::uint8_t*>(row)));
+  if constexpr (std::is_same_v<T, float8_e5m2>) {
+    return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), hn::ShiftLeft<8>(bits)));
+  } else {
+    const auto sign = hn::ShiftLeft<8>(hn::And(bits, hn::Set(du, 0x80)));
+    const auto fields = hn::ShiftLeft<7>(hn::And(bits, hn::Set(du, 0x7f)));
+    const VF small =
+        hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), hn::Or(sign, fields)));
+    return hn::Mul(small, hn::Set(df, 0x1p8f));
+  }
+}
+
+// One vector of a stored row (float, float16, bfloat16, int8 or fp8) as float32; exact.
 template <class T>
 HWY_INLINE VF load_floats(DF df, const T* HWY_RESTRICT row) {
   if constexpr (std::is_same_v<T, float>) {
@@ -31,6 +55,8 @@ HWY_INLINE VF load_floats(DF df, const T* HWY_RESTRICT row) {
   } else if constexpr (std::is_same_v<T, std::int8_t>) {
     const hn::Rebind<std::int32_t, DF> di;
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), row)));
+  } else if constexpr (kIsFloat8<T>) {
+    return load_float8(df, row);
   } else {
     return load_widened(df, row);
   }
@@ -38,7 +64,7 @@ HWY_INLINE VF load_floats(DF df, const T* HWY_RESTRICT row) {
 
 template <class T>
 HWY_INLINE float load_float(const T* row, Index d) {
-  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16> || kIsFloat8<T>) {
     return to_float(row[d]);
   } else {
     return static_cast<float>(row[d]);

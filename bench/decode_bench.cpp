@@ -42,7 +42,10 @@ Format format_of(const std::string& name) {
   if (name == "bf16") return {CacheDType::bf16, kDim * 2, DType::bf16};
   if (name == "f32") return {CacheDType::f32, kDim * 4, DType::f32};
   if (name == "int8") return {CacheDType::int8, kDim + 4, DType::f32};
-  throw std::invalid_argument("--formats: expected f16, bf16, f32 or int8, given " + name);
+  if (name == "fp8_e4m3") return {CacheDType::fp8_e4m3, kDim, DType::f32};
+  if (name == "fp8_e5m2") return {CacheDType::fp8_e5m2, kDim, DType::f32};
+  throw std::invalid_argument(
+      "--formats: expected f16, bf16, f32, int8, fp8_e4m3 or fp8_e5m2, given " + name);
 }
 
 // Random keys and values, appended in chunks of one repeated random block (the values do
@@ -99,7 +102,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(Index{1}, Index{1024}));
   app.add_option("--formats", format_names,
-                 "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8)")
+                 "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8, "
+                 "fp8_e4m3, fp8_e5m2)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);

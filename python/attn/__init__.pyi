@@ -162,7 +162,9 @@ class KVCache:
     """Paged key/value storage (block tables, free list, fork with copy-on-write)."""
     def __init__(
         self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
-        dtype: Optional[Literal["float32", "float16", "bfloat16", "int8"]] = None,
+        dtype: Optional[
+            Literal["float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"]
+        ] = None,
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...
@@ -204,6 +206,7 @@ def decode_state(
 def paged_attention(
     q: Array, key_cache: Array, value_cache: Array, block_table: Array, seq_lens: Array,
     query_start: Array, *, layout: Literal["token_major", "head_major"] = "token_major",
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
     return_lse: bool = False, rotary: Optional[Literal["neox", "interleaved"]] = None,
     rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
@@ -215,6 +218,7 @@ def paged_attention(
 def append_pages(
     k: Array, v: Array, slots: Array, key_cache: Array, value_cache: Array, *,
     layout: Literal["token_major", "head_major"] = "token_major",
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
     rotary: Optional[Literal["neox", "interleaved"]] = None, rotary_cos: Optional[Array] = None,
     rotary_sin: Optional[Array] = None, rotary_dims: Optional[int] = None,

@@ -21,7 +21,7 @@ from ._attn import finalize_state as _finalize_state
 from ._attn import forward_state as _forward_state
 from ._attn import merge_states as _merge_states
 
-_CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+_CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2")
 
 
 class State:
@@ -64,13 +64,18 @@ class State:
         return f"attn.State(shape={self.acc.shape}, dtype={self.acc.dtype})"
 
 
-def _bfloat16_view(bits):
-    """A uint16 array of bfloat16 bits as ml_dtypes' bfloat16 when it imports, else as it is."""
+# The ml_dtypes type a storage dtype's bits are shown as, when ml_dtypes imports.
+_ML_DTYPES = {"bfloat16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def _ml_dtypes_view(bits, dtype):
+    """An array of bfloat16 or fp8 bits (uint16, uint8) as ml_dtypes' type for the storage
+    dtype when it imports, else as it is."""
     try:
         import ml_dtypes
     except ImportError:
         return bits
-    return bits.view(ml_dtypes.bfloat16)
+    return bits.view(getattr(ml_dtypes, _ML_DTYPES[dtype]))
 
 
 def _check_state(state, name):
@@ -135,9 +140,11 @@ class KVCache:
         or float32; float32 for float64, attn's working precision, and for keys and values
         of two different dtypes), and a later append that the storage would round (float32
         into a float16 cache, say) raises ValueError. "float32", "float16", "bfloat16" and
-        "int8" (a scale per token and head, quantised once, dequantised on the fly) are the
-        caller's choice and round what does not fit, without a word: float32 keeps float16,
-        bfloat16 and float32 data exactly.
+        "int8" (a scale per token and head, quantised once, dequantised on the fly),
+        "fp8_e4m3" and "fp8_e5m2" (vLLM's fp8 caches: each element rounded to the nearest
+        8-bit float, magnitudes past 448 or 57344 stored as the largest) are the caller's
+        choice and round what does not fit, without a word: float32 keeps float16, bfloat16
+        and float32 data exactly. int8 and fp8 refuse keys and values that are not finite.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
         lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
@@ -310,8 +317,10 @@ class KVCache:
         """The cache's pages as attn.paged_attention reads them, in place:
         (key_cache, value_cache, key_scales, value_scales), read-only NumPy arrays on the
         cache's memory, head-major: key_cache [max_blocks, heads_kv, page_size, dim],
-        value_cache the same with dim_v, in the storage dtype (bfloat16 as ml_dtypes' when it
-        imports, else its uint16 bits, which paged_attention reads as bfloat16); the scales
+        value_cache the same with dim_v, in the storage dtype (bfloat16 and fp8 as ml_dtypes'
+        bfloat16, float8_e4m3fn and float8_e5m2 when it imports, else their uint16 bits,
+        which paged_attention reads as bfloat16, and uint8 codes, which it reads with
+        kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"); the scales
         float32 [max_blocks, heads_kv, page_size] for int8, else None. Block numbers are page
         numbers: with block_tables(ids), a ragged batch over the cache is
 
@@ -330,8 +339,8 @@ class KVCache:
                         "holds none yet")
         pools = list(self._cache.pools())
         for i in (0, 1):
-            if self.dtype == "bfloat16":
-                pools[i] = _bfloat16_view(pools[i])
+            if self.dtype in _ML_DTYPES:
+                pools[i] = _ml_dtypes_view(pools[i], self.dtype)
         return tuple(pools)
 
     def block_tables(self, seq_ids):

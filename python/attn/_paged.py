@@ -17,6 +17,9 @@ from ._attn import paged_attention as _paged_attention
 from ._errors import ArgumentTypeError, Error
 
 LAYOUTS = ("token_major", "head_major")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+# float8 pools (torch's, or NumPy's through ml_dtypes) by dtype name: the format they hold.
+_FLOAT8_FORMATS = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
 
 _REFUSES = (
     ("cu_seqlens_q", "query_start and seq_lens say where each sequence's queries and keys are"),
@@ -61,6 +64,26 @@ def _pool(x, name, written=False):
         raise Error(f"{name}: expected a writable array (append_pages writes in place), given a "
                     f"read-only one (a KVCache's pools are written through KVCache.append)")
     return _arrays.for_extension(x)
+
+
+def _pools(key_cache, value_cache, kv_cache_dtype, written=False):
+    """(key pool, value pool, kv_cache_dtype) as the extension takes them: float8 pools as
+    uint8 views of their codes, with the format their dtype names."""
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise Error(f"kv_cache_dtype: expected one of {', '.join(map(repr, KV_CACHE_DTYPES))}, "
+                    f"given {kv_cache_dtype!r}")
+    pools, named = [], None
+    for x, name in ((key_cache, "key_cache"), (value_cache, "value_cache")):
+        x = _pool(x, name, written)
+        held = _FLOAT8_FORMATS.get(_arrays.dtype_name(x))
+        if held is not None:
+            if kv_cache_dtype not in ("auto", held) or named not in (None, held):
+                raise Error(f"{name}: expected pools of one format, {named or kv_cache_dtype!r} "
+                            f"as kv_cache_dtype or key_cache say, given {_arrays.dtype_name(x)}")
+            named = held
+            x = x.view(np.uint8) if isinstance(x, np.ndarray) else x.view(_arrays._torch().uint8)
+        pools.append(x)
+    return pools[0], pools[1], named or kv_cache_dtype
 
 
 def _scales(x, name):
@@ -111,7 +134,8 @@ def _rows(x, name, what):
 
 
 def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_start, *,
-                    layout="token_major", key_scales=None, value_scales=None, return_lse=False,
+                    layout="token_major", kv_cache_dtype="auto", key_scales=None,
+                    value_scales=None, return_lse=False,
                     rotary=None, rotary_cos=None, rotary_sin=None, rotary_dims=None,
                     positions=None, **options):
     """Attention of a ragged batch of queries over the caller's pages.
@@ -120,8 +144,11 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         q:           [total_q, Hq, D], any float dtype; Hq a multiple of Hkv
         key_cache:   [pages, page_size, Hkv, D] (layout="token_major", as vLLM and
                      FlashAttention) or [pages, Hkv, page_size, D] ("head_major", as
-                     FlashInfer's HND), float32, float16, bfloat16 or int8, C-contiguous
-        value_cache: the same with Dv for D
+                     FlashInfer's HND), float32, float16, bfloat16, int8 or float8
+                     (float8_e4m3fn or float8_e5m2 of torch or ml_dtypes, or uint8 codes
+                     with kv_cache_dtype "fp8_e4m3" or "fp8_e5m2", as vLLM's fp8 caches),
+                     C-contiguous
+        value_cache: the same with Dv for D, of the same dtype
         key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major
@@ -144,10 +171,11 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         raise Error(f"q: expected 3 dims [total_q, Hq, D], given shape {_arrays.shape(q)}")
     q4 = _arrays.for_extension(_arrays.readable(_arrays.reshape(q, (1,) + _arrays.shape(q))))
     o = _request.options(q, options, "paged_attention", _REFUSES)
+    key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype)
     out, lse = _paged_attention(
-        q4, _pool(key_cache, "key_cache"), _pool(value_cache, "value_cache"),
-        _ints(block_table, "block_table", np.int32, 2), _ints(seq_lens, "seq_lens", np.int32, 1),
-        _ints(query_start, "query_start", np.int32, 1), layout=_layout(layout),
+        q4, key_pool, value_pool, _ints(block_table, "block_table", np.int32, 2),
+        _ints(seq_lens, "seq_lens", np.int32, 1), _ints(query_start, "query_start", np.int32, 1),
+        layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
         key_scales=_scales(key_scales, "key_scales"),
         value_scales=_scales(value_scales, "value_scales"), options=o,
         **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
@@ -155,9 +183,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
     return (out, lse[..., 0]) if _arrays.flag(return_lse, "return_lse") else out
 
 
-def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", key_scales=None,
-                 value_scales=None, rotary=None, rotary_cos=None, rotary_sin=None,
-                 rotary_dims=None, positions=None):
+def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
+                 kv_cache_dtype="auto", key_scales=None, value_scales=None, rotary=None,
+                 rotary_cos=None, rotary_sin=None, rotary_dims=None, positions=None):
     """Writes n new tokens' keys and values into the caller's pages, in place: token i goes
     to page slots[i] // page_size at slot slots[i] % page_size (vLLM's slot_mapping); a
     negative slot skips the token (padding).
@@ -165,13 +193,16 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major", k
     Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
     slots [n] integers; pools and scales as in attn.paged_attention. int8: each token's row
     of each KV head is quantised once, with its own scale (max |x| / 127), so nothing written
-    before changes. A slot past the pool or given twice is refused, and then nothing is
-    written. With rotary, each key is rotated at
+    before changes. float8: each element rounded to the nearest code (ties to even),
+    magnitudes past the largest finite one (448 for e4m3, 57344 for e5m2) stored as it; int8
+    and float8 refuse keys or values that are not finite. A slot past the pool or given
+    twice is refused, and then nothing is written. With rotary, each key is rotated at
     positions[i] ([n] ints, required) before it is stored.
     """
+    key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype, True)
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
-                  _pool(key_cache, "key_cache", True), _pool(value_cache, "value_cache", True),
-                  layout=_layout(layout), key_scales=_scales(key_scales, "key_scales"),
+                  key_pool, value_pool, layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
+                  key_scales=_scales(key_scales, "key_scales"),
                   value_scales=_scales(value_scales, "value_scales"),
                   **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
 

@@ -106,7 +106,12 @@ CacheDType cache_dtype(const std::string& name) {
   if (name == "float16") return CacheDType::f16;
   if (name == "bfloat16") return CacheDType::bf16;
   if (name == "int8") return CacheDType::int8;
-  throw Error("dtype: expected 'float32', 'float16', 'bfloat16' or 'int8', given '" + name + "'");
+  if (name == "fp8_e4m3") return CacheDType::fp8_e4m3;
+  if (name == "fp8_e5m2") return CacheDType::fp8_e5m2;
+  throw Error(
+      "dtype: expected 'float32', 'float16', 'bfloat16', 'int8', 'fp8_e4m3' or 'fp8_e5m2', "
+      "given '" +
+      name + "'");
 }
 
 // q: [S, Hq, n_q, D] -> (context [S, Hq, n_q, Dv], lse [S, Hq, n_q, 1]), or the state's
@@ -182,8 +187,9 @@ ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
   }
   const std::size_t shape[4] = {pages, heads, static_cast<std::size_t>(pool.page_size),
                                 static_cast<std::size_t>(pool.dim)};
-  const nb::dlpack::dtype dtype = pool.dtype == CacheDType::int8
-                                      ? nb::dtype<std::int8_t>()
+  const nb::dlpack::dtype dtype = pool.dtype == CacheDType::int8 ? nb::dtype<std::int8_t>()
+                                  : cache::is_fp8(pool.dtype)
+                                      ? nb::dtype<std::uint8_t>()
                                       : numpy_dtype(cache::storage_dtype(pool.dtype));
   return ReadOnlyArray(pool.data, 4, shape, owner, nullptr, dtype);
 }

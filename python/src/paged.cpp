@@ -51,19 +51,35 @@ PageLayout layout_of(const std::string& name) {
   throw Error("layout: expected 'token_major' or 'head_major', given '" + name + "'");
 }
 
+// kv_cache_dtype: "auto" (the array's dtype says), or "fp8_e4m3" / "fp8_e5m2" for uint8
+// arrays of fp8 codes (vLLM's kv_cache_dtype; the Python layer passes float8 arrays so).
 template <class Array>
-CacheDType pool_dtype(const Array& pool, const char* name) {
+CacheDType pool_dtype(const Array& pool, const char* name, const std::string& kv_cache_dtype) {
   using Code = nb::dlpack::dtype_code;
   const nb::dlpack::dtype dtype = pool.dtype();
   const auto code = static_cast<Code>(dtype.code);
+  const bool bytes = dtype.lanes == 1 && code == Code::UInt && dtype.bits == 8;
+  if (kv_cache_dtype == "fp8_e4m3" || kv_cache_dtype == "fp8_e5m2") {
+    if (!bytes) {
+      throw nb::type_error((std::string(name) + ": expected dtype uint8 (fp8 codes) for " +
+                            "kv_cache_dtype '" + kv_cache_dtype + "'")
+                               .c_str());
+    }
+    return kv_cache_dtype == "fp8_e4m3" ? CacheDType::fp8_e4m3 : CacheDType::fp8_e5m2;
+  }
+  if (kv_cache_dtype != "auto") {
+    fail("kv_cache_dtype", "'auto', 'fp8_e4m3' or 'fp8_e5m2'", "'" + kv_cache_dtype + "'");
+  }
   if (dtype.lanes == 1) {
     if (code == Code::Float && dtype.bits == 32) return CacheDType::f32;
     if (code == Code::Float && dtype.bits == 16) return CacheDType::f16;
     if ((code == Code::Bfloat || code == Code::UInt) && dtype.bits == 16) return CacheDType::bf16;
     if (code == Code::Int && dtype.bits == 8) return CacheDType::int8;
   }
-  throw nb::type_error(
-      (std::string(name) + ": expected dtype float32, float16, bfloat16 or int8").c_str());
+  throw nb::type_error((std::string(name) +
+                        ": expected dtype float32, float16, bfloat16, int8 or float8 (uint8 " +
+                        "with kv_cache_dtype 'fp8_e4m3' or 'fp8_e5m2')")
+                           .c_str());
 }
 
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
@@ -72,7 +88,8 @@ CacheDType pool_dtype(const Array& pool, const char* name) {
 // holds mutable pointers for append_pages; paged_attention's read-only arrays are only read.
 template <class Array, class ScalesArray>
 PagePool pool_of(const Array& array, const char* name, PageLayout layout,
-                 const std::optional<ScalesArray>& scales, const char* scales_name) {
+                 const std::string& kv_cache_dtype, const std::optional<ScalesArray>& scales,
+                 const char* scales_name) {
   if (array.device_type() != nb::device::cpu::value) {
     fail(name, "an array in CPU memory",
          "an array on DLPack device type " + std::to_string(array.device_type()));
@@ -81,7 +98,7 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   check_contiguous(array, name);
   PagePool pool;
   pool.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  pool.dtype = pool_dtype(array, name);
+  pool.dtype = pool_dtype(array, name, kv_cache_dtype);
   pool.layout = layout;
   const bool token_major = layout == PageLayout::token_major;
   pool.pages = static_cast<Index>(array.shape(0));
@@ -145,7 +162,7 @@ std::span<const std::int32_t> ints_of(const Ints& array, const char* name, std::
 nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
                                  const ReadPool& value_cache, const Ints& block_table,
                                  const Ints& seq_lens, const Ints& query_start,
-                                 const std::string& layout,
+                                 const std::string& layout, const std::string& kv_cache_dtype,
                                  const std::optional<ReadScales>& key_scales,
                                  const std::optional<ReadScales>& value_scales,
                                  const Options& options, const std::optional<std::string>& rotary,
@@ -154,8 +171,10 @@ nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
                                  const std::optional<Ints>& positions) {
   const TensorView q_view = input_view(q, "q");
   const PageLayout pages = layout_of(layout);
-  const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
-  const PagePool values = pool_of(value_cache, "value_cache", pages, value_scales, "value_scales");
+  const PagePool keys =
+      pool_of(key_cache, "key_cache", pages, kv_cache_dtype, key_scales, "key_scales");
+  const PagePool values =
+      pool_of(value_cache, "value_cache", pages, kv_cache_dtype, value_scales, "value_scales");
   const std::span<const std::int32_t> table = ints_of(block_table, "block_table", 2);
   const PagedBatch batch{ints_of(query_start, "query_start", 1), ints_of(seq_lens, "seq_lens", 1),
                          table,
@@ -172,7 +191,7 @@ nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
 // k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv]  slots: [n] int64.
 void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& slots,
                          Pool key_cache, Pool value_cache, const std::string& layout,
-                         const std::optional<Scales>& key_scales,
+                         const std::string& kv_cache_dtype, const std::optional<Scales>& key_scales,
                          const std::optional<Scales>& value_scales,
                          const std::optional<std::string>& rotary, Index rotary_dims,
                          const std::optional<Table>& rotary_cos,
@@ -180,8 +199,10 @@ void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& 
                          const std::optional<Ints>& positions) {
   const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
   const PageLayout pages = layout_of(layout);
-  const PagePool keys = pool_of(key_cache, "key_cache", pages, key_scales, "key_scales");
-  const PagePool values = pool_of(value_cache, "value_cache", pages, value_scales, "value_scales");
+  const PagePool keys =
+      pool_of(key_cache, "key_cache", pages, kv_cache_dtype, key_scales, "key_scales");
+  const PagePool values =
+      pool_of(value_cache, "value_cache", pages, kv_cache_dtype, value_scales, "value_scales");
   const Rotary rotation = rotary_of(rotary, rotary_dims, rotary_cos, rotary_sin, positions);
   nb::gil_scoped_release unlocked;
   append_pages(k_view, v_view, {slots.data(), slots.size()}, keys, values, rotation);
@@ -192,14 +213,14 @@ void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& 
 void bind_paged(nb::module_& m) {
   m.def("paged_attention", &paged_attention_arrays, "q"_a, "key_cache"_a.noconvert(),
         "value_cache"_a.noconvert(), "block_table"_a, "seq_lens"_a, "query_start"_a, nb::kw_only(),
-        "layout"_a, "key_scales"_a.none().noconvert(), "value_scales"_a.none().noconvert(),
-        "options"_a, "rotary"_a.none(), "rotary_dims"_a, "rotary_cos"_a.none(),
-        "rotary_sin"_a.none(), "positions"_a.none(),
+        "layout"_a, "kv_cache_dtype"_a, "key_scales"_a.none().noconvert(),
+        "value_scales"_a.none().noconvert(), "options"_a, "rotary"_a.none(), "rotary_dims"_a,
+        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
         "Attention of packed queries over the caller's pages.");
   m.def("append_pages", &append_pages_arrays, "k"_a, "v"_a, "slots"_a, "key_cache"_a.noconvert(),
-        "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "key_scales"_a.none().noconvert(),
-        "value_scales"_a.none().noconvert(), "rotary"_a.none(), "rotary_dims"_a,
-        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
+        "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "kv_cache_dtype"_a,
+        "key_scales"_a.none().noconvert(), "value_scales"_a.none().noconvert(), "rotary"_a.none(),
+        "rotary_dims"_a, "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
         "New tokens written into the caller's pages at their slots.");
 }
 

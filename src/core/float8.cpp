@@ -7,24 +7,11 @@ namespace attn {
 namespace {
 
 template <class F>
-float widen(F value) {
-  constexpr int kMantissa = F::kMantissaBits;
-  const int magnitude = value.bits & 0x7f;
-  const int exponent = magnitude >> kMantissa, mantissa = magnitude & ((1 << kMantissa) - 1);
-  // Subnormal codes (exponent 0) are mantissa * 2^(1 - bias - M); normal ones carry the
-  // implicit leading 1.
-  const double x = exponent == 0
-                       ? std::ldexp(mantissa, 1 - F::kBias - kMantissa)
-                       : std::ldexp((1 << kMantissa) + mantissa, exponent - F::kBias - kMantissa);
-  return static_cast<float>((value.bits & 0x80) != 0 ? -x : x);
-}
-
-template <class F>
 F narrow(double x) {
   constexpr int kMantissa = F::kMantissaBits, kSmallestExponent = 1 - F::kBias;
   const auto sign = static_cast<std::uint8_t>(std::signbit(x) ? 0x80 : 0);
   const double magnitude = std::abs(x);
-  if (magnitude >= widen(F{F::kLargestCode})) {
+  if (magnitude >= to_float(F{F::kLargestCode})) {
     return F{static_cast<std::uint8_t>(sign | F::kLargestCode)};
   }
   // The spacing of codes in magnitude's binade (or the subnormals'), so that rounding is one
@@ -41,14 +28,6 @@ F narrow(double x) {
 }
 
 }  // namespace
-
-float to_float(float8_e4m3 value) {
-  return widen(value);
-}
-
-float to_float(float8_e5m2 value) {
-  return widen(value);
-}
 
 float8_e4m3 to_float8_e4m3(double x) {
   return narrow<float8_e4m3>(x);

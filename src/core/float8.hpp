@@ -5,6 +5,7 @@
 // never meets an infinity or a NaN code.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace attn {
@@ -22,9 +23,21 @@ struct Float8 {
 using float8_e4m3 = Float8<4>;
 using float8_e5m2 = Float8<5>;
 
-// Exact (every finite code is a float32).
-float to_float(float8_e4m3 value);
-float to_float(float8_e5m2 value);
+// Exact (every finite code is a float32); by bits, inline, so that kernels built without a
+// C library (tests/emulated) read fp8 rows too.
+template <int kExponentBits>
+inline float to_float(Float8<kExponentBits> value) {
+  using F = Float8<kExponentBits>;
+  constexpr int kMantissa = F::kMantissaBits;
+  constexpr float kSubnormalStep = kExponentBits == 4 ? 0x1p-9f : 0x1p-16f;  // 2^(1-bias-M)
+  const int exponent = (value.bits & 0x7f) >> kMantissa;
+  const int mantissa = value.bits & ((1 << kMantissa) - 1);
+  const float magnitude =
+      exponent == 0 ? static_cast<float>(mantissa) * kSubnormalStep
+                    : std::bit_cast<float>(static_cast<std::uint32_t>(
+                          ((exponent - F::kBias + 127) << 23) | (mantissa << (23 - kMantissa))));
+  return (value.bits & 0x80) != 0 ? -magnitude : magnitude;
+}
 // x rounded to the nearest code, ties to even, magnitudes past the largest finite one
 // saturating to it (as vLLM's fp8 quantisation clamps); x must be finite.
 float8_e4m3 to_float8_e4m3(double x);

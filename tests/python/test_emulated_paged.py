@@ -1,6 +1,7 @@
 """The paged kernel (src/cpu/decode/decode.cpp) as Highway's AVX-512 target compiles it, built
 by tests/emulated with a one-thread runtime and run on an emulated Sapphire Rapids
-(tests/python/emulator.py): caller-owned pools in both layouts, every storage dtype, a
+(tests/python/emulator.py): caller-owned pools in both layouts, every storage dtype (fp8
+codes widened by way of float16 included), a
 ragged batch, against float64 with tests/paged_test.cpp's bound; and the batch invariance
 tests/paged_test.cpp checks bit for bit on the targets the CPU has, here on AVX-512: each
 sequence alone, and a prefill in chunks, give the batch's (one shot's) state bits. d = 40
@@ -16,9 +17,11 @@ import pytest
 import numpy_reference
 
 CONTEXT_NMSE = 1e-12  # tests/paged_test.cpp
-DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}  # attn::CacheDType
+DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3, "fp8_e4m3": 4,
+          "fp8_e5m2": 5}  # attn::CacheDType
 STORED = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-          "int8": np.int8}
+          "int8": np.int8, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+          "fp8_e5m2": ml_dtypes.float8_e5m2}
 LAYOUTS = {"token_major": 0, "head_major": 1}
 Q_DTYPES = {"float32": 2, "bfloat16": 1}  # attn::DType
 PV_PRECISIONS = {"exact": 0, "bf16": 1}  # attn::PvPrecision
@@ -161,7 +164,7 @@ def _rows(state, first, count):
     return [x[:, first:first + count] for x in state]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "int8"])
+@pytest.mark.parametrize("dtype", ["float16", "int8", "fp8_e4m3"])
 def test_each_sequence_alone_gives_the_batchs_bits(emulator, dtype):
     batch = _Batch(dtype, "token_major", 16)
     whole = batch.run(emulator, batch.q, batch.sequences, batch.table)

@@ -122,7 +122,8 @@ def test_kv_cache_bookkeeping_and_round_trip():
 
 
 @pytest.mark.parametrize("dtype,bound", [("float32", 1e-12), ("float16", 1e-6), ("bfloat16", 1e-4),
-                                         ("int8", 1e-3)])
+                                         ("int8", 1e-3), ("fp8_e4m3", 3e-3),
+                                         ("fp8_e5m2", 1e-2)])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_decode_step_by_step_matches_causal_attention(dtype, bound, page_size):
     length, heads_q, heads_kv = 30, 4, 2
@@ -209,7 +210,7 @@ def test_bad_input_raises_naming_the_argument():
         attn.merge(attn.State.empty(1, 1, 1, 1), attn.State.empty(1, 1, 1, 2))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", None])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "fp8_e4m3", None])
 def test_a_batched_append_stores_what_appends_one_by_one_store(dtype):
     """cache.append(ids, k, v) with k: [S, Hkv, n, D] is S single appends: the same
     tokens, blocks, copy-on-write of forked prompts and int8 scales, bit for bit."""

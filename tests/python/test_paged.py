@@ -10,6 +10,7 @@ import attn
 import numpy_reference
 
 HQ, HKV, D, DV = 4, 2, 32, 24
+DTYPES = ["float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"]
 
 
 def make_pools(pages, page_size, layout, dtype):
@@ -20,7 +21,8 @@ def make_pools(pages, page_size, layout, dtype):
     np_dtype = {"float32": np.float32, "float16": np.float16}.get(dtype)
     if np_dtype is None:
         import ml_dtypes
-        np_dtype = ml_dtypes.bfloat16
+        np_dtype = {"bfloat16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+                    "fp8_e5m2": ml_dtypes.float8_e5m2}[dtype]
     return np.zeros(shape + (D,), np_dtype), np.zeros(shape + (DV,), np_dtype), None, None
 
 
@@ -91,7 +93,7 @@ def nmse(got, want):
 
 
 @pytest.mark.parametrize("layout", ["token_major", "head_major"])
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_a_ragged_batch_matches_the_reference(layout, dtype, page_size):
     batch = Batch([(0, 2), (37, 1), (700, 3), (5, 9), (40, 0), (300, 40)], page_size, layout, dtype)
@@ -239,7 +241,7 @@ def append_tokens(cache, seq, n, rng):
     cache.append(seq, rng.standard_normal((HKV, n, D)), rng.standard_normal((HKV, n, DV)))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_kvcache_pools_serve_a_ragged_batch_with_decodes_bits(dtype):
     """paged_attention over KVCache.pools() and block_tables(): each sequence's rows are
     attn.decode's bits for it alone, with a fork sharing its parent's pages."""
@@ -266,6 +268,55 @@ def test_kvcache_pools_serve_a_ragged_batch_with_decodes_bits(dtype):
         rows = q[query_start[s]:query_start[s + 1]]  # [n_q, Hq, D] -> decode's [1, Hq, n_q, D]
         alone = attn.decode(rows.transpose(1, 0, 2)[None], cache, [seq], causal=True)
         assert np.array_equal(out[query_start[s]:query_start[s + 1]], alone[0].transpose(1, 0, 2))
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_pools_as_uint8_codes_or_torch_float8_read_the_same(dtype):
+    """vLLM's fp8 caches are uint8 tensors with kv_cache_dtype naming the format; torch's and
+    ml_dtypes' float8 pools say it by their dtype: the same codes give the same bits, and
+    append_pages stores each element rounded to nearest, saturating."""
+    torch = pytest.importorskip("torch")
+    batch = Batch([(37, 1), (70, 3)], 16, "token_major", dtype, seed=4)
+    want = batch.run(causal=True)
+    codes = (batch.k_cache.view(np.uint8), batch.v_cache.view(np.uint8))
+    float8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[dtype]
+    for k_cache, v_cache, kw in (
+            (*codes, {"kv_cache_dtype": dtype}),
+            (*(torch.from_numpy(c).view(float8) for c in codes), {}),
+            (*(torch.from_numpy(c) for c in codes), {"kv_cache_dtype": dtype})):
+        got = attn.paged_attention(batch.q, k_cache, v_cache, batch.table, batch.seq_lens,
+                                   batch.query_start, return_lse=True, causal=True, **kw)
+        assert all(np.asarray(g).tobytes() == w.tobytes() for g, w in zip(got, want))
+    largest = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}[dtype]
+    k_pool, v_pool = (torch.zeros(2, 4, HKV, d, dtype=float8) for d in (D, DV))
+    k = torch.full((1, HKV, D), 0.3)
+    k[0, 0, :3] = torch.tensor([1e9, -largest * 1.1, 2.0 ** -30])
+    attn.append_pages(k, torch.zeros(1, HKV, DV), [5], k_pool, v_pool)
+    torch_rounded = k.clamp(-largest, largest).to(float8).float()[0]
+    assert k_pool[1, 1].float().tolist() == torch_rounded.tolist()
+    assert k_pool[1, 1, 0, :3].float().tolist() == [largest, -largest, 0.0]
+    with pytest.raises(ValueError, match=f"^v: expected finite values for {dtype} pages"):
+        attn.append_pages(k, torch.full((1, HKV, DV), float("nan")), [6], k_pool, v_pool)
+    assert not k_pool[1, 2].float().any()  # nothing written
+
+
+def test_fp8_pool_dtypes_are_checked_naming_the_argument():
+    torch = pytest.importorskip("torch")
+    batch = Batch([(9, 1)], 16, "token_major", "fp8_e4m3")
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.table, batch.seq_lens, batch.query_start)
+    with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto'"):
+        attn.paged_attention(*args, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match="^key_cache: expected pools of one format, 'fp8_e5m2'"):
+        attn.paged_attention(*args, kv_cache_dtype="fp8_e5m2")
+    e5m2_values = torch.from_numpy(batch.v_cache.view(np.uint8)).view(torch.float8_e5m2)
+    with pytest.raises(ValueError, match="^value_cache: expected pools of one format"):
+        attn.paged_attention(*args[:2], e5m2_values, *args[3:])
+    with pytest.raises(TypeError, match="^key_cache: expected dtype .*uint8 with kv_cache_dtype"):
+        attn.paged_attention(args[0], batch.k_cache.view(np.uint8), batch.v_cache.view(np.uint8),
+                             *args[3:])
+    with pytest.raises(TypeError, match="^key_cache: expected dtype uint8 \\(fp8 codes\\)"):
+        attn.paged_attention(args[0], np.zeros((2, 16, HKV, D), np.float16),
+                             batch.v_cache.view(np.uint8), *args[3:], kv_cache_dtype="fp8_e4m3")
 
 
 def test_kvcache_pools_are_the_caches_memory_read_only():

@@ -28,22 +28,25 @@ template <class T>
 inline constexpr bool kIsFloat8 = std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
 
 // A vector of fp8 codes as float32, by way of float16, which holds every code exactly: E5M2
-// is float16's upper byte; E4M3 moved into float16's fields reads 2^(15 - 7) times too
+// is float16's upper byte. E4M3 sign-extended to 16 bits and shifted left by 7 has its
+// sign at bit 15 and exponent and mantissa in float16's fields, less a copy of the sign at
+// bit 14 (the top exponent bit), which the mask clears; it then reads 2^(15 - 7) times too
 // small, a power of two the multiply restores exactly. float16's own widening keeps
 // subnormal codes away from float32 subnormals.
 template <class T>
 HWY_INLINE VF load_float8(DF df, const T* HWY_RESTRICT row) {
-  const hn::Rebind<std::uint16_t, DF> du;
-  const auto bits = hn::PromoteTo(
-      du, hn::LoadU(hn::Rebind<std::uint8_t, DF>(), reinterpret_cast<const std::uint8_t*>(row)));
+  const hn::Rebind<hwy::float16_t, DF> dh;
   if constexpr (std::is_same_v<T, float8_e5m2>) {
-    return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), hn::ShiftLeft<8>(bits)));
+    const hn::Rebind<std::uint16_t, DF> du;
+    const auto bits = hn::PromoteTo(
+        du, hn::LoadU(hn::Rebind<std::uint8_t, DF>(), reinterpret_cast<const std::uint8_t*>(row)));
+    return hn::PromoteTo(df, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
   } else {
-    const auto sign = hn::ShiftLeft<8>(hn::And(bits, hn::Set(du, 0x80)));
-    const auto fields = hn::ShiftLeft<7>(hn::And(bits, hn::Set(du, 0x7f)));
-    const VF small =
-        hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), hn::Or(sign, fields)));
-    return hn::Mul(small, hn::Set(df, 0x1p8f));
+    const hn::Rebind<std::int16_t, DF> di;
+    const auto bits = hn::PromoteTo(
+        di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), reinterpret_cast<const std::int8_t*>(row)));
+    const auto fields = hn::And(hn::ShiftLeft<7>(bits), hn::Set(di, ~std::int16_t{0x4000}));
+    return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, fields)), hn::Set(df, 0x1p8f));
   }
 }
 

@@ -117,9 +117,9 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
 // skips the token (padding). k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv] (engines' [tokens, heads,
 // dim]; any float dtype, any strides with a contiguous last dim), rounded to the pools'
 // dtype. int8: each token's row of each KV head is quantised once with its own scale (as
-// KVCache), so slots may be filled in any order. A slot past the pool or given twice, a bad
-// shape, or a value that is not finite for int8 throws attn::Error naming the argument, and
-// nothing is written.
+// KVCache), so slots may be filled in any order; fp8: each element rounded alone. A slot
+// past the pool or given twice, a bad shape, or a value that is not finite for int8 or fp8
+// throws attn::Error naming the argument, and nothing is written.
 // rotary: the keys are rotated at rotary.positions (one per token) before they are stored.
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
                   const PagePool& keys, const PagePool& values, const Rotary& rotary = {});

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <thread>
@@ -318,6 +319,95 @@ TEST(KVCache, CodesAreTheSameBytesWhateverTheAppends) {
     EXPECT_EQ(stored({3, 5, 1, 8, 13, 2, 13}), at_once);
     EXPECT_EQ(stored({20, 25}), at_once);
   }
+}
+
+// int8 with a scale per group of 32 elements: each element within half a step of its own
+// group's scale (max |x| / 127 over the group) plus float32's rounding, so an outlier
+// channel coarsens only its group; and the same bytes and scales whatever the appends.
+TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
+  constexpr Index kGroupDim = 128, kGroupDimV = 64, kGroup = 32, kTokens = 40;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor k(DType::f32, {1, kHeads, kTokens, kGroupDim});
+  Tensor v(DType::f32, {1, kHeads, kTokens, kGroupDimV});
+  for (Index i = 0; i < k.numel(); ++i) {
+    k.data_as<float>()[i] = normal(rng) * (i % kGroupDim == 70 ? 50.0f : 1.0f);  // an outlier
+  }
+  for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
+  const KVCacheConfig config{.heads_kv = kHeads,
+                             .dim = kGroupDim,
+                             .dim_v = kGroupDimV,
+                             .page_size = 8,
+                             .dtype = CacheDType::int8,
+                             .group = kGroup,
+                             .max_blocks = 16};
+  const auto filled = [&](const std::vector<Index>& runs) {
+    auto cache = std::make_unique<KVCache>(config);
+    const auto seq = cache->add_sequence();
+    Index first = 0;
+    for (const Index n : runs) {
+      cache->append(seq, k.view().rows(first, n), v.view().rows(first, n));
+      first += n;
+    }
+    return cache;
+  };
+  const auto at_once = filled({kTokens});
+  for (const bool values : {false, true}) {
+    const Tensor& given = values ? v : k;
+    const Index dim = values ? kGroupDimV : kGroupDim;
+    const Tensor got = values ? at_once->values(0) : at_once->keys(0);
+    for (Index row = 0; row < kHeads * kTokens; ++row) {
+      const float* x = given.data_as<float>() + row * dim;
+      for (Index d = 0; d < dim; ++d) {
+        double group_max = 0.0;
+        for (Index e = d / kGroup * kGroup; e < (d / kGroup + 1) * kGroup; ++e) {
+          group_max = std::max<double>(group_max, std::abs(x[e]));
+        }
+        const double error = got.data_as<float>()[row * dim + d] - static_cast<double>(x[d]);
+        ASSERT_LE(std::abs(error), group_max / 254 * (1.0 + 1e-6) + 1e-7 * std::abs(x[d]))
+            << (values ? "value" : "key") << " row " << row << " dim " << d;
+      }
+    }
+  }
+  const auto bytes = [&](KVCache& cache) {
+    const CachePools pools = cache_pools(cache);
+    std::vector<std::byte> out;
+    for (const bool values : {false, true}) {
+      const PagePool& pool = values ? pools.values : pools.keys;
+      const Index rows = pool.pages * pool.heads_kv * pool.page_size;
+      const auto* data = static_cast<const std::byte*>(pool.data);
+      const auto* scales = reinterpret_cast<const std::byte*>(pool.scales);
+      out.insert(out.end(), data, data + rows * pool.dim);
+      out.insert(out.end(), scales,
+                 scales + rows * pool.dim / kGroup * static_cast<Index>(sizeof(float)));
+    }
+    return out;
+  };
+  EXPECT_EQ(bytes(*filled(std::vector<Index>(kTokens, 1))), bytes(*at_once));
+  EXPECT_EQ(bytes(*filled({3, 9, 1, 20, 7})), bytes(*at_once));
+}
+
+TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
+  const auto message = [](CacheDType dtype, Index dim, Index group) {
+    return error_message([&] {
+      KVCache(
+          {.heads_kv = 1, .dim = dim, .dim_v = 64, .page_size = 4, .dtype = dtype, .group = group});
+    });
+  };
+  EXPECT_EQ(message(CacheDType::f16, 64, 32)
+                .rfind("group: expected 0 (groups of scales are for "
+                       "int8), given 32",
+                       0),
+            0u);
+  EXPECT_EQ(message(CacheDType::int8, 64, 16)
+                .rfind("group: expected 0 (a scale per row), or 32, "
+                       "64 or 128 dividing the head dim (64 and 64)",
+                       0),
+            0u);
+  EXPECT_EQ(
+      message(CacheDType::int8, 96, 64).rfind("group: expected 0 (a scale per row), or 32", 0), 0u);
+  EXPECT_NO_THROW(
+      KVCache({.heads_kv = 1, .dim = 96, .dim_v = 64, .dtype = CacheDType::int8, .group = 32}));
 }
 
 // fp8 stores a magnitude past its largest finite code as that code (as vLLM's fp8

@@ -41,6 +41,7 @@ struct Storage {
   Index page = 16;
   PageLayout layout = PageLayout::token_major;
   bool varied_scales = true;  // int8: a random scale per token and head, else one for all
+  Index group = 0;            // int8: elements per scale (0: the whole row)
 };
 
 constexpr CacheDType kCacheDTypes[] = {CacheDType::f32,      CacheDType::f16,
@@ -148,9 +149,15 @@ struct Paged {
     p.page_size = storage.page;
     p.heads_kv = shape.heads_kv;
     p.dim = values ? shape.dim_v : shape.dim;
-    if (storage.dtype == CacheDType::int8)
+    if (storage.dtype == CacheDType::int8) {
       p.scales = values ? value_scales.data() : key_scales.data();
+      p.group = storage.group;
+    }
     return p;
+  }
+  // int8 scales per row of the keys or values.
+  Index groups(bool values) const {
+    return storage.group > 0 ? (values ? shape.dim_v : shape.dim) / storage.group : 1;
   }
   PagedBatch batch() const { return {query_start, seq_lens, table, max_pages}; }
   // The row of (page, slot, head) in the pool's layout: of its scale, and times the row's
@@ -179,9 +186,10 @@ struct Paged {
         return to_float(reinterpret_cast<const bfloat16*>(at)[d]);
       case CacheDType::int8: {
         const Index row = row_of(page_index, t % storage.page, head);
+        const Index scale = row * groups(values) + (storage.group > 0 ? d / storage.group : 0);
         return reinterpret_cast<const std::int8_t*>(at)[d] *
                static_cast<double>(
-                   (values ? value_scales : key_scales)[static_cast<std::size_t>(row)]);
+                   (values ? value_scales : key_scales)[static_cast<std::size_t>(scale)]);
       }
       case CacheDType::fp8_e4m3:
         return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]);
@@ -261,7 +269,7 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
     if (storage.dtype == CacheDType::int8) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.5f, 2.0f);
-      scales.resize(static_cast<std::size_t>(p.pages * page * shape.heads_kv));
+      scales.resize(static_cast<std::size_t>(p.pages * page * shape.heads_kv * p.groups(values)));
       for (float& scale : scales) scale = (storage.varied_scales ? spread(rng) : 1.0f) / 40.0f;
     }
     for (Index s = 0; s < sequences; ++s) {
@@ -496,18 +504,24 @@ TEST(Paged, Bf16ProductsMatchTheReferenceOnEveryTarget) {
 
 // With float32 q and dim_v 24 the products run in float32; with bf16 q and dim_v 64 on
 // vdpbf16ps where the target and CPU have AVX512-BF16 (P rounded by default).
-void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v) {
+// Pools of `dtype` (int8: one scale for every row, or group, so that pools of any page size
+// hold the same values).
+void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v,
+                                        CacheDType dtype = CacheDType::bf16, Index group = 0) {
   Shape shape = ragged_shape();
   shape.dim_v = dim_v;
+  if (group > 0) shape.dim = 2 * group;
   shape.sequences.push_back({1200, 1});
   shape.sequences.push_back({1100, 1});
   shape.share_prefix = false;
-  const Tokens tokens = make_tokens(shape, CacheDType::bf16, 11, q_dtype);
+  const Tokens tokens = make_tokens(shape, dtype, 11, q_dtype);
+  const bool varied_scales = dtype != CacheDType::int8;
   Options options;
   options.causal = true;
   options.window = {900, -1};
   for_each_target([&] {
-    Paged p = make_paged(shape, {CacheDType::bf16, 16, PageLayout::token_major, true}, tokens, 13);
+    Paged p =
+        make_paged(shape, {dtype, 16, PageLayout::token_major, varied_scales, group}, tokens, 13);
     options.threads = 2;
     const PagedOutput all = run(p, tokens, options);
     const auto sequences = static_cast<Index>(shape.sequences.size());
@@ -545,7 +559,7 @@ void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v) {
     const std::vector<float> want = row_bits(all, 0, all.context.shape()[1]);
     for (const Index page : {1, 7, 64, 256}) {
       for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
-        Paged other = make_paged(shape, {CacheDType::bf16, page, layout, true}, tokens, 17);
+        Paged other = make_paged(shape, {dtype, page, layout, varied_scales, group}, tokens, 17);
         EXPECT_TRUE(
             same_bytes(row_bits(run(other, tokens, options), 0, all.context.shape()[1]), want))
             << "page " << page << " " << page_layout_name(layout);
@@ -557,6 +571,7 @@ void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v) {
 TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
   expect_bits_are_each_sequences_own(DType::f32, 24);
   expect_bits_are_each_sequences_own(DType::bf16, 64);
+  expect_bits_are_each_sequences_own(DType::f32, 32, CacheDType::int8, 32);
 }
 
 TEST(Paged, SharingPagesChangesNoBit) {
@@ -674,12 +689,13 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
 }
 
 // An empty KVCache of the shape's heads and dims.
-KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0) {
+KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0, Index group = 0) {
   return KVCache({.heads_kv = shape.heads_kv,
                   .dim = shape.dim,
                   .dim_v = shape.dim_v,
                   .page_size = 16,
                   .dtype = dtype,
+                  .group = group,
                   .max_blocks = max_blocks});
 }
 
@@ -888,6 +904,15 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   other_layout.layout = PageLayout::head_major;
   EXPECT_TRUE(
       starts(error_of(keys, other_layout, batch), "values.layout: expected the key pool's"));
+  PagePool bad_group = keys;
+  bad_group.group = 16;
+  EXPECT_TRUE(starts(error_of(bad_group, values, batch),
+                     "keys.group: expected 0 (a scale per row), or 32, 64 or 128 dividing the "
+                     "head dim (40), given 16"));
+  PagePool grouped_values = values;
+  grouped_values.dim = grouped_values.group = 32;
+  EXPECT_TRUE(
+      starts(error_of(keys, grouped_values, batch), "values.group: expected the key pool's"));
   PagePool no_data = keys;
   no_data.data = nullptr;
   EXPECT_TRUE(starts(error_of(no_data, values, batch), "keys.data: "));
@@ -1002,16 +1027,46 @@ TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
   }
 }
 
-// The KVCache writes its pages with the same code: int8 pages appended in the same runs
-// hold the same bytes and scales.
-TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
+// int8 with a scale per group of 32 or 64 elements of each row: pools built with random group
+// scales, and pools written by append_pages (which finds the scales), against float64 on
+// every target, for both layouts and a page of one token or many. The context's bound is
+// ten times the float kernels': each element is read as its float32 product with its
+// group's scale, rounded once, and rows of 128 sum longer.
+TEST(Paged, GroupedInt8MatchesTheReferenceOnEveryTarget) {
+  for (const auto& [dim, dim_v, group] : {std::tuple{Index{64}, Index{32}, Index{32}},
+                                          std::tuple{Index{128}, Index{128}, Index{64}}}) {
+    Shape shape = ragged_shape();
+    shape.dim = dim;
+    shape.dim_v = dim_v;
+    const Tokens tokens = make_tokens(shape, CacheDType::int8, 83);
+    for (const Index page : {1, 16}) {
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+        SCOPED_TRACE("d " + std::to_string(dim) + " group " + std::to_string(group) + " page " +
+                     std::to_string(page) + " " + page_layout_name(layout));
+        Paged built = make_paged(shape, {CacheDType::int8, page, layout, true, group}, tokens, 89);
+        Paged appended = built;
+        append_all(appended, tokens, 97);
+        for (const Options& options : option_list()) {
+          for (Paged* p : {&built, &appended}) {
+            const std::vector<Expected> want = reference(*p, tokens, options);
+            for_each_target([&] { expect_matches(*p, run(*p, tokens, options), want, 1e-11); });
+          }
+        }
+      }
+    }
+  }
+}
+
+// Pages appended by append_pages and by a KVCache in the same runs of tokens.
+void expect_int8_pages_are_the_kv_caches_bytes(Index group) {
   Shape shape;
-  shape.dim_v = shape.dim;
+  shape.dim = shape.dim_v = 64;
   shape.sequences = {{100, 1}};
   const Tokens tokens = make_tokens(shape, CacheDType::int8, 67);
-  KVCache cache = cache_of(shape, CacheDType::int8);
+  KVCache cache = cache_of(shape, CacheDType::int8, 0, group);
   const KVCache::SequenceId id = cache.add_sequence();
-  Paged p = make_paged(shape, {CacheDType::int8, 16, PageLayout::head_major, false}, tokens, 71);
+  Paged p =
+      make_paged(shape, {CacheDType::int8, 16, PageLayout::head_major, false, group}, tokens, 71);
   // Runs of 1, 6, 11, ... tokens: some start mid-page, some cross pages.
   for (Index first = 0, run = 1; first < 100; first += run, run += 5) {
     const Index n = std::min<Index>(run, 100 - first);
@@ -1042,6 +1097,15 @@ TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
         ASSERT_EQ(values.data_as<float>()[(h * 100 + t) * shape.dim + d],
                   static_cast<float>(p.element(true, 0, h, t, d)));
       }
+}
+
+// The KVCache writes its pages with the same code: int8 pages appended in the same runs
+// hold the same bytes and scales, with a scale per row or per group of 32.
+TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
+  for (const Index group : {0, 32}) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    expect_int8_pages_are_the_kv_caches_bytes(group);
+  }
 }
 
 TEST(Paged, BadAppendsAreRefusedNamingTheArgumentAndWriteNothing) {

@@ -40,6 +40,11 @@ struct KVCacheConfig {
   Index dim_v = 64;  // value head dim
   Index page_size = 16;
   CacheDType dtype = CacheDType::f16;
+  // int8 only: elements per scale along the head dim, 32, 64 or 128 dividing dim and dim_v,
+  // as llama.cpp's q8_0 blocks (32) and OpenVINO's group size: each group of a token's row
+  // of a KV head has its own scale (max |x| / 127 over the group), so an outlier channel
+  // coarsens only its own group. 0: one scale for the whole row.
+  Index group = 0;
   // 0: the pool grows as needed, in slabs. Else appends past max_blocks blocks throw, and
   // the blocks lie in one allocation of max_blocks blocks (reserved at the first append or
   // cache_pools call, touched as blocks are used), which attn::cache_pools shows whole.
@@ -130,6 +135,9 @@ class KVCache {
   // (src/cache/kv_cache_blocks.hpp).
   friend struct cache::BlockAccess;
   std::size_t element_size() const;
+  // int8 scales per row (its groups, or 1) and per block, of the keys or the values.
+  Index scales_per_row(bool values) const;
+  std::size_t scales_per_block(bool values) const;
   const std::byte* key_block(std::int32_t block, Index head) const;
   const std::byte* value_block(std::int32_t block, Index head) const;
   float key_scale(std::int32_t block, Index head, Index slot) const;
@@ -145,8 +153,9 @@ class KVCache {
   // max_blocks, slab 0 holds all max_blocks of them.
   struct Slab {
     std::unique_ptr<std::byte, HugePageFree> keys, values;
-    std::unique_ptr<float[]> key_scales, value_scales;  // [block][head][slot], int8 only
-    Index capacity = 0;                                 // blocks allocated in this slab
+    // [block][head][slot][group], int8 only.
+    std::unique_ptr<float[]> key_scales, value_scales;
+    Index capacity = 0;  // blocks allocated in this slab
   };
   static constexpr int kSlabs = 32;
   struct Place {

@@ -40,8 +40,12 @@ struct PagePool {
   Index pages = 0, page_size = 0, heads_kv = 0, dim = 0;
   // int8 only: float32, one per token and KV head, an element being int8 * its row's scale
   // (as KVCache's int8): [pages, page_size, heads_kv] for token_major pools,
-  // [pages, heads_kv, page_size] for head_major ones (the pool's layout without dim).
+  // [pages, heads_kv, page_size] for head_major ones (the pool's layout without dim); with
+  // group > 0 (32, 64 or 128 dividing dim, as KVCacheConfig::group), one per group of
+  // `group` elements of each row: [pages, page_size, heads_kv, dim / group] or
+  // [pages, heads_kv, page_size, dim / group].
   float* scales = nullptr;
+  Index group = 0;
 };
 
 // attn's own KVCache as paged_attention's pools, read in place: head-major pools of the

@@ -165,6 +165,7 @@ class KVCache:
         dtype: Optional[
             Literal["float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"]
         ] = None,
+        group: int = 0,
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...
@@ -191,6 +192,7 @@ class KVCache:
     page_size: int
     dtype: Optional[str]  # None until the first append when it follows the data
     max_blocks: int
+    group: int  # int8: elements per scale along the head dim; 0: one scale per row
 
 def decode(
     q: Array, cache: KVCache, seq_ids: Sequence[int], *, return_lse: bool = False,

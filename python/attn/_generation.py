@@ -145,6 +145,10 @@ class KVCache:
         8-bit float, magnitudes past 448 or 57344 stored as the largest) are the caller's
         choice and round what does not fit, without a word: float32 keeps float16, bfloat16
         and float32 data exactly. int8 and fp8 refuse keys and values that are not finite.
+    group: int8 only: 32, 64 or 128 (dividing dim and dim_v) gives each group of that many
+        elements of a token's row its own scale, as llama.cpp's q8_0 blocks of 32 and
+        OpenVINO's group size, so that an outlier channel coarsens only its own group; 0
+        (the default) one scale per token and head.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
         lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
@@ -157,14 +161,16 @@ class KVCache:
     for it), never interleaved.
     """
 
-    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, max_blocks=0):
+    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, group=0,
+                 max_blocks=0):
         if dtype is not None and dtype not in _CACHE_DTYPES:
             raise Error(f"dtype: expected one of None (follow the data), {', '.join(_CACHE_DTYPES)}, "
                         f"given {dtype!r}")
         self._sizes = {name: _arrays.integer(value, name, "an int")
                        for name, value in (("heads_kv", heads_kv), ("dim", dim),
                                            ("dim_v", dim if dim_v is None else dim_v),
-                                           ("page_size", page_size), ("max_blocks", max_blocks))}
+                                           ("page_size", page_size), ("group", group),
+                                           ("max_blocks", max_blocks))}
         # Until the first append, a dtype that follows the data is undecided: the extension's
         # cache is a float32 one (the widest, so the size checks hold for any choice) holding
         # only empty sequences, rebuilt in the chosen dtype under _choosing.
@@ -320,9 +326,9 @@ class KVCache:
         value_cache the same with dim_v, in the storage dtype (bfloat16 and fp8 as ml_dtypes'
         bfloat16, float8_e4m3fn and float8_e5m2 when it imports, else their uint16 bits,
         which paged_attention reads as bfloat16, and uint8 codes, which it reads with
-        kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"); the scales
-        float32 [max_blocks, heads_kv, page_size] for int8, else None. Block numbers are page
-        numbers: with block_tables(ids), a ragged batch over the cache is
+        kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"); the scales float32 [max_blocks,
+        heads_kv, page_size] for int8 ([..., dim / group] with a group), else None. Block
+        numbers are page numbers: with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()
             table, seq_lens = cache.block_tables(ids)
@@ -378,6 +384,8 @@ class KVCache:
     dtype = property(lambda self: None if self._undecided else self._cache.dtype,
                      doc="The storage dtype; None until the first append when it follows the data.")
     max_blocks = property(lambda self: self._cache.max_blocks)
+    group = property(lambda self: self._cache.group,
+                     doc="int8's elements per scale along the head dim; 0: a scale per row.")
 
     def __repr__(self):
         return (f"attn.KVCache(heads_kv={self.heads_kv}, dim={self.dim}, dim_v={self.dim_v}, "

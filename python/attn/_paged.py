@@ -151,7 +151,8 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         value_cache: the same with Dv for D, of the same dtype
         key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
-                     [pages, Hkv, page_size] head_major
+                     [pages, Hkv, page_size] head_major; or one per group of D / G
+                     elements of each row, [..., G] (G groups of 32, 64 or 128 elements)
         block_table: [S, max_pages] int32: sequence s's token t is in page
                      block_table[s, t // page_size] at slot t % page_size
         seq_lens:    [S] int32, each sequence's keys (its new tokens' included)

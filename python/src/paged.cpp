@@ -23,9 +23,9 @@ using Slots = nb::ndarray<const std::int64_t, nb::ndim<1>, nb::c_contig, nb::dev
 // Pools and scales are written in place by append_pages: bound without conversion (a
 // converted copy would take the writes), their layout checked here. paged_attention only
 // reads them, so it also takes read-only arrays (a KVCache's pools).
-using Scales = nb::ndarray<float, nb::ndim<3>, nb::device::cpu>;
+using Scales = nb::ndarray<float, nb::device::cpu>;
 using Pool = nb::ndarray<>;
-using ReadScales = nb::ndarray<const float, nb::ndim<3>, nb::device::cpu>;
+using ReadScales = nb::ndarray<const float, nb::device::cpu>;
 using ReadPool = nb::ndarray<nb::ro>;
 
 [[noreturn]] void fail(const std::string& name, const std::string& expected,
@@ -107,22 +107,27 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   pool.dim = static_cast<Index>(array.shape(3));
   if (scales) {
     check_contiguous(*scales, scales_name);
+    // A fourth dim holds each row's groups of scales: their count says the group.
+    const std::size_t dims = scales->ndim();
+    const Index groups = dims == 4 ? static_cast<Index>(scales->shape(3)) : 1;
     const Index wanted[3] = {pool.pages, token_major ? pool.page_size : pool.heads_kv,
                              token_major ? pool.heads_kv : pool.page_size};
     std::string given = "[";
-    bool fits = true;
-    for (std::size_t d = 0; d < 3; ++d) {
-      fits = fits && static_cast<Index>(scales->shape(d)) == wanted[d];
+    bool fits = dims == 3 || (dims == 4 && groups > 0 && pool.dim % groups == 0);
+    for (std::size_t d = 0; d < dims; ++d) {
+      fits = fits && (d == 3 || static_cast<Index>(scales->shape(d)) == wanted[d]);
       given += (d ? ", " : "") + std::to_string(scales->shape(d));
     }
     if (!fits) {
       fail(scales_name,
            "shape [" + std::to_string(wanted[0]) + ", " + std::to_string(wanted[1]) + ", " +
                std::to_string(wanted[2]) + "] (one scale per token and KV head of " + name +
-               ", in its layout)",
+               ", in its layout) or that and the groups of each row, [..., " +
+               std::to_string(pool.dim) + " / group]",
            given + "]");
     }
     pool.scales = const_cast<float*>(scales->data());
+    pool.group = dims == 4 ? pool.dim / groups : 0;
   }
   return pool;
 }

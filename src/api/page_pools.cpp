@@ -33,6 +33,7 @@ CachePools cache_pools(KVCache& cache) {
     p.dim = values ? config.dim_v : config.dim;
     if (config.dtype == CacheDType::int8) {
       p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
+      p.group = config.group;
     }
     return p;
   };
@@ -64,6 +65,7 @@ void check_pool(const char* name, const PagePool& pool) {
                                         : "null (scales are for int8 pools)",
          pool.scales == nullptr ? "null" : "scales");
   }
+  cache::check_group(n + ".group", pool.dtype, pool.group, {pool.dim});
 }
 
 }  // namespace
@@ -88,6 +90,8 @@ void check_pools(const PagePool& keys, const PagePool& values) {
         std::to_string(values.page_size));
   agree("heads_kv", keys.heads_kv, values.heads_kv, std::to_string(keys.heads_kv),
         std::to_string(values.heads_kv));
+  agree("group", keys.group, values.group, std::to_string(keys.group),
+        std::to_string(values.group));
 }
 
 cache::PageRows rows_of(const PagePool& pool) {
@@ -98,14 +102,16 @@ cache::PageRows rows_of(const PagePool& pool) {
   rows.dim = pool.dim;
   rows.data = static_cast<std::byte*>(pool.data);
   rows.scales = pool.scales;
+  rows.group = pool.group;
   const auto row = pool.dim * static_cast<Index>(cache::element_bytes(pool.dtype));
   rows.page_bytes = pool.page_size * pool.heads_kv * row;
   const bool token_major = pool.layout == PageLayout::token_major;
   rows.head_bytes = token_major ? row : pool.page_size * row;
   rows.slot_bytes = token_major ? pool.heads_kv * row : row;
-  rows.page_scales = pool.page_size * pool.heads_kv;
-  rows.head_scales = token_major ? 1 : pool.page_size;
-  rows.slot_scales = token_major ? pool.heads_kv : 1;
+  const Index groups = rows.groups();
+  rows.page_scales = pool.page_size * pool.heads_kv * groups;
+  rows.head_scales = token_major ? groups : pool.page_size * groups;
+  rows.slot_scales = token_major ? pool.heads_kv * groups : groups;
   return rows;
 }
 

@@ -100,6 +100,7 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
+  cache::check_group("group", config.dtype, config.group, {config.dim, config.dim_v});
   key_block_bytes_ = block_bytes(config, config.dim, "dim", element_size());
   value_block_bytes_ = block_bytes(config, config.dim_v, "dim_v", element_size());
   constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
@@ -124,7 +125,6 @@ KVCache::KVCache(const KVCache& other)
       ref_counts_(other.ref_counts_),
       free_blocks_(other.free_blocks_),
       next_id_(other.next_id_) {
-  const auto scales_per_block = static_cast<std::size_t>(config_.heads_kv * config_.page_size);
   for (int s = 0; s < kSlabs && other.slabs_[s].capacity > 0; ++s) {
     const Slab& from = other.slabs_[s];
     Slab& to = slabs_[s];
@@ -135,11 +135,12 @@ KVCache::KVCache(const KVCache& other)
     std::memcpy(to.keys.get(), from.keys.get(), blocks * key_block_bytes_);
     std::memcpy(to.values.get(), from.values.get(), blocks * value_block_bytes_);
     if (from.key_scales) {
-      const std::size_t scales = blocks * scales_per_block;
-      to.key_scales = std::make_unique<float[]>(scales);
-      to.value_scales = std::make_unique<float[]>(scales);
-      std::copy_n(from.key_scales.get(), scales, to.key_scales.get());
-      std::copy_n(from.value_scales.get(), scales, to.value_scales.get());
+      const std::size_t key_scales = blocks * scales_per_block(false);
+      const std::size_t value_scales = blocks * scales_per_block(true);
+      to.key_scales = std::make_unique<float[]>(key_scales);
+      to.value_scales = std::make_unique<float[]>(value_scales);
+      std::copy_n(from.key_scales.get(), key_scales, to.key_scales.get());
+      std::copy_n(from.value_scales.get(), value_scales, to.value_scales.get());
     }
     to.capacity = from.capacity;
   }
@@ -166,6 +167,14 @@ KVCache::~KVCache() = default;
 
 std::size_t KVCache::element_size() const {
   return cache::element_bytes(config_.dtype);
+}
+
+Index KVCache::scales_per_row(bool values) const {
+  return config_.group > 0 ? (values ? config_.dim_v : config_.dim) / config_.group : 1;
+}
+
+std::size_t KVCache::scales_per_block(bool values) const {
+  return static_cast<std::size_t>(config_.heads_kv * config_.page_size * scales_per_row(values));
 }
 
 std::shared_ptr<KVCache::Sequence> KVCache::find(SequenceId seq, const char* argument) const {
@@ -338,10 +347,8 @@ void KVCache::allocate_slab(int s, Index first) {
   fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
   fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
   if (config_.dtype == CacheDType::int8) {
-    const std::size_t scales =
-        count * static_cast<std::size_t>(config_.heads_kv * config_.page_size);
-    fresh.key_scales = std::make_unique<float[]>(scales);
-    fresh.value_scales = std::make_unique<float[]>(scales);
+    fresh.key_scales = std::make_unique<float[]>(count * scales_per_block(false));
+    fresh.value_scales = std::make_unique<float[]>(count * scales_per_block(true));
   }
   fresh.capacity = blocks;
   slabs_[static_cast<std::size_t>(s)] = std::move(fresh);
@@ -360,9 +367,8 @@ void KVCache::copy_block(std::int32_t from, std::int32_t to) {
   std::memcpy(block_data(to, 0, false), block_data(from, 0, false), key_block_bytes_);
   std::memcpy(block_data(to, 0, true), block_data(from, 0, true), value_block_bytes_);
   if (config_.dtype == CacheDType::int8) {
-    const Index scales = config_.heads_kv * config_.page_size;
-    std::copy_n(&scale_of(from, 0, 0, false), scales, &scale_of(to, 0, 0, false));
-    std::copy_n(&scale_of(from, 0, 0, true), scales, &scale_of(to, 0, 0, true));
+    std::copy_n(&scale_of(from, 0, 0, false), scales_per_block(false), &scale_of(to, 0, 0, false));
+    std::copy_n(&scale_of(from, 0, 0, true), scales_per_block(true), &scale_of(to, 0, 0, true));
   }
 }
 
@@ -378,7 +384,8 @@ std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) cons
 float& KVCache::scale_of(std::int32_t block, Index head, Index slot, bool values) const {
   const Place at = place(block);
   const Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
-  const Index index = (at.index * config_.heads_kv + head) * config_.page_size + slot;
+  const Index row = (at.index * config_.heads_kv + head) * config_.page_size + slot;
+  const Index index = row * scales_per_row(values);
   return (values ? slab.value_scales : slab.key_scales)[static_cast<std::size_t>(index)];
 }
 
@@ -478,9 +485,9 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       float* dst = to + (h * s.length + t) * dim;
       if (config_.dtype == CacheDType::int8) {
         const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
-        const float scale =
-            values ? value_scale(block, h, t % page) : key_scale(block, h, t % page);
-        for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scale;
+        const float* scales = &scale_of(block, h, t % page, values);
+        const Index group = config_.group > 0 ? config_.group : dim;
+        for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scales[d / group];
         continue;
       }
       if (cache::is_fp8(config_.dtype)) {

@@ -1,6 +1,7 @@
 #include "cache/page_rows.hpp"
 
 #include "cache/kv_cache_blocks.hpp"
+#include "core/argument_checks.hpp"
 #include "core/float8.hpp"
 
 namespace attn::cache {
@@ -11,6 +12,22 @@ bool is_fp8(CacheDType dtype) {
 
 bool holds_codes(CacheDType dtype) {
   return dtype == CacheDType::int8 || is_fp8(dtype);
+}
+
+void check_group(const std::string& name, CacheDType dtype, Index group,
+                 std::initializer_list<Index> dims) {
+  if (group == 0) return;
+  if (dtype != CacheDType::int8) {
+    core::fail(name, "0 (groups of scales are for int8)", std::to_string(group));
+  }
+  bool divides = true;
+  for (const Index dim : dims) divides = divides && dim % group == 0;
+  if ((group != 32 && group != 64 && group != 128) || !divides) {
+    std::string shown;
+    for (const Index dim : dims) shown += (shown.empty() ? "" : " and ") + std::to_string(dim);
+    core::fail(name, "0 (a scale per row), or 32, 64 or 128 dividing the head dim (" + shown + ")",
+               std::to_string(group));
+  }
 }
 
 void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes) {
@@ -69,6 +86,7 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.dim = values ? config.dim_v : config.dim;
   rows.cache = &cache;
   rows.values = values;
+  rows.group = config.group;
   rows.slot_bytes = rows.dim * static_cast<Index>(BlockAccess::element_size(cache));
   rows.head_bytes = rows.page_size * rows.slot_bytes;
   return rows;

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 
 #include "attn/kv_cache.hpp"
 
@@ -15,6 +17,10 @@ namespace attn::cache {
 // bytes of one stored element; the dtype of the stored rows (codes: of their float32
 // values).
 bool holds_codes(CacheDType dtype);
+// Throws attn::Error naming `name` unless group is 0, or for int8 one of 32, 64 and 128
+// dividing each of dims.
+void check_group(const std::string& name, CacheDType dtype, Index group,
+                 std::initializer_list<Index> dims);
 bool is_fp8(CacheDType dtype);
 // An fp8 pool's codes of n elements: from float64 values (finite), and back as float32.
 void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes);
@@ -29,16 +35,22 @@ struct PageRows {
   const KVCache* cache = nullptr;
   bool values = false;
   std::byte* data = nullptr;
-  float* scales = nullptr;  // int8 only: one per (page, KV head, slot), laid out as the rows
+  // int8 only: one per (page, KV head, slot), laid out as the rows, or with group > 0 one
+  // per group of `group` elements of each row, the row's groups one after another.
+  float* scales = nullptr;
+  Index group = 0;
   // In bytes: from one page, KV head and slot to the next.
   Index page_bytes = 0, head_bytes = 0, slot_bytes = 0;
   // In scales: from one page, KV head and slot to the next.
   Index page_scales = 0, head_scales = 0, slot_scales = 0;
 
   std::byte* rows(std::int32_t page, Index head) const;
-  // The dequantisation scale of a slot's row of the page's KV head: 1 unless int8.
+  // The dequantisation scale of a slot's row of the page's KV head: 1 unless int8 (grouped
+  // int8: of the row's first group, the others following it).
   float scale(std::int32_t page, Index head, Index slot) const;
   float& scale_ref(std::int32_t page, Index head, Index slot) const;
+  // Scales per row: its groups, or 1.
+  Index groups() const { return group > 0 ? dim / group : 1; }
 };
 
 // The keys (values = false) or values of a KVCache as page rows.

@@ -71,17 +71,24 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       }
       continue;
     }
-    // int8: each token's row quantised once, with its own scale (max |x| / 127).
+    // int8: each token's row (or each group of it) quantised once, with its own scale
+    // (max |x| / 127).
+    const Index group = pool.group > 0 ? pool.group : dim;
     for (Index i = 0; i < count; ++i) {
       load(in, first + i, h, row.data());
-      double largest = 0.0;
-      for (const double x : row) largest = std::max(largest, std::abs(x));
-      const auto scale = static_cast<float>(largest / 127.0);
-      pool.scale_ref(page, h, slot + i) = scale;
+      float* scales = &pool.scale_ref(page, h, slot + i);
       auto* out = reinterpret_cast<std::int8_t*>(at(slot + i));
-      for (Index d = 0; d < dim; ++d) {
-        const double x = scale > 0.0f ? row[static_cast<std::size_t>(d)] / scale : 0.0;
-        out[d] = static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
+      for (Index g = 0; g < dim / group; ++g) {
+        const double* part = row.data() + g * group;
+        double largest = 0.0;
+        for (Index d = 0; d < group; ++d) largest = std::max(largest, std::abs(part[d]));
+        const auto scale = static_cast<float>(largest / 127.0);
+        scales[g] = scale;
+        for (Index d = 0; d < group; ++d) {
+          const double x = scale > 0.0f ? part[d] / scale : 0.0;
+          out[g * group + d] =
+              static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
+        }
       }
     }
   }

@@ -38,40 +38,44 @@ class _Batch:
     spare pages between), and the float64 values they hold."""
 
     def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7, q_dtype="float32",
-                 dim_v=DIM_V):
+                 dim_v=DIM_V, group=0, dim=DIM):
         rng = np.random.default_rng(seed)
         self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
-        self.q_dtype, self.dim_v = q_dtype, dim_v
+        self.q_dtype, self.dim_v, self.group, self.dim = q_dtype, dim_v, group, dim
         self.max_pages = max(1, max(-(-length // page) for length, _ in sequences))
         self.pages = 2 * len(sequences) * self.max_pages
         order = rng.permutation(self.pages)
         self.table = np.zeros((len(sequences), self.max_pages), np.int32)
         shape = (self.pages, page, HEADS_KV) if layout == "token_major" else (
             self.pages, HEADS_KV, page)
-        self.keys = np.zeros(shape + (DIM,), STORED[dtype])
+        self.keys = np.zeros(shape + (self.dim,), STORED[dtype])
         self.values = np.zeros(shape + (dim_v,), STORED[dtype])
-        self.key_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)  # per token
-        self.value_scales = (0.02 + 0.01 * rng.random(shape)).astype(np.float32)
+        # Per token, or per group of each row.
+        groups = [(n // group,) if group else () for n in (self.dim, dim_v)]
+        self.key_scales = (0.02 + 0.01 * rng.random(shape + groups[0])).astype(np.float32)
+        self.value_scales = (0.02 + 0.01 * rng.random(shape + groups[1])).astype(np.float32)
         self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
         for s, (length, _) in enumerate(sequences):
             self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
-            k = np.zeros((HEADS_KV, length, DIM))
+            k = np.zeros((HEADS_KV, length, self.dim))
             v = np.zeros((HEADS_KV, length, dim_v))
             for t in range(length):
                 page_index, slot = self.table[s][t // page], t % page
                 for h in range(HEADS_KV):
                     at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
-                    k[h, t] = self._store(self.keys, at, rng.standard_normal(DIM),
+                    k[h, t] = self._store(self.keys, at, rng.standard_normal(self.dim),
                                           self.key_scales[at])
                     v[h, t] = self._store(self.values, at, rng.standard_normal(dim_v),
                                           self.value_scales[at])
             self.k.append(k)
             self.v.append(v)
-        self.q = rng.standard_normal((sum(n for _, n in sequences), HEADS_Q, DIM)).astype(
-            STORED[q_dtype])
+        total_q = sum(n for _, n in sequences)
+        self.q = rng.standard_normal((total_q, HEADS_Q, self.dim)).astype(STORED[q_dtype])
 
     def _store(self, pool, at, x, scale):
         if self.dtype == "int8":
+            if self.group:
+                scale = np.repeat(scale, self.group)
             pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
             return pool[at].astype(np.float64) * scale
         pool[at] = x.astype(STORED[self.dtype])
@@ -92,16 +96,16 @@ class _Batch:
                               for n in (rows, rows, rows * self.dim_v))
         int8 = self.dtype == "int8"
         args = struct.pack(
-            "<QQQQQiiiiQQQqqqqqqqqddQQQii",
+            "<QQQQQiiiiQQQqqqqqqqqddQQQiiq",
             put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
             put(self.keys.tobytes()), put(self.values.tobytes()),
             put(self.key_scales.tobytes()) if int8 else 0,
             put(self.value_scales.tobytes()) if int8 else 0, DTYPES[self.dtype],
             LAYOUTS[self.layout], 1, len(sequences), put(starts.tobytes()),
             put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
-            self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, DIM, self.dim_v,
-            window_left, 1 / np.sqrt(DIM), softcap, m_at, l_at, acc_at, Q_DTYPES[self.q_dtype],
-            PV_PRECISIONS[pv_precision])
+            self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, self.dim, self.dim_v,
+            window_left, 1 / np.sqrt(self.dim), softcap, m_at, l_at, acc_at,
+            Q_DTYPES[self.q_dtype], PV_PRECISIONS[pv_precision], self.group)
         emulator.call("emulated_paged", put(args))
 
         def read(at, count):
@@ -124,7 +128,7 @@ def _expect_matches_float64(batch, state, context_nmse=CONTEXT_NMSE):
         q = np.transpose(batch.q[rows], (1, 0, 2))[None].astype(np.float64)
         want, want_lse, _ = numpy_reference.attention(
             q, batch.k[s][None], batch.v[s][None], causal=True, bottom_right=True,
-            scale=1 / np.sqrt(DIM))
+            scale=1 / np.sqrt(batch.dim))
         want, want_lse = want[0], want_lse[0]
         sees = np.isfinite(want_lse)
         # A row that sees no key: no weight, no value read.
@@ -162,6 +166,15 @@ def test_bf16_products_match_float64(emulator, layout, page):
 
 def _rows(state, first, count):
     return [x[:, first:first + count] for x in state]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grouped_int8_matches_float64(emulator, layout):
+    """int8 with a scale per group of 32 elements of each row (tests/paged_test.cpp's bound
+    for it): the rows dequantised by the AVX-512 target's tile::dequantise_row."""
+    batch = _Batch("int8", layout, 16, group=32, dim=64, dim_v=32)
+    state = batch.run(emulator, batch.q, batch.sequences, batch.table)
+    _expect_matches_float64(batch, state, context_nmse=1e-11)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "int8", "fp8_e4m3"])

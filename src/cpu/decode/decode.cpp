@@ -118,13 +118,16 @@ Bf16Products bf16_products(const DecodeProblem& p) {
           p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
 }
 
-// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key.
+// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key (1 for
+// grouped int8, whose rows' group scales are found through key_groups and value_groups).
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
   const T* keys[Traits::kKeyTile];
   const T* values[Traits::kKeyTile];
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
+  const float* key_groups[Traits::kKeyTile];
+  const float* value_groups[Traits::kKeyTile];
 
   Index count() const { return t1 - t0; }
 };
@@ -255,8 +258,14 @@ class TaskKernel {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
         if constexpr (kInt8) {
-          rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
-          rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
+          if (grouped_) {
+            rows.key_groups[t - t0] = &keys.scale_ref(block, kv_head, slot);
+            rows.value_groups[t - t0] = &values.scale_ref(block, kv_head, slot);
+            rows.key_scale[t - t0] = rows.value_scale[t - t0] = 1.0f;
+          } else {
+            rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
+            rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
+          }
         }
       }
     }
@@ -295,9 +304,10 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
-    // for every block, and the bits are the same.
-    if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows && !bf16_.scores &&
-        !bf16_.context) {
+    // for every block, and the bits are the same. Grouped int8 is always dequantised so,
+    // with its group scales, for a scale that is not one per row.
+    if (grouped_ || (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows &&
+                     !bf16_.scores && !bf16_.context)) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
     }
@@ -308,8 +318,14 @@ class TaskKernel {
     for (Index t = 0; t < rows.count(); ++t) {
       float* key = s_.key_floats.get() + t * p_.dim;
       float* value = s_.value_floats.get() + t * p_.dim_v;
-      tile::widen_row(rows.keys[t], p_.dim, key);
-      tile::widen_row(rows.values[t], p_.dim_v, value);
+      if (grouped_) {
+        tile::dequantise_row(rows.keys[t], rows.key_groups[t], p_.keys.group, p_.dim, key);
+        tile::dequantise_row(rows.values[t], rows.value_groups[t], p_.values.group, p_.dim_v,
+                             value);
+      } else {
+        tile::widen_row(rows.keys[t], p_.dim, key);
+        tile::widen_row(rows.values[t], p_.dim_v, value);
+      }
       s_.key_rows[t] = key;
       s_.value_rows[t] = value;
     }
@@ -537,6 +553,7 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
+  const bool grouped_ = kInt8 && p_.keys.group > 0;
 };
 
 // The state row of (s, head, i) = the partial states of the parts holding it, merged in key

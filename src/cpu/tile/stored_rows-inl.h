@@ -10,6 +10,7 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -97,6 +98,24 @@ HWY_INLINE void widen_row(const T* HWY_RESTRICT row, Index n, float* HWY_RESTRIC
   const Index step = lanes(), whole = n - n % step;
   for (Index d = 0; d < whole; d += step) hn::StoreU(load_floats(df, row + d), df, out + d);
   for (Index d = whole; d < n; ++d) out[d] = load_float(row, d);
+}
+
+// out[0 .. n) = row[0 .. n) each times the scale of its group of `group` elements,
+// scales[d / group], one float32 product (one rounding) each: how grouped int8 rows are
+// read, the same bits on every target.
+template <class T>
+HWY_INLINE void dequantise_row(const T* HWY_RESTRICT row, const float* HWY_RESTRICT scales,
+                               Index group, Index n, float* HWY_RESTRICT out) {
+  const DF df;
+  const Index step = lanes();
+  for (Index begin = 0, g = 0; begin < n; begin += group, ++g) {
+    const Index end = std::min(n, begin + group), whole = end - (end - begin) % step;
+    const VF scale = hn::Set(df, scales[g]);
+    for (Index d = begin; d < whole; d += step) {
+      hn::StoreU(hn::Mul(load_floats(df, row + d), scale), df, out + d);
+    }
+    for (Index d = whole; d < end; ++d) out[d] = load_float(row, d) * scales[g];
+  }
 }
 
 }  // namespace tile

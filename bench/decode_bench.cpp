@@ -29,12 +29,13 @@ struct DecodeCase {
 };
 
 // A cache storage format, the bytes a step reads per key (or value) row of one head (its
-// elements and, for int8, the row's float32 scale) and the dtype of the queries: a model's
+// elements and, for int8, the row's float32 scales) and the dtype of the queries: a model's
 // own dtype for a 16-bit cache, as a serving engine passes them, else float32.
 struct Format {
   CacheDType dtype;
   Index row_bytes;
   DType queries;
+  Index group = 0;  // int8: elements per scale (0: one per row)
 };
 
 Format format_of(const std::string& name) {
@@ -42,21 +43,23 @@ Format format_of(const std::string& name) {
   if (name == "bf16") return {CacheDType::bf16, kDim * 2, DType::bf16};
   if (name == "f32") return {CacheDType::f32, kDim * 4, DType::f32};
   if (name == "int8") return {CacheDType::int8, kDim + 4, DType::f32};
+  if (name == "int8_g32") return {CacheDType::int8, kDim + 4 * kDim / 32, DType::f32, 32};
   if (name == "fp8_e4m3") return {CacheDType::fp8_e4m3, kDim, DType::f32};
   if (name == "fp8_e5m2") return {CacheDType::fp8_e5m2, kDim, DType::f32};
   throw std::invalid_argument(
-      "--formats: expected f16, bf16, f32, int8, fp8_e4m3 or fp8_e5m2, given " + name);
+      "--formats: expected f16, bf16, f32, int8, int8_g32, fp8_e4m3 or fp8_e5m2, given " + name);
 }
 
 // Random keys and values, appended in chunks of one repeated random block (the values do
 // not matter to the time, only the bytes).
-KVCache filled_cache(const std::vector<Index>& lengths, CacheDType dtype,
+KVCache filled_cache(const std::vector<Index>& lengths, const Format& format,
                      std::vector<KVCache::SequenceId>& ids) {
   KVCache cache({.heads_kv = kHeadsKv,
                  .dim = kDim,
                  .dim_v = kDim,
                  .page_size = kPage,
-                 .dtype = dtype,
+                 .dtype = format.dtype,
+                 .group = format.group,
                  .max_blocks = 0});
   constexpr Index kChunk = 4096;
   Tensor chunk(DType::f16, {1, kHeadsKv, kChunk, kDim});
@@ -103,7 +106,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(Index{1}, Index{1024}));
   app.add_option("--formats", format_names,
                  "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8, "
-                 "fp8_e4m3, fp8_e5m2)")
+                 "int8_g32: a scale per 32 elements, fp8_e4m3, fp8_e5m2)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);
@@ -158,7 +161,7 @@ int main(int argc, char** argv) {
     caches.reserve(formats.size());
     for (const Format& f : formats) {
       ids.clear();
-      caches.push_back(filled_cache(c.lengths, f.dtype, ids));
+      caches.push_back(filled_cache(c.lengths, f, ids));
     }
     Index tokens = 0;
     for (const Index length : c.lengths) tokens += length;

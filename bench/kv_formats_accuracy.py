@@ -18,8 +18,12 @@ import numpy as np
 import attn
 
 HQ, HKV, D, BLOCK = 32, 8, 128, 32
-ATTN_FORMATS = [("float16", 16), ("bfloat16", 16), ("int8", 8 + 32 / D), ("fp8_e4m3", 8),
-                ("fp8_e5m2", 8)]
+# (name, KVCache keywords, bits per element: the codes and each float32 scale's share)
+ATTN_FORMATS = [("float16", {"dtype": "float16"}, 16), ("bfloat16", {"dtype": "bfloat16"}, 16),
+                ("int8", {"dtype": "int8"}, 8 + 32 / D),
+                ("int8 group 64", {"dtype": "int8", "group": 64}, 8 + 32 / 64),
+                ("int8 group 32", {"dtype": "int8", "group": 32}, 8 + 32 / 32),
+                ("fp8_e4m3", {"dtype": "fp8_e4m3"}, 8), ("fp8_e5m2", {"dtype": "fp8_e5m2"}, 8)]
 
 
 def q8_0(x):
@@ -72,15 +76,16 @@ def main():
     for kind in kinds:
         q, k, v = data(kind, args.length, np.random.default_rng(args.seed))
         want = attention(q, k, v)
-        for name, _ in ATTN_FORMATS:
-            cache = attn.KVCache(HKV, D, dtype=name)
+        for name, keywords, _ in ATTN_FORMATS:
+            cache = attn.KVCache(HKV, D, **keywords)
             seq = cache.add_sequence()
             cache.append(seq, k.astype(np.float32), v.astype(np.float32))
             got = attn.decode(q[None, :, None].astype(np.float32), cache, [seq])[0, :, 0]
             rows.setdefault(name, {})[kind] = nmse(got.astype(np.float64), want)
         for name, rounded in (("llama.cpp q8_0", q8_0), ("llama.cpp q4_0", q4_0)):
             rows.setdefault(name, {})[kind] = nmse(attention(q, rounded(k), rounded(v)), want)
-    bits = dict(ATTN_FORMATS, **{"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5})
+    bits = {name: n for name, _, n in ATTN_FORMATS}
+    bits.update({"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5})
     print(f"Hq {HQ}, Hkv {HKV}, D {D}, Lk {args.length}: context NMSE against float64")
     print("| format | bits per element | " + " | ".join(kinds) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in kinds) + " |")

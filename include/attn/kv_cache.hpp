@@ -21,10 +21,11 @@ namespace attn {
 
 // Element type of the stored keys and values. int8: symmetric, one float32 scale per token
 // and KV head for keys and one for values (scale = max |x| / 127 over that token's row of
-// that head), quantised once when the token is appended: a token's stored bits depend on
+// that head; with KVCacheConfig::group, one per group of the row), quantised once when the
+// token is appended: a token's stored bits depend on
 // that token alone, never on the tokens appended before or after it, so appending a
 // sequence token by token, in chunks or at once stores the same bytes. Each element is
-// within half a scale step (max |x| / 254 of its row) of its value. fp8_e4m3, fp8_e5m2:
+// within half a scale step (max |x| / 254 of its row, or of its group) of its value. fp8_e4m3, fp8_e5m2:
 // OCP's 8-bit floats (vLLM's kv_cache_dtype "fp8_e4m3" and "fp8_e5m2", PyTorch's
 // float8_e4m3fn and float8_e5m2), unscaled: each element rounded to the nearest code, ties
 // to even, magnitudes past the largest finite code (448, 57344) stored as it; within 2^-4

@@ -29,8 +29,8 @@ struct DecodeCase {
 };
 
 // A cache storage format, the bytes a step reads per key (or value) row of one head (its
-// elements and, for int8, the row's float32 scales) and the dtype of the queries: a model's
-// own dtype for a 16-bit cache, as a serving engine passes them, else float32.
+// elements and, for int8 and int4, the row's float32 scales) and the dtype of the queries: a
+// model's own dtype for a 16-bit cache, as a serving engine passes them, else float32.
 struct Format {
   CacheDType dtype;
   Index row_bytes;
@@ -44,10 +44,13 @@ Format format_of(const std::string& name) {
   if (name == "f32") return {CacheDType::f32, kDim * 4, DType::f32};
   if (name == "int8") return {CacheDType::int8, kDim + 4, DType::f32};
   if (name == "int8_g32") return {CacheDType::int8, kDim + 4 * kDim / 32, DType::f32, 32};
+  if (name == "int4_g32") return {CacheDType::int4, kDim / 2 + 4 * kDim / 32, DType::f32, 32};
   if (name == "fp8_e4m3") return {CacheDType::fp8_e4m3, kDim, DType::f32};
   if (name == "fp8_e5m2") return {CacheDType::fp8_e5m2, kDim, DType::f32};
   throw std::invalid_argument(
-      "--formats: expected f16, bf16, f32, int8, int8_g32, fp8_e4m3 or fp8_e5m2, given " + name);
+      "--formats: expected f16, bf16, f32, int8, int8_g32, int4_g32, fp8_e4m3 or fp8_e5m2, "
+      "given " +
+      name);
 }
 
 // Random keys and values, appended in chunks of one repeated random block (the values do
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(Index{1}, Index{1024}));
   app.add_option("--formats", format_names,
                  "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8, "
-                 "int8_g32: a scale per 32 elements, fp8_e4m3, fp8_e5m2)")
+                 "int8_g32 and int4_g32: a scale per 32 elements, fp8_e4m3, fp8_e5m2)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);

@@ -23,6 +23,8 @@ ATTN_FORMATS = [("float16", {"dtype": "float16"}, 16), ("bfloat16", {"dtype": "b
                 ("int8", {"dtype": "int8"}, 8 + 32 / D),
                 ("int8 group 64", {"dtype": "int8", "group": 64}, 8 + 32 / 64),
                 ("int8 group 32", {"dtype": "int8", "group": 32}, 8 + 32 / 32),
+                ("int4", {"dtype": "int4"}, 4 + 32 / D),
+                ("int4 group 32", {"dtype": "int4", "group": 32}, 4 + 32 / 32),
                 ("fp8_e4m3", {"dtype": "fp8_e4m3"}, 8), ("fp8_e5m2", {"dtype": "fp8_e5m2"}, 8)]
 
 

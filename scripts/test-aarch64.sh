@@ -19,7 +19,7 @@ case "$mode" in
   *) echo "test-aarch64: expected the mode all or quick, given \"$mode\"" >&2; exit 2 ;;
 esac
 not_emulated='^(consumer_find_package|test_cli|test_viz_browser)$'
-kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_vector_exp|cpu_widen|explain|state)(:|$)'
+kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_vector_exp|cpu_widen|float8|explain|state)(:|$)'
 
 # The quick selection: each test binary with its gtest filter.
 quick_tests=(
@@ -28,11 +28,12 @@ quick_tests=(
   "test_weights Cases/*:WeightsThreads.*"
   "test_weights_forward Cases/*"
   "test_decode Decode.EveryTargetDecodesEveryStorageDtype:Decode.SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree"
-  "test_paged Paged.MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption:Paged.EachSequencesBitsAreItsOwnOnEveryTarget:Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD"
+  "test_paged Paged.MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption:Paged.EachSequencesBitsAreItsOwnOnEveryTarget:Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD:Paged.ScaledCodesMatchTheReferenceOnEveryTarget"
   "test_dropout DropoutKernels.*"
   "test_contraction *"
   "test_cpu_vector_exp *"
   "test_cpu_widen *"
+  "test_float8 *"
   "test_state *"
 )
 

@@ -321,11 +321,14 @@ TEST(KVCache, CodesAreTheSameBytesWhateverTheAppends) {
   }
 }
 
-// int8 with a scale per group of 32 elements: each element within half a step of its own
-// group's scale (max |x| / 127 over the group) plus float32's rounding, so an outlier
-// channel coarsens only its group; and the same bytes and scales whatever the appends.
-TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
+// int8 and int4 with a scale per group of 32 elements: each element within half a step of
+// its own group's scale (int8: max |x| / 127 over the group; int4: |m| / 8 for m the
+// element of largest magnitude, a whole step for an element of m's magnitude and the other
+// sign, whose code 8 is clamped to 7) plus float32's rounding, so an outlier channel
+// coarsens only its group; and the same bytes and scales whatever the appends.
+void expect_groups_within_half_their_step(CacheDType dtype) {
   constexpr Index kGroupDim = 128, kGroupDimV = 64, kGroup = 32, kTokens = 40;
+  const bool int4 = dtype == CacheDType::int4;
   std::mt19937_64 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Tensor k(DType::f32, {1, kHeads, kTokens, kGroupDim});
@@ -338,7 +341,7 @@ TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
                              .dim = kGroupDim,
                              .dim_v = kGroupDimV,
                              .page_size = 8,
-                             .dtype = CacheDType::int8,
+                             .dtype = dtype,
                              .group = kGroup,
                              .max_blocks = 16};
   const auto filled = [&](const std::vector<Index>& runs) {
@@ -363,8 +366,11 @@ TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
         for (Index e = d / kGroup * kGroup; e < (d / kGroup + 1) * kGroup; ++e) {
           group_max = std::max<double>(group_max, std::abs(x[e]));
         }
+        const double step = int4 ? group_max / 8 : group_max / 127;
+        const bool clamped = int4 && std::abs(x[d]) > 7.5 * step;
         const double error = got.data_as<float>()[row * dim + d] - static_cast<double>(x[d]);
-        ASSERT_LE(std::abs(error), group_max / 254 * (1.0 + 1e-6) + 1e-7 * std::abs(x[d]))
+        ASSERT_LE(std::abs(error),
+                  (clamped ? step : step / 2) * (1.0 + 1e-6) + 1e-7 * std::abs(x[d]))
             << (values ? "value" : "key") << " row " << row << " dim " << d;
       }
     }
@@ -377,7 +383,7 @@ TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
       const Index rows = pool.pages * pool.heads_kv * pool.page_size;
       const auto* data = static_cast<const std::byte*>(pool.data);
       const auto* scales = reinterpret_cast<const std::byte*>(pool.scales);
-      out.insert(out.end(), data, data + rows * pool.dim);
+      out.insert(out.end(), data, data + rows * pool.dim / (int4 ? 2 : 1));
       out.insert(out.end(), scales,
                  scales + rows * pool.dim / kGroup * static_cast<Index>(sizeof(float)));
     }
@@ -385,6 +391,13 @@ TEST(KVCache, GroupedInt8KeepsEachGroupWithinHalfItsStep) {
   };
   EXPECT_EQ(bytes(*filled(std::vector<Index>(kTokens, 1))), bytes(*at_once));
   EXPECT_EQ(bytes(*filled({3, 9, 1, 20, 7})), bytes(*at_once));
+}
+
+TEST(KVCache, GroupedCodesKeepEachGroupWithinHalfItsStep) {
+  for (const CacheDType dtype : {CacheDType::int8, CacheDType::int4}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    expect_groups_within_half_their_step(dtype);
+  }
 }
 
 TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
@@ -396,7 +409,7 @@ TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
   };
   EXPECT_EQ(message(CacheDType::f16, 64, 32)
                 .rfind("group: expected 0 (groups of scales are for "
-                       "int8), given 32",
+                       "int8 and int4), given 32",
                        0),
             0u);
   EXPECT_EQ(message(CacheDType::int8, 64, 16)
@@ -408,6 +421,10 @@ TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
       message(CacheDType::int8, 96, 64).rfind("group: expected 0 (a scale per row), or 32", 0), 0u);
   EXPECT_NO_THROW(
       KVCache({.heads_kv = 1, .dim = 96, .dim_v = 64, .dtype = CacheDType::int8, .group = 32}));
+  EXPECT_EQ(error_message([] {
+              KVCache({.heads_kv = 1, .dim = 96, .dim_v = 40, .dtype = CacheDType::int4});
+            }).rfind("dim_v: expected a multiple of 32 for int4 (blocks of 32 codes), given 40", 0),
+            0u);
 }
 
 // fp8 stores a magnitude past its largest finite code as that code (as vLLM's fp8

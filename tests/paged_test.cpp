@@ -16,6 +16,7 @@
 #include "attn/decode.hpp"
 #include "attn/paged.hpp"
 #include "core/float8.hpp"
+#include "core/int4.hpp"
 #include "cpu/bf16_dot.hpp"
 #include "support/compare.hpp"
 #include "support/error_message.hpp"
@@ -54,7 +55,23 @@ std::size_t bytes_of(CacheDType dtype) {
                                                                  : 1;
 }
 
-// Token values each storage holds exactly: for int8, integer codes (times the scale).
+// Bytes of a row of dim elements (int4: two a byte).
+std::size_t row_bytes_of(CacheDType dtype, Index dim) {
+  return dtype == CacheDType::int4 ? static_cast<std::size_t>(dim / 2)
+                                   : static_cast<std::size_t>(dim) * bytes_of(dtype);
+}
+
+bool has_scales(CacheDType dtype) {
+  return dtype == CacheDType::int8 || dtype == CacheDType::int4;
+}
+
+// The codes of int8 and int4 tokens are multiples of this (their scales near it).
+float unit_of(CacheDType dtype) {
+  return dtype == CacheDType::int4 ? 1.0f / 4.0f : 1.0f / 40.0f;
+}
+
+// Token values each storage holds exactly: for int8 and int4, integer codes (times the
+// scale).
 float representable(float x, CacheDType dtype) {
   switch (dtype) {
     case CacheDType::f32:
@@ -65,6 +82,8 @@ float representable(float x, CacheDType dtype) {
       return to_float(to_bfloat16(x));
     case CacheDType::int8:
       return std::clamp(std::round(x * 40.0f), -127.0f, 127.0f);
+    case CacheDType::int4:
+      return std::clamp(std::round(x * 4.0f), -8.0f, 7.0f);
     case CacheDType::fp8_e4m3:
       return to_float(to_float8_e4m3(x));
     case CacheDType::fp8_e5m2:
@@ -149,7 +168,7 @@ struct Paged {
     p.page_size = storage.page;
     p.heads_kv = shape.heads_kv;
     p.dim = values ? shape.dim_v : shape.dim;
-    if (storage.dtype == CacheDType::int8) {
+    if (has_scales(storage.dtype)) {
       p.scales = values ? value_scales.data() : key_scales.data();
       p.group = storage.group;
     }
@@ -169,7 +188,8 @@ struct Paged {
   }
   // Byte offset of (page, slot, head, element 0) in a pool of row length dim.
   std::size_t offset(Index page_index, Index slot, Index head, Index dim) const {
-    return static_cast<std::size_t>(row_of(page_index, slot, head) * dim) * bytes_of(storage.dtype);
+    return static_cast<std::size_t>(row_of(page_index, slot, head)) *
+           row_bytes_of(storage.dtype, dim);
   }
   // The dequantised element of sequence s's token t.
   double element(bool values, Index s, Index head, Index t, Index d) const {
@@ -195,6 +215,13 @@ struct Paged {
         return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]);
       case CacheDType::fp8_e5m2:
         return to_float(reinterpret_cast<const float8_e5m2*>(at)[d]);
+      case CacheDType::int4: {
+        const Index row = row_of(page_index, t % storage.page, head);
+        const Index scale = row * groups(values) + (storage.group > 0 ? d / storage.group : 0);
+        return int4_code(reinterpret_cast<const Int4Pair*>(at), d) *
+               static_cast<double>(
+                   (values ? value_scales : key_scales)[static_cast<std::size_t>(scale)]);
+      }
     }
     return 0.0;
   }
@@ -225,6 +252,8 @@ void store(std::byte* at, float code, CacheDType dtype) {
       return;
     case CacheDType::fp8_e5m2:
       *reinterpret_cast<std::uint8_t*>(at) = to_float8_e5m2(code).bits;
+      return;
+    case CacheDType::int4:  // two a byte: make_paged writes them
       return;
   }
 }
@@ -263,14 +292,16 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
   for (const bool values : {false, true}) {
     const Index dim = values ? shape.dim_v : shape.dim;
     auto& bytes = values ? p.value_bytes : p.key_bytes;
-    bytes.assign(
-        static_cast<std::size_t>(p.pages * page * shape.heads_kv * dim) * bytes_of(storage.dtype),
-        std::byte{0x7f});
-    if (storage.dtype == CacheDType::int8) {
+    bytes.assign(static_cast<std::size_t>(p.pages * page * shape.heads_kv) *
+                     row_bytes_of(storage.dtype, dim),
+                 std::byte{0x7f});
+    if (has_scales(storage.dtype)) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.5f, 2.0f);
       scales.resize(static_cast<std::size_t>(p.pages * page * shape.heads_kv * p.groups(values)));
-      for (float& scale : scales) scale = (storage.varied_scales ? spread(rng) : 1.0f) / 40.0f;
+      for (float& scale : scales) {
+        scale = (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(storage.dtype);
+      }
     }
     for (Index s = 0; s < sequences; ++s) {
       const Index length = shape.sequences[s].length;
@@ -280,8 +311,12 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
           const Index page_index = p.table[s * p.max_pages + t / page];
           std::byte* at = bytes.data() + p.offset(page_index, t % page, h, dim);
           for (Index d = 0; d < dim; ++d) {
-            store(at + d * bytes_of(storage.dtype), codes[(h * length + t) * dim + d],
-                  storage.dtype);
+            const float code = codes[(h * length + t) * dim + d];
+            if (storage.dtype == CacheDType::int4) {
+              set_int4_code(reinterpret_cast<Int4Pair*>(at), d, static_cast<int>(code));
+            } else {
+              store(at + d * bytes_of(storage.dtype), code, storage.dtype);
+            }
           }
         }
     }
@@ -515,7 +550,7 @@ void expect_bits_are_each_sequences_own(DType q_dtype, Index dim_v,
   shape.sequences.push_back({1100, 1});
   shape.share_prefix = false;
   const Tokens tokens = make_tokens(shape, dtype, 11, q_dtype);
-  const bool varied_scales = dtype != CacheDType::int8;
+  const bool varied_scales = !has_scales(dtype);
   Options options;
   options.causal = true;
   options.window = {900, -1};
@@ -572,6 +607,7 @@ TEST(Paged, EachSequencesBitsAreItsOwnOnEveryTarget) {
   expect_bits_are_each_sequences_own(DType::f32, 24);
   expect_bits_are_each_sequences_own(DType::bf16, 64);
   expect_bits_are_each_sequences_own(DType::f32, 32, CacheDType::int8, 32);
+  expect_bits_are_each_sequences_own(DType::f32, 32, CacheDType::int4, 32);
 }
 
 TEST(Paged, SharingPagesChangesNoBit) {
@@ -913,6 +949,11 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   grouped_values.dim = grouped_values.group = 32;
   EXPECT_TRUE(
       starts(error_of(keys, grouped_values, batch), "values.group: expected the key pool's"));
+  PagePool int4_keys = keys;
+  int4_keys.dtype = CacheDType::int4;
+  EXPECT_TRUE(
+      starts(error_of(int4_keys, values, batch),
+             "keys.dim: expected a multiple of 32 for int4 (blocks of 32 codes), given 40"));
   PagePool no_data = keys;
   no_data.data = nullptr;
   EXPECT_TRUE(starts(error_of(no_data, values, batch), "keys.data: "));
@@ -941,13 +982,13 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
 }
 
 // [1, n, Hkv, dim] float32 rows of sequence s's tokens [first, first + n), from the codes
-// (int8: the codes times 1/40, so the pages' scales are found by the append).
+// (int8, int4: the codes times unit_of, so the pages' scales are found by the append).
 Tensor new_rows(const Shape& shape, const Tokens& tokens, bool values, Index s, Index first,
                 Index n, CacheDType dtype) {
   const Index dim = values ? shape.dim_v : shape.dim, length = shape.sequences[s].length;
   const auto& codes = (values ? tokens.values : tokens.keys)[static_cast<std::size_t>(s)];
   Tensor t(DType::f32, {1, n, shape.heads_kv, dim});
-  const float unit = dtype == CacheDType::int8 ? 1.0f / 40.0f : 1.0f;
+  const float unit = has_scales(dtype) ? unit_of(dtype) : 1.0f;
   for (Index i = 0; i < n; ++i)
     for (Index h = 0; h < shape.heads_kv; ++h)
       for (Index d = 0; d < dim; ++d)
@@ -1027,23 +1068,27 @@ TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
   }
 }
 
-// int8 with a scale per group of 32 or 64 elements of each row: pools built with random group
-// scales, and pools written by append_pages (which finds the scales), against float64 on
-// every target, for both layouts and a page of one token or many. The context's bound is
-// ten times the float kernels': each element is read as its float32 product with its
-// group's scale, rounded once, and rows of 128 sum longer.
-TEST(Paged, GroupedInt8MatchesTheReferenceOnEveryTarget) {
-  for (const auto& [dim, dim_v, group] : {std::tuple{Index{64}, Index{32}, Index{32}},
-                                          std::tuple{Index{128}, Index{128}, Index{64}}}) {
+// int8 and int4 with a scale per group of 32 or 64 elements of each row (int4 also with one
+// per row): pools built with random scales, and pools written by append_pages (which finds
+// the scales), against float64 on every target, for both layouts and a page of one token or
+// many. The context's bound is ten times the float kernels': each element is read as its
+// float32 product with its scale, rounded once, and rows of 128 sum longer.
+TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
+  for (const auto& [dtype, dim, dim_v, group] :
+       {std::tuple{CacheDType::int8, Index{64}, Index{32}, Index{32}},
+        std::tuple{CacheDType::int8, Index{128}, Index{128}, Index{64}},
+        std::tuple{CacheDType::int4, Index{64}, Index{32}, Index{32}},
+        std::tuple{CacheDType::int4, Index{128}, Index{64}, Index{0}}}) {
     Shape shape = ragged_shape();
     shape.dim = dim;
     shape.dim_v = dim_v;
-    const Tokens tokens = make_tokens(shape, CacheDType::int8, 83);
+    const Tokens tokens = make_tokens(shape, dtype, 83);
     for (const Index page : {1, 16}) {
       for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
-        SCOPED_TRACE("d " + std::to_string(dim) + " group " + std::to_string(group) + " page " +
-                     std::to_string(page) + " " + page_layout_name(layout));
-        Paged built = make_paged(shape, {CacheDType::int8, page, layout, true, group}, tokens, 89);
+        SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim) +
+                     " group " + std::to_string(group) + " page " + std::to_string(page) + " " +
+                     page_layout_name(layout));
+        Paged built = make_paged(shape, {dtype, page, layout, true, group}, tokens, 89);
         Paged appended = built;
         append_all(appended, tokens, 97);
         for (const Options& options : option_list()) {
@@ -1058,23 +1103,22 @@ TEST(Paged, GroupedInt8MatchesTheReferenceOnEveryTarget) {
 }
 
 // Pages appended by append_pages and by a KVCache in the same runs of tokens.
-void expect_int8_pages_are_the_kv_caches_bytes(Index group) {
+void expect_pages_are_the_kv_caches_bytes(CacheDType dtype, Index group) {
   Shape shape;
   shape.dim = shape.dim_v = 64;
   shape.sequences = {{100, 1}};
-  const Tokens tokens = make_tokens(shape, CacheDType::int8, 67);
-  KVCache cache = cache_of(shape, CacheDType::int8, 0, group);
+  const Tokens tokens = make_tokens(shape, dtype, 67);
+  KVCache cache = cache_of(shape, dtype, 0, group);
   const KVCache::SequenceId id = cache.add_sequence();
-  Paged p =
-      make_paged(shape, {CacheDType::int8, 16, PageLayout::head_major, false, group}, tokens, 71);
+  Paged p = make_paged(shape, {dtype, 16, PageLayout::head_major, false, group}, tokens, 71);
   // Runs of 1, 6, 11, ... tokens: some start mid-page, some cross pages.
   for (Index first = 0, run = 1; first < 100; first += run, run += 5) {
     const Index n = std::min<Index>(run, 100 - first);
     std::vector<std::int64_t> slots;
     for (Index t = first; t < first + n; ++t)
       slots.push_back(p.table[static_cast<std::size_t>(t / 16)] * 16 + t % 16);
-    const Tensor k = new_rows(shape, tokens, false, 0, first, n, CacheDType::int8);
-    const Tensor v = new_rows(shape, tokens, true, 0, first, n, CacheDType::int8);
+    const Tensor k = new_rows(shape, tokens, false, 0, first, n, dtype);
+    const Tensor v = new_rows(shape, tokens, true, 0, first, n, dtype);
     append_pages(k.view(), v.view(), slots, p.pool(false), p.pool(true));
     // The cache takes [1, Hkv, n, dim]: the same rows, heads first.
     Tensor kh(DType::f32, {1, shape.heads_kv, n, shape.dim});
@@ -1099,12 +1143,14 @@ void expect_int8_pages_are_the_kv_caches_bytes(Index group) {
       }
 }
 
-// The KVCache writes its pages with the same code: int8 pages appended in the same runs
-// hold the same bytes and scales, with a scale per row or per group of 32.
-TEST(Paged, AppendedInt8PagesAreTheKVCachesBytes) {
-  for (const Index group : {0, 32}) {
-    SCOPED_TRACE("group " + std::to_string(group));
-    expect_int8_pages_are_the_kv_caches_bytes(group);
+// The KVCache writes its pages with the same code: int8 and int4 pages appended in the same
+// runs hold the same bytes and scales, with a scale per row or per group of 32.
+TEST(Paged, AppendedScaledPagesAreTheKVCachesBytes) {
+  for (const CacheDType dtype : {CacheDType::int8, CacheDType::int4}) {
+    for (const Index group : {0, 32}) {
+      SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " group " + std::to_string(group));
+      expect_pages_are_the_kv_caches_bytes(dtype, group);
+    }
   }
 }
 

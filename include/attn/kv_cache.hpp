@@ -25,13 +25,17 @@ namespace attn {
 // token is appended: a token's stored bits depend on
 // that token alone, never on the tokens appended before or after it, so appending a
 // sequence token by token, in chunks or at once stores the same bytes. Each element is
-// within half a scale step (max |x| / 254 of its row, or of its group) of its value. fp8_e4m3, fp8_e5m2:
-// OCP's 8-bit floats (vLLM's kv_cache_dtype "fp8_e4m3" and "fp8_e5m2", PyTorch's
+// within half a scale step (max |x| / 254 of its row, or of its group) of its value. fp8_e4m3,
+// fp8_e5m2: OCP's 8-bit floats (vLLM's kv_cache_dtype "fp8_e4m3" and "fp8_e5m2", PyTorch's
 // float8_e4m3fn and float8_e5m2), unscaled: each element rounded to the nearest code, ties
 // to even, magnitudes past the largest finite code (448, 57344) stored as it; within 2^-4
 // (e4m3) or 2^-3 (e5m2) of its magnitude relative, or half the smallest subnormal step
-// (2^-10, 2^-17) absolute. int8 and fp8 refuse non-finite keys and values on append.
-enum class CacheDType : std::uint8_t { f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2 };
+// (2^-10, 2^-17) absolute. int4: two signed 4-bit codes a byte (llama.cpp's q4_0 order,
+// core/int4.hpp), with a float32 scale per row or group (KVCacheConfig::group) chosen as
+// q4_0 chooses it: d = m / -8 for m the element of largest magnitude, codes round(x / d)
+// clamped to [-8, 7], so that m itself is exact; dim and dim_v multiples of 32. int8, int4
+// and fp8 refuse non-finite keys and values on append.
+enum class CacheDType : std::uint8_t { f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2, int4 };
 
 const char* cache_dtype_name(CacheDType dtype);
 
@@ -41,10 +45,10 @@ struct KVCacheConfig {
   Index dim_v = 64;  // value head dim
   Index page_size = 16;
   CacheDType dtype = CacheDType::f16;
-  // int8 only: elements per scale along the head dim, 32, 64 or 128 dividing dim and dim_v,
-  // as llama.cpp's q8_0 blocks (32) and OpenVINO's group size: each group of a token's row
-  // of a KV head has its own scale (max |x| / 127 over the group), so an outlier channel
-  // coarsens only its own group. 0: one scale for the whole row.
+  // int8 and int4: elements per scale along the head dim, 32, 64 or 128 dividing dim and
+  // dim_v, as llama.cpp's q8_0 and q4_0 blocks (32) and OpenVINO's group size: each group of
+  // a token's row of a KV head has its own scale (int8: max |x| / 127 over the group), so an
+  // outlier channel coarsens only its own group. 0: one scale for the whole row.
   Index group = 0;
   // 0: the pool grows as needed, in slabs. Else appends past max_blocks blocks throw, and
   // the blocks lie in one allocation of max_blocks blocks (reserved at the first append or
@@ -136,7 +140,7 @@ class KVCache {
   // (src/cache/kv_cache_blocks.hpp).
   friend struct cache::BlockAccess;
   std::size_t element_size() const;
-  // int8 scales per row (its groups, or 1) and per block, of the keys or the values.
+  // Scales (int8, int4) per row (its groups, or 1) and per block, of the keys or the values.
   Index scales_per_row(bool values) const;
   std::size_t scales_per_block(bool values) const;
   const std::byte* key_block(std::int32_t block, Index head) const;

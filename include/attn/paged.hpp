@@ -38,8 +38,8 @@ struct PagePool {
   CacheDType dtype = CacheDType::f16;
   PageLayout layout = PageLayout::token_major;
   Index pages = 0, page_size = 0, heads_kv = 0, dim = 0;
-  // int8 only: float32, one per token and KV head, an element being int8 * its row's scale
-  // (as KVCache's int8): [pages, page_size, heads_kv] for token_major pools,
+  // int8 and int4 only: float32, one per token and KV head, an element being its code * its
+  // row's scale (as KVCache's): [pages, page_size, heads_kv] for token_major pools,
   // [pages, heads_kv, page_size] for head_major ones (the pool's layout without dim); with
   // group > 0 (32, 64 or 128 dividing dim, as KVCacheConfig::group), one per group of
   // `group` elements of each row: [pages, page_size, heads_kv, dim / group] or
@@ -120,10 +120,10 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
 // slots[i] / page_size at slot slots[i] % page_size (vLLM's slot_mapping); a negative slot
 // skips the token (padding). k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv] (engines' [tokens, heads,
 // dim]; any float dtype, any strides with a contiguous last dim), rounded to the pools'
-// dtype. int8: each token's row of each KV head is quantised once with its own scale (as
-// KVCache), so slots may be filled in any order; fp8: each element rounded alone. A slot
-// past the pool or given twice, a bad shape, or a value that is not finite for int8 or fp8
-// throws attn::Error naming the argument, and nothing is written.
+// dtype. int8, int4: each token's row (or group) of each KV head is quantised once with its
+// own scale (as KVCache), so slots may be filled in any order; fp8: each element rounded
+// alone. A slot past the pool or given twice, a bad shape, or a value that is not finite
+// for int8, int4 or fp8 throws attn::Error naming the argument, and nothing is written.
 // rotary: the keys are rotated at rotary.positions (one per token) before they are stored.
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
                   const PagePool& keys, const PagePool& values, const Rotary& rotary = {});

@@ -163,7 +163,7 @@ class KVCache:
     def __init__(
         self, heads_kv: int, dim: int, dim_v: Optional[int] = None, *, page_size: int = 16,
         dtype: Optional[
-            Literal["float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"]
+            Literal["float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3", "fp8_e5m2"]
         ] = None,
         group: int = 0,
         max_blocks: int = 0,
@@ -192,7 +192,7 @@ class KVCache:
     page_size: int
     dtype: Optional[str]  # None until the first append when it follows the data
     max_blocks: int
-    group: int  # int8: elements per scale along the head dim; 0: one scale per row
+    group: int  # int8, int4: elements per scale along the head dim; 0: one scale per row
 
 def decode(
     q: Array, cache: KVCache, seq_ids: Sequence[int], *, return_lse: bool = False,
@@ -208,7 +208,7 @@ def decode_state(
 def paged_attention(
     q: Array, key_cache: Array, value_cache: Array, block_table: Array, seq_lens: Array,
     query_start: Array, *, layout: Literal["token_major", "head_major"] = "token_major",
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto",
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"] = "auto",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
     return_lse: bool = False, rotary: Optional[Literal["neox", "interleaved"]] = None,
     rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
@@ -220,7 +220,7 @@ def paged_attention(
 def append_pages(
     k: Array, v: Array, slots: Array, key_cache: Array, value_cache: Array, *,
     layout: Literal["token_major", "head_major"] = "token_major",
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2"] = "auto",
+    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"] = "auto",
     key_scales: Optional[Array] = None, value_scales: Optional[Array] = None,
     rotary: Optional[Literal["neox", "interleaved"]] = None, rotary_cos: Optional[Array] = None,
     rotary_sin: Optional[Array] = None, rotary_dims: Optional[int] = None,

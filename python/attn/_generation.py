@@ -21,7 +21,7 @@ from ._attn import finalize_state as _finalize_state
 from ._attn import forward_state as _forward_state
 from ._attn import merge_states as _merge_states
 
-_CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2")
+_CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3", "fp8_e5m2")
 
 
 class State:
@@ -140,12 +140,14 @@ class KVCache:
         or float32; float32 for float64, attn's working precision, and for keys and values
         of two different dtypes), and a later append that the storage would round (float32
         into a float16 cache, say) raises ValueError. "float32", "float16", "bfloat16" and
-        "int8" (a scale per token and head, quantised once, dequantised on the fly),
+        "int8" (a scale per token and head, quantised once, dequantised on the fly), "int4"
+        (two codes a byte, a scale per token and head or group chosen as llama.cpp's q4_0
+        chooses it; dim and dim_v multiples of 32),
         "fp8_e4m3" and "fp8_e5m2" (vLLM's fp8 caches: each element rounded to the nearest
         8-bit float, magnitudes past 448 or 57344 stored as the largest) are the caller's
         choice and round what does not fit, without a word: float32 keeps float16, bfloat16
         and float32 data exactly. int8 and fp8 refuse keys and values that are not finite.
-    group: int8 only: 32, 64 or 128 (dividing dim and dim_v) gives each group of that many
+    group: int8 and int4: 32, 64 or 128 (dividing dim and dim_v) gives each group of that many
         elements of a token's row its own scale, as llama.cpp's q8_0 blocks of 32 and
         OpenVINO's group size, so that an outlier channel coarsens only its own group; 0
         (the default) one scale per token and head.
@@ -326,8 +328,9 @@ class KVCache:
         value_cache the same with dim_v, in the storage dtype (bfloat16 and fp8 as ml_dtypes'
         bfloat16, float8_e4m3fn and float8_e5m2 when it imports, else their uint16 bits,
         which paged_attention reads as bfloat16, and uint8 codes, which it reads with
-        kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"); the scales float32 [max_blocks,
-        heads_kv, page_size] for int8 ([..., dim / group] with a group), else None. Block
+        kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"; int4 as uint8 [..., dim / 2] code
+        pairs, read with kv_cache_dtype="int4"); the scales float32 [max_blocks, heads_kv,
+        page_size] for int8 and int4 ([..., dim / group] with a group), else None. Block
         numbers are page numbers: with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()
@@ -385,7 +388,8 @@ class KVCache:
                      doc="The storage dtype; None until the first append when it follows the data.")
     max_blocks = property(lambda self: self._cache.max_blocks)
     group = property(lambda self: self._cache.group,
-                     doc="int8's elements per scale along the head dim; 0: a scale per row.")
+                     doc="int8's and int4's elements per scale along the head dim; 0: a scale "
+                         "per row.")
 
     def __repr__(self):
         return (f"attn.KVCache(heads_kv={self.heads_kv}, dim={self.dim}, dim_v={self.dim_v}, "

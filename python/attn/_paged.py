@@ -17,7 +17,7 @@ from ._attn import paged_attention as _paged_attention
 from ._errors import ArgumentTypeError, Error
 
 LAYOUTS = ("token_major", "head_major")
-KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "int4")
 # float8 pools (torch's, or NumPy's through ml_dtypes) by dtype name: the format they hold.
 _FLOAT8_FORMATS = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
 
@@ -147,12 +147,14 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      FlashInfer's HND), float32, float16, bfloat16, int8 or float8
                      (float8_e4m3fn or float8_e5m2 of torch or ml_dtypes, or uint8 codes
                      with kv_cache_dtype "fp8_e4m3" or "fp8_e5m2", as vLLM's fp8 caches),
-                     C-contiguous
+                     or int4 (uint8 [..., D / 2] of code pairs with kv_cache_dtype "int4",
+                     as KVCache.pools() shows them), C-contiguous
         value_cache: the same with Dv for D, of the same dtype
         key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major; or one per group of D / G
-                     elements of each row, [..., G] (G groups of 32, 64 or 128 elements)
+                     elements of each row, [..., G] (G groups of 32, 64 or 128 elements);
+                     int4 pools take them too
         block_table: [S, max_pages] int32: sequence s's token t is in page
                      block_table[s, t // page_size] at slot t % page_size
         seq_lens:    [S] int32, each sequence's keys (its new tokens' included)

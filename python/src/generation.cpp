@@ -108,8 +108,10 @@ CacheDType cache_dtype(const std::string& name) {
   if (name == "int8") return CacheDType::int8;
   if (name == "fp8_e4m3") return CacheDType::fp8_e4m3;
   if (name == "fp8_e5m2") return CacheDType::fp8_e5m2;
+  if (name == "int4") return CacheDType::int4;
   throw Error(
-      "dtype: expected 'float32', 'float16', 'bfloat16', 'int8', 'fp8_e4m3' or 'fp8_e5m2', "
+      "dtype: expected 'float32', 'float16', 'bfloat16', 'int8', 'int4', 'fp8_e4m3' or "
+      "'fp8_e5m2', "
       "given '" +
       name + "'");
 }
@@ -188,22 +190,25 @@ ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
     return ReadOnlyArray(pool.scales, pool.group > 0 ? 4 : 3, shape, owner, nullptr,
                          nb::dtype<float>());
   }
-  const std::size_t shape[4] = {pages, heads, static_cast<std::size_t>(pool.page_size),
-                                static_cast<std::size_t>(pool.dim)};
+  // int4: the bytes of each row, two codes each.
+  const std::size_t shape[4] = {
+      pages, heads, static_cast<std::size_t>(pool.page_size),
+      static_cast<std::size_t>(cache::row_bytes(pool.dtype, pool.dim) /
+                               static_cast<Index>(cache::element_bytes(pool.dtype)))};
   const nb::dlpack::dtype dtype = pool.dtype == CacheDType::int8 ? nb::dtype<std::int8_t>()
-                                  : cache::is_fp8(pool.dtype)
+                                  : cache::is_fp8(pool.dtype) || pool.dtype == CacheDType::int4
                                       ? nb::dtype<std::uint8_t>()
                                       : numpy_dtype(cache::storage_dtype(pool.dtype));
   return ReadOnlyArray(pool.data, 4, shape, owner, nullptr, dtype);
 }
 
-// (key_cache, value_cache, key_scales, value_scales): scales None unless int8.
+// (key_cache, value_cache, key_scales, value_scales): scales None unless int8 or int4.
 nb::tuple pools_of(KVCache& cache) {
   const CachePools pools = cache_pools(cache);
   const nb::handle owner = nb::find(&cache);
-  const bool int8 = cache.config().dtype == CacheDType::int8;
+  const bool scaled = cache::has_scales(cache.config().dtype);
   const auto scales = [&](const PagePool& pool) {
-    return int8 ? nb::object(nb::cast(pool_array(pool, owner, true))) : nb::none();
+    return scaled ? nb::object(nb::cast(pool_array(pool, owner, true))) : nb::none();
   };
   return nb::make_tuple(pool_array(pools.keys, owner, false),
                         pool_array(pools.values, owner, false), scales(pools.keys),

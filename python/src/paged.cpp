@@ -52,23 +52,26 @@ PageLayout layout_of(const std::string& name) {
 }
 
 // kv_cache_dtype: "auto" (the array's dtype says), or "fp8_e4m3" / "fp8_e5m2" for uint8
-// arrays of fp8 codes (vLLM's kv_cache_dtype; the Python layer passes float8 arrays so).
+// arrays of fp8 codes (vLLM's kv_cache_dtype; the Python layer passes float8 arrays so), or
+// "int4" for uint8 arrays of int4 code pairs.
 template <class Array>
 CacheDType pool_dtype(const Array& pool, const char* name, const std::string& kv_cache_dtype) {
   using Code = nb::dlpack::dtype_code;
   const nb::dlpack::dtype dtype = pool.dtype();
   const auto code = static_cast<Code>(dtype.code);
   const bool bytes = dtype.lanes == 1 && code == Code::UInt && dtype.bits == 8;
-  if (kv_cache_dtype == "fp8_e4m3" || kv_cache_dtype == "fp8_e5m2") {
+  if (kv_cache_dtype == "fp8_e4m3" || kv_cache_dtype == "fp8_e5m2" || kv_cache_dtype == "int4") {
     if (!bytes) {
-      throw nb::type_error((std::string(name) + ": expected dtype uint8 (fp8 codes) for " +
+      throw nb::type_error((std::string(name) + ": expected dtype uint8 (codes) for " +
                             "kv_cache_dtype '" + kv_cache_dtype + "'")
                                .c_str());
     }
-    return kv_cache_dtype == "fp8_e4m3" ? CacheDType::fp8_e4m3 : CacheDType::fp8_e5m2;
+    return kv_cache_dtype == "fp8_e4m3"   ? CacheDType::fp8_e4m3
+           : kv_cache_dtype == "fp8_e5m2" ? CacheDType::fp8_e5m2
+                                          : CacheDType::int4;
   }
   if (kv_cache_dtype != "auto") {
-    fail("kv_cache_dtype", "'auto', 'fp8_e4m3' or 'fp8_e5m2'", "'" + kv_cache_dtype + "'");
+    fail("kv_cache_dtype", "'auto', 'fp8_e4m3', 'fp8_e5m2' or 'int4'", "'" + kv_cache_dtype + "'");
   }
   if (dtype.lanes == 1) {
     if (code == Code::Float && dtype.bits == 32) return CacheDType::f32;
@@ -104,7 +107,8 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   pool.pages = static_cast<Index>(array.shape(0));
   pool.page_size = static_cast<Index>(array.shape(token_major ? 1 : 2));
   pool.heads_kv = static_cast<Index>(array.shape(token_major ? 2 : 1));
-  pool.dim = static_cast<Index>(array.shape(3));
+  // int4: the last dim holds bytes, two codes each.
+  pool.dim = static_cast<Index>(array.shape(3)) * (pool.dtype == CacheDType::int4 ? 2 : 1);
   if (scales) {
     check_contiguous(*scales, scales_name);
     // A fourth dim holds each row's groups of scales: their count says the group.

@@ -31,7 +31,7 @@ CachePools cache_pools(KVCache& cache) {
     p.page_size = config.page_size;
     p.heads_kv = config.heads_kv;
     p.dim = values ? config.dim_v : config.dim;
-    if (config.dtype == CacheDType::int8) {
+    if (cache::has_scales(config.dtype)) {
       p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
       p.group = config.group;
     }
@@ -59,12 +59,15 @@ void check_pool(const char* name, const PagePool& pool) {
     fail(n + ".pages", "at most 2^31 - 1 (pages are int32 in the table)",
          std::to_string(pool.pages));
   }
-  if ((pool.dtype == CacheDType::int8) != (pool.scales != nullptr)) {
+  if (cache::has_scales(pool.dtype) != (pool.scales != nullptr)) {
     fail(n + ".scales",
-         pool.dtype == CacheDType::int8 ? "float32 scales for int8, one per token and KV head"
-                                        : "null (scales are for int8 pools)",
+         cache::has_scales(pool.dtype)
+             ? std::string("float32 scales for ") + cache_dtype_name(pool.dtype) +
+                   ", one per token and KV head"
+             : "null (scales are for int8 and int4 pools)",
          pool.scales == nullptr ? "null" : "scales");
   }
+  cache::check_int4_dims(n, pool.dtype, {{".dim", pool.dim}});
   cache::check_group(n + ".group", pool.dtype, pool.group, {pool.dim});
 }
 
@@ -103,7 +106,7 @@ cache::PageRows rows_of(const PagePool& pool) {
   rows.data = static_cast<std::byte*>(pool.data);
   rows.scales = pool.scales;
   rows.group = pool.group;
-  const auto row = pool.dim * static_cast<Index>(cache::element_bytes(pool.dtype));
+  const Index row = cache::row_bytes(pool.dtype, pool.dim);
   rows.page_bytes = pool.page_size * pool.heads_kv * row;
   const bool token_major = pool.layout == PageLayout::token_major;
   rows.head_bytes = token_major ? row : pool.page_size * row;

@@ -16,6 +16,7 @@
 #include "cache/page_rows.hpp"
 #include "cache/page_writes.hpp"
 #include "core/argument_checks.hpp"
+#include "core/int4.hpp"
 #include "core/rows.hpp"
 
 namespace attn {
@@ -55,6 +56,8 @@ const char* cache_dtype_name(CacheDType dtype) {
       return "fp8_e4m3";
     case CacheDType::fp8_e5m2:
       return "fp8_e5m2";
+    case CacheDType::int4:
+      return "int4";
   }
   return "unknown";
 }
@@ -100,9 +103,12 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
+  cache::check_int4_dims("", config.dtype, {{"dim", config.dim}, {"dim_v", config.dim_v}});
   cache::check_group("group", config.dtype, config.group, {config.dim, config.dim_v});
-  key_block_bytes_ = block_bytes(config, config.dim, "dim", element_size());
-  value_block_bytes_ = block_bytes(config, config.dim_v, "dim_v", element_size());
+  // int4 rows are half as many bytes as elements, as if of dim / 2 one-byte elements.
+  const Index per_row = config.dtype == CacheDType::int4 ? 2 : 1;
+  key_block_bytes_ = block_bytes(config, config.dim / per_row, "dim", element_size());
+  value_block_bytes_ = block_bytes(config, config.dim_v / per_row, "dim_v", element_size());
   constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
   const std::size_t largest = std::max(key_block_bytes_, value_block_bytes_);
   while (slab_shift_ < 20 && (largest << (slab_shift_ + 1)) <= kSlabBytes) ++slab_shift_;
@@ -346,7 +352,7 @@ void KVCache::allocate_slab(int s, Index first) {
   Slab fresh;
   fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
   fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
-  if (config_.dtype == CacheDType::int8) {
+  if (cache::has_scales(config_.dtype)) {
     fresh.key_scales = std::make_unique<float[]>(count * scales_per_block(false));
     fresh.value_scales = std::make_unique<float[]>(count * scales_per_block(true));
   }
@@ -366,7 +372,7 @@ void KVCache::release_block(std::int32_t block) {
 void KVCache::copy_block(std::int32_t from, std::int32_t to) {
   std::memcpy(block_data(to, 0, false), block_data(from, 0, false), key_block_bytes_);
   std::memcpy(block_data(to, 0, true), block_data(from, 0, true), value_block_bytes_);
-  if (config_.dtype == CacheDType::int8) {
+  if (cache::has_scales(config_.dtype)) {
     std::copy_n(&scale_of(from, 0, 0, false), scales_per_block(false), &scale_of(to, 0, 0, false));
     std::copy_n(&scale_of(from, 0, 0, true), scales_per_block(true), &scale_of(to, 0, 0, true));
   }
@@ -378,7 +384,7 @@ std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) cons
   const Index dim = values ? config_.dim_v : config_.dim;
   return (values ? slab.values : slab.keys).get() +
          static_cast<std::size_t>(at.index) * (values ? value_block_bytes_ : key_block_bytes_) +
-         static_cast<std::size_t>(head * config_.page_size * dim) * element_size();
+         static_cast<std::size_t>(head * config_.page_size * cache::row_bytes(config_.dtype, dim));
 }
 
 float& KVCache::scale_of(std::int32_t block, Index head, Index slot, bool values) const {
@@ -398,12 +404,12 @@ const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
 }
 
 float KVCache::key_scale(std::int32_t block, Index head, Index slot) const {
-  if (config_.dtype != CacheDType::int8) return 1.0f;
+  if (!cache::has_scales(config_.dtype)) return 1.0f;
   return scale_of(block, head, slot, false);
 }
 
 float KVCache::value_scale(std::int32_t block, Index head, Index slot) const {
-  if (config_.dtype != CacheDType::int8) return 1.0f;
+  if (!cache::has_scales(config_.dtype)) return 1.0f;
   return scale_of(block, head, slot, true);
 }
 
@@ -483,11 +489,16 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       const std::int32_t block = s.blocks[static_cast<std::size_t>(t / page)];
       const std::byte* base = values ? value_block(block, h) : key_block(block, h);
       float* dst = to + (h * s.length + t) * dim;
-      if (config_.dtype == CacheDType::int8) {
-        const auto* q = reinterpret_cast<const std::int8_t*>(base) + (t % page) * dim;
+      if (cache::has_scales(config_.dtype)) {
+        const std::byte* codes = base + (t % page) * cache::row_bytes(config_.dtype, dim);
         const float* scales = &scale_of(block, h, t % page, values);
         const Index group = config_.group > 0 ? config_.group : dim;
-        for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(q[d]) * scales[d / group];
+        for (Index d = 0; d < dim; ++d) {
+          const int code = config_.dtype == CacheDType::int4
+                               ? int4_code(reinterpret_cast<const Int4Pair*>(codes), d)
+                               : reinterpret_cast<const std::int8_t*>(codes)[d];
+          dst[d] = static_cast<float>(code) * scales[d / group];
+        }
         continue;
       }
       if (cache::is_fp8(config_.dtype)) {

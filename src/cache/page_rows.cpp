@@ -10,15 +10,34 @@ bool is_fp8(CacheDType dtype) {
   return dtype == CacheDType::fp8_e4m3 || dtype == CacheDType::fp8_e5m2;
 }
 
+bool has_scales(CacheDType dtype) {
+  return dtype == CacheDType::int8 || dtype == CacheDType::int4;
+}
+
 bool holds_codes(CacheDType dtype) {
-  return dtype == CacheDType::int8 || is_fp8(dtype);
+  return has_scales(dtype) || is_fp8(dtype);
+}
+
+Index row_bytes(CacheDType dtype, Index dim) {
+  return dtype == CacheDType::int4 ? dim / 2 : dim * static_cast<Index>(element_bytes(dtype));
+}
+
+void check_int4_dims(const std::string& prefix, CacheDType dtype,
+                     std::initializer_list<std::pair<const char*, Index>> dims) {
+  if (dtype != CacheDType::int4) return;
+  for (const auto& [name, dim] : dims) {
+    if (dim % 32 != 0) {
+      core::fail(prefix + name, "a multiple of 32 for int4 (blocks of 32 codes)",
+                 std::to_string(dim));
+    }
+  }
 }
 
 void check_group(const std::string& name, CacheDType dtype, Index group,
                  std::initializer_list<Index> dims) {
   if (group == 0) return;
-  if (dtype != CacheDType::int8) {
-    core::fail(name, "0 (groups of scales are for int8)", std::to_string(group));
+  if (!has_scales(dtype)) {
+    core::fail(name, "0 (groups of scales are for int8 and int4)", std::to_string(group));
   }
   bool divides = true;
   for (const Index dim : dims) divides = divides && dim % group == 0;
@@ -58,6 +77,7 @@ DType storage_dtype(CacheDType dtype) {
     case CacheDType::int8:
     case CacheDType::fp8_e4m3:
     case CacheDType::fp8_e5m2:
+    case CacheDType::int4:
       return DType::f32;
   }
   return DType::f32;
@@ -69,7 +89,7 @@ std::byte* PageRows::rows(std::int32_t page, Index head) const {
 }
 
 float PageRows::scale(std::int32_t page, Index head, Index slot) const {
-  return dtype == CacheDType::int8 ? scale_ref(page, head, slot) : 1.0f;
+  return has_scales(dtype) ? scale_ref(page, head, slot) : 1.0f;
 }
 
 float& PageRows::scale_ref(std::int32_t page, Index head, Index slot) const {
@@ -87,7 +107,7 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.cache = &cache;
   rows.values = values;
   rows.group = config.group;
-  rows.slot_bytes = rows.dim * static_cast<Index>(BlockAccess::element_size(cache));
+  rows.slot_bytes = row_bytes(config.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
   return rows;
 }

@@ -8,17 +8,25 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "attn/kv_cache.hpp"
 
 namespace attn::cache {
 
-// Whether elements are stored as 8-bit codes (int8, fp8), which hold only finite values;
-// bytes of one stored element; the dtype of the stored rows (codes: of their float32
-// values).
+// Whether elements are stored as codes (int8, int4, fp8), which hold only finite values;
+// whether their rows have scales (int8, int4); bytes of one stored element (int4: 1, two
+// codes, see row_bytes); bytes of a row of dim elements; the dtype of the stored rows
+// (codes: of their float32 values).
 bool holds_codes(CacheDType dtype);
-// Throws attn::Error naming `name` unless group is 0, or for int8 one of 32, 64 and 128
-// dividing each of dims.
+bool has_scales(CacheDType dtype);
+Index row_bytes(CacheDType dtype, Index dim);
+// Throws attn::Error naming prefix + the dim's name unless each dim is a multiple of 32, for
+// int4 (its nibbles go in blocks of 32).
+void check_int4_dims(const std::string& prefix, CacheDType dtype,
+                     std::initializer_list<std::pair<const char*, Index>> dims);
+// Throws attn::Error naming `name` unless group is 0, or for int8 and int4 one of 32, 64 and
+// 128 dividing each of dims.
 void check_group(const std::string& name, CacheDType dtype, Index group,
                  std::initializer_list<Index> dims);
 bool is_fp8(CacheDType dtype);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/argument_checks.hpp"
+#include "core/int4.hpp"
 #include "core/rotary.hpp"
 #include "core/rows.hpp"
 
@@ -51,7 +52,7 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       }
       continue;
     }
-    if (pool.dtype != CacheDType::int8) {
+    if (!has_scales(pool.dtype)) {
       const DType dtype = storage_dtype(pool.dtype);
       const MutableTensorView out(
           at(slot), dtype, {1, 1, count, dim},
@@ -71,23 +72,32 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       }
       continue;
     }
-    // int8: each token's row (or each group of it) quantised once, with its own scale
-    // (max |x| / 127).
+    // int8 / int4: each token's row (or each group of it) quantised once, with its own
+    // scale: int8's max |x| / 127; int4's q4_0's m / -8, for m the element of largest
+    // magnitude (the first of equals), which so takes the code -8 exactly.
+    const bool int4 = pool.dtype == CacheDType::int4;
+    const long lowest = int4 ? -8 : -127, highest = int4 ? 7 : 127;
     const Index group = pool.group > 0 ? pool.group : dim;
     for (Index i = 0; i < count; ++i) {
       load(in, first + i, h, row.data());
       float* scales = &pool.scale_ref(page, h, slot + i);
-      auto* out = reinterpret_cast<std::int8_t*>(at(slot + i));
+      std::byte* out = at(slot + i);
       for (Index g = 0; g < dim / group; ++g) {
         const double* part = row.data() + g * group;
         double largest = 0.0;
-        for (Index d = 0; d < group; ++d) largest = std::max(largest, std::abs(part[d]));
-        const auto scale = static_cast<float>(largest / 127.0);
+        for (Index d = 0; d < group; ++d) {
+          if (std::abs(part[d]) > std::abs(largest)) largest = part[d];
+        }
+        const auto scale = static_cast<float>(int4 ? largest / -8.0 : std::abs(largest) / 127.0);
         scales[g] = scale;
         for (Index d = 0; d < group; ++d) {
-          const double x = scale > 0.0f ? part[d] / scale : 0.0;
-          out[g * group + d] =
-              static_cast<std::int8_t>(std::clamp<long>(std::lround(x), -127, 127));
+          const double x = scale != 0.0f ? part[d] / scale : 0.0;
+          const long code = std::clamp<long>(std::lround(x), lowest, highest);
+          if (int4) {
+            set_int4_code(reinterpret_cast<Int4Pair*>(out), g * group + d, static_cast<int>(code));
+          } else {
+            reinterpret_cast<std::int8_t*>(out)[g * group + d] = static_cast<std::int8_t>(code);
+          }
         }
       }
     }

@@ -29,8 +29,9 @@ struct NewRows {
 void check_finite_for_codes(const char* name, const NewRows& in, Index heads_kv, CacheDType dtype);
 
 // Writes tokens [first, first + count) of `in` into slots [slot, slot + count) of the page,
-// rounded to the pool's dtype. int8: each token's row of each KV head with a scale of its
-// own, so nothing written before changes; fp8: each element alone.
+// rounded to the pool's dtype. int8, int4: each token's row of each KV head (or each group
+// of it) with a scale of its own, so nothing written before changes; fp8: each element
+// alone.
 void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRows& in, Index first,
                Index count);
 

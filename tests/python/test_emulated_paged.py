@@ -18,10 +18,10 @@ import numpy_reference
 
 CONTEXT_NMSE = 1e-12  # tests/paged_test.cpp
 DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3, "fp8_e4m3": 4,
-          "fp8_e5m2": 5}  # attn::CacheDType
+          "fp8_e5m2": 5, "int4": 6}  # attn::CacheDType
 STORED = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
           "int8": np.int8, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
-          "fp8_e5m2": ml_dtypes.float8_e5m2}
+          "fp8_e5m2": ml_dtypes.float8_e5m2, "int4": np.uint8}
 LAYOUTS = {"token_major": 0, "head_major": 1}
 Q_DTYPES = {"float32": 2, "bfloat16": 1}  # attn::DType
 PV_PRECISIONS = {"exact": 0, "bf16": 1}  # attn::PvPrecision
@@ -48,8 +48,9 @@ class _Batch:
         self.table = np.zeros((len(sequences), self.max_pages), np.int32)
         shape = (self.pages, page, HEADS_KV) if layout == "token_major" else (
             self.pages, HEADS_KV, page)
-        self.keys = np.zeros(shape + (self.dim,), STORED[dtype])
-        self.values = np.zeros(shape + (dim_v,), STORED[dtype])
+        per_byte = 2 if dtype == "int4" else 1  # int4: code pairs
+        self.keys = np.zeros(shape + (self.dim // per_byte,), STORED[dtype])
+        self.values = np.zeros(shape + (dim_v // per_byte,), STORED[dtype])
         # Per token, or per group of each row.
         groups = [(n // group,) if group else () for n in (self.dim, dim_v)]
         self.key_scales = (0.02 + 0.01 * rng.random(shape + groups[0])).astype(np.float32)
@@ -73,9 +74,15 @@ class _Batch:
         self.q = rng.standard_normal((total_q, HEADS_Q, self.dim)).astype(STORED[q_dtype])
 
     def _store(self, pool, at, x, scale):
-        if self.dtype == "int8":
-            if self.group:
-                scale = np.repeat(scale, self.group)
+        if self.dtype in ("int8", "int4"):
+            scale = np.repeat(scale, self.group) if self.group else scale
+            if self.dtype == "int4":
+                codes = np.clip(np.round(x / scale), -8, 7).astype(np.int64)
+                # core/int4.hpp: in each block of 32, element j < 16 the low nibble of byte
+                # j, element j + 16 its high nibble.
+                blocks = (codes & 0xF).reshape(-1, 32)
+                pool[at] = (blocks[:, :16] | (blocks[:, 16:] << 4)).reshape(-1)
+                return codes * scale
             pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
             return pool[at].astype(np.float64) * scale
         pool[at] = x.astype(STORED[self.dtype])
@@ -94,7 +101,7 @@ class _Batch:
         rows = HEADS_Q * total_q
         m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64))
                               for n in (rows, rows, rows * self.dim_v))
-        int8 = self.dtype == "int8"
+        int8 = self.dtype in ("int8", "int4")
         args = struct.pack(
             "<QQQQQiiiiQQQqqqqqqqqddQQQiiq",
             put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
@@ -142,7 +149,8 @@ def _expect_matches_float64(batch, state, context_nmse=CONTEXT_NMSE):
         assert np.abs(lse - want_lse[sees]).max() < 2e-5
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+# int4's rows are blocks of 32 codes, longer than DIM: test_scaled_codes_match_float64.
+@pytest.mark.parametrize("dtype", [name for name in DTYPES if name != "int4"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("page", [16, 5])
 def test_paged_matches_float64(emulator, dtype, layout, page):
@@ -169,10 +177,12 @@ def _rows(state, first, count):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_grouped_int8_matches_float64(emulator, layout):
-    """int8 with a scale per group of 32 elements of each row (tests/paged_test.cpp's bound
-    for it): the rows dequantised by the AVX-512 target's tile::dequantise_row."""
-    batch = _Batch("int8", layout, 16, group=32, dim=64, dim_v=32)
+@pytest.mark.parametrize("dtype,group", [("int8", 32), ("int4", 32), ("int4", 0)])
+def test_scaled_codes_match_float64(emulator, layout, dtype, group):
+    """int8 and int4 with a scale per group of 32 elements of each row, and int4 with one
+    per row (tests/paged_test.cpp's bound for them): the rows dequantised by the AVX-512
+    target's tile::dequantise_row."""
+    batch = _Batch(dtype, layout, 16, group=group, dim=64, dim_v=32)
     state = batch.run(emulator, batch.q, batch.sequences, batch.table)
     _expect_matches_float64(batch, state, context_nmse=1e-11)
 

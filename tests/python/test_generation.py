@@ -189,6 +189,8 @@ def test_bad_input_raises_naming_the_argument():
     seq = cache.add_sequence()
     cache.append(seq, np.zeros((2, 3, 4), np.float32), np.zeros((2, 3, 4), np.float32))
     with pytest.raises(ValueError, match="^dtype: expected one of"):
+        attn.KVCache(2, 4, dtype="int2")
+    with pytest.raises(ValueError, match="^dim: expected a multiple of 32 for int4"):
         attn.KVCache(2, 4, dtype="int4")
     with pytest.raises(ValueError, match="^heads_kv: expected a positive count"):
         attn.KVCache(0, 4)

@@ -314,51 +314,68 @@ def test_fp8_pool_dtypes_are_checked_naming_the_argument():
     with pytest.raises(TypeError, match="^key_cache: expected dtype .*uint8 with kv_cache_dtype"):
         attn.paged_attention(args[0], batch.k_cache.view(np.uint8), batch.v_cache.view(np.uint8),
                              *args[3:])
-    with pytest.raises(TypeError, match="^key_cache: expected dtype uint8 \\(fp8 codes\\)"):
+    with pytest.raises(TypeError, match="^key_cache: expected dtype uint8 \\(codes\\)"):
         attn.paged_attention(args[0], np.zeros((2, 16, HKV, D), np.float16),
                              batch.v_cache.view(np.uint8), *args[3:], kv_cache_dtype="fp8_e4m3")
 
 
+def int4_codes(pairs):
+    """uint8 [..., n / 2] code pairs (core/int4.hpp: in each block of 32, element j < 16 the
+    low nibble of byte j, element j + 16 its high nibble) -> int codes [..., n]."""
+    blocks = pairs.reshape(*pairs.shape[:-1], -1, 16).astype(np.int16)
+    nibbles = np.concatenate([blocks & 0xF, blocks >> 4], axis=-1)
+    return np.where(nibbles >= 8, nibbles - 16, nibbles).reshape(*pairs.shape[:-1], -1)
+
+
 @pytest.mark.parametrize("layout", ["token_major", "head_major"])
-def test_grouped_int8_pools_match_the_reference_and_the_kvcache(layout):
-    """int8 with a scale per group of 32 elements ([..., D / 32] scales): append_pages finds
-    each group's scale (max |x| / 127, quantised once), paged_attention matches float64 over
-    what the pools hold, and a KVCache with group=32 holds the same codes and scales and
-    decodes to the same bits."""
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
+    """int8 and int4 with a scale per group of 32 elements ([..., D / 32] scales):
+    append_pages finds each group's scale (quantised once), paged_attention matches float64
+    over what the pools hold, and a KVCache with group=32 holds the same codes and scales
+    and decodes to the same bits."""
     d, dv, group, page_size, lengths = 64, 32, 32, 16, [37, 70]
     rng = np.random.default_rng(6)
     shape = (12, page_size, HKV) if layout == "token_major" else (12, HKV, page_size)
-    k_cache, v_cache = np.zeros(shape + (d,), np.int8), np.zeros(shape + (dv,), np.int8)
+    int4 = dtype == "int4"
+    k_cache, v_cache = (np.zeros(shape + (n // 2,), np.uint8) if int4
+                        else np.zeros(shape + (n,), np.int8) for n in (d, dv))
+    kind = {"kv_cache_dtype": "int4"} if int4 else {}
     k_scales = np.zeros(shape + (d // group,), np.float32)
     v_scales = np.zeros(shape + (dv // group,), np.float32)
     table = np.array([[3, 0, 7, 0, 0], [5, 1, 2, 9, 11]], np.int32)
     k = [rng.standard_normal((n, HKV, d)) * np.where(np.arange(d) == 40, 30.0, 1.0)
          for n in lengths]
     v = [rng.standard_normal((n, HKV, dv)) for n in lengths]
-    cache = attn.KVCache(HKV, d, dv, page_size=page_size, dtype="int8", group=group,
+    cache = attn.KVCache(HKV, d, dv, page_size=page_size, dtype=dtype, group=group,
                          max_blocks=12)
     ids = [cache.add_sequence() for _ in lengths]
     for s, n in enumerate(lengths):
         slots = [table[s, t // page_size] * page_size + t % page_size for t in range(n)]
         attn.append_pages(k[s], v[s], slots, k_cache, v_cache, layout=layout,
-                          key_scales=k_scales, value_scales=v_scales)
+                          key_scales=k_scales, value_scales=v_scales, **kind)
         cache.append(ids[s], k[s].transpose(1, 0, 2), v[s].transpose(1, 0, 2))
     q = rng.standard_normal((4, HQ, d)).astype(np.float32)
     query_start, seq_lens = np.array([0, 1, 4], np.int32), np.array(lengths, np.int32)
     out, lse = attn.paged_attention(q, k_cache, v_cache, table, seq_lens, query_start,
                                     layout=layout, key_scales=k_scales, value_scales=v_scales,
-                                    return_lse=True, causal=True)
+                                    return_lse=True, causal=True, **kind)
     for s, n in enumerate(lengths):
         rows = slice(query_start[s], query_start[s + 1])
-        keys, values = (np.repeat(gathered(pool, None, table[s], n, page_size, layout)
-                                  .reshape(HKV, n, -1, group), 1, axis=-1)
+        keys, values = (gathered(pool, None, table[s], n, page_size, layout)
                         for pool in (k_cache, v_cache))
+        if int4:
+            keys, values = int4_codes(keys.astype(np.uint8)), int4_codes(values.astype(np.uint8))
         keys = keys.reshape(HKV, n, d) * np.repeat(
             gathered(k_scales, None, table[s], n, page_size, layout), group, axis=-1)
         values = values.reshape(HKV, n, dv) * np.repeat(
             gathered(v_scales, None, table[s], n, page_size, layout), group, axis=-1)
-        assert np.abs(keys - k[s].transpose(1, 0, 2)).max() <= np.abs(k[s]).max() / 254 + 1e-6
-        assert np.abs(keys[:, :, :32] - k[s].transpose(1, 0, 2)[:, :, :32]).max() < 0.02
+        # Within a step of the row's largest magnitude (int8: half of one), and far closer
+        # in the group without the outlier channel.
+        steps = 8 if int4 else 254
+        error = np.abs(keys - k[s].transpose(1, 0, 2))
+        assert error.max() <= np.abs(k[s]).max() / steps + 1e-6
+        assert error[:, :, :32].max() < (0.6 if int4 else 0.02)
         want_out, want_lse, _ = numpy_reference.attention(
             q[rows].astype(np.float64).transpose(1, 0, 2)[None], keys[None], values[None],
             causal=True, bottom_right=True)
@@ -371,14 +388,15 @@ def test_grouped_int8_pools_match_the_reference_and_the_kvcache(layout):
         from_pools = attn.paged_attention(q[rows], kc, vc, pool_table, pool_lens,
                                           [0, query_start[s + 1] - query_start[s]],
                                           layout="head_major", key_scales=ks, value_scales=vs,
-                                          causal=True)
+                                          causal=True, **kind)
         assert np.array_equal(from_pools, alone[0].transpose(1, 0, 2))
         assert np.array_equal(alone[0].transpose(1, 0, 2), out[rows])
     with pytest.raises(ValueError, match="^group: expected 0 \\(groups of scales are for int8"):
         attn.KVCache(HKV, d, dv, dtype="float16", group=32)
     with pytest.raises(ValueError, match="^key_scales: expected shape"):
         attn.paged_attention(q, k_cache, v_cache, table, seq_lens, query_start, layout=layout,
-                             key_scales=np.zeros(shape + (3,), np.float32), value_scales=v_scales)
+                             key_scales=np.zeros(shape + (3,), np.float32), value_scales=v_scales,
+                             **kind)
 
 
 def test_kvcache_pools_are_the_caches_memory_read_only():

@@ -238,7 +238,7 @@ class TaskKernel {
   // after the softmax, a few columns of every row at a time, where the hardware prefetchers
   // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
   HWY_INLINE void prefetch_values_to_l1(const T* const* values, Index count) const {
-    const Index bytes = p_.dim_v * static_cast<Index>(sizeof(T));
+    const Index bytes = cache::row_bytes(p_.values.dtype, p_.dim_v);
     for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], bytes);
   }
 
@@ -257,7 +257,7 @@ class TaskKernel {
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
-        if constexpr (kInt8) {
+        if constexpr (kInt8 || kInt4) {
           if (grouped_) {
             rows.key_groups[t - t0] = &keys.scale_ref(block, kv_head, slot);
             rows.value_groups[t - t0] = &values.scale_ref(block, kv_head, slot);
@@ -285,8 +285,8 @@ class TaskKernel {
   // Spread, in this order, this far ahead: every other choice measured was slower from
   // memory (bench/README.md, "Decode prefetching", has the figures).
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
-    const Index key_bytes = p_.dim * static_cast<Index>(sizeof(T));
-    const Index value_bytes = p_.dim_v * static_cast<Index>(sizeof(T));
+    const Index key_bytes = cache::row_bytes(p_.keys.dtype, p_.dim);
+    const Index value_bytes = cache::row_bytes(p_.values.dtype, p_.dim_v);
     for (Index t = begin; t < std::min(end, ahead.after_next.count()); ++t) {
       prefetch_row<kToL2>(ahead.after_next.keys[t], key_bytes);
       prefetch_row<kToL2>(ahead.after_next.values[t], value_bytes);
@@ -304,14 +304,14 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
-    // for every block, and the bits are the same. Grouped int8 is always dequantised so,
-    // with its group scales, for a scale that is not one per row.
+    // for every block, and the bits are the same. Grouped int8 and int4 are always
+    // dequantised so, with their scales, which the float micro-kernels do not take.
     if (grouped_ || (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows &&
                      !bf16_.scores && !bf16_.context)) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
     }
-    tile_of(rows, rows.keys, rows.values, ahead, row_begin, row_end);
+    if constexpr (!kInt4) tile_of(rows, rows.keys, rows.values, ahead, row_begin, row_end);
   }
 
   void widen_tile(const TileRows<T>& rows) {
@@ -319,10 +319,9 @@ class TaskKernel {
       float* key = s_.key_floats.get() + t * p_.dim;
       float* value = s_.value_floats.get() + t * p_.dim_v;
       if (grouped_) {
-        tile::dequantise_row(rows.keys[t], rows.key_groups[t], p_.keys.group, p_.dim, key);
-        tile::dequantise_row(rows.values[t], rows.value_groups[t], p_.values.group, p_.dim_v,
-                             value);
-      } else {
+        tile::dequantise_row(rows.keys[t], rows.key_groups[t], key_group_, p_.dim, key);
+        tile::dequantise_row(rows.values[t], rows.value_groups[t], value_group_, p_.dim_v, value);
+      } else if constexpr (!kInt4) {
         tile::widen_row(rows.keys[t], p_.dim, key);
         tile::widen_row(rows.values[t], p_.dim_v, value);
       }
@@ -546,6 +545,7 @@ class TaskKernel {
 #endif
 
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+  static constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
 
   const DecodeProblem& p_;
   const DecodeParts& plan_;
@@ -553,7 +553,10 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  const bool grouped_ = kInt8 && p_.keys.group > 0;
+  // Rows dequantised with a scale per group (int4: per row when there are no groups).
+  const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
+  const Index key_group_ = p_.keys.group > 0 ? p_.keys.group : p_.dim;
+  const Index value_group_ = p_.values.group > 0 ? p_.values.group : p_.dim_v;
 };
 
 // The state row of (s, head, i) = the partial states of the parts holding it, merged in key
@@ -625,6 +628,8 @@ void DecodeTarget(const DecodeProblem& problem, State& state, int threads) {
       return run<float8_e4m3>(problem, state, threads);
     case CacheDType::fp8_e5m2:
       return run<float8_e5m2>(problem, state, threads);
+    case CacheDType::int4:
+      return run<Int4Pair>(problem, state, threads);
   }
 }
 

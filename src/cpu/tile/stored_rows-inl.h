@@ -17,6 +17,7 @@
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
 #include "core/float8.hpp"
+#include "core/int4.hpp"
 
 #include "cpu/tile/target-inl.h"
 #include "cpu/tile/to_floats-inl.h"
@@ -100,21 +101,55 @@ HWY_INLINE void widen_row(const T* HWY_RESTRICT row, Index n, float* HWY_RESTRIC
   for (Index d = whole; d < n; ++d) out[d] = load_float(row, d);
 }
 
+// Elements [d, d + lanes) of an int4 row as float32, d a multiple of the lanes and the
+// lanes at most 16: one nibble of consecutive bytes (core/int4.hpp), sign-extended.
+HWY_INLINE VF load_int4(DF df, const Int4Pair* HWY_RESTRICT row, Index d) {
+  const hn::Rebind<std::int32_t, DF> di;
+  const auto bytes =
+      hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(),
+                                  reinterpret_cast<const std::int8_t*>(row + int4_byte(d))));
+  const auto codes =
+      int4_high(d) ? hn::ShiftRight<4>(bytes) : hn::ShiftRight<28>(hn::ShiftLeft<28>(bytes));
+  return hn::ConvertTo(df, codes);
+}
+
+// Elements [d, d + lanes) and element d of a row of codes (int8, int4), as float32.
+template <class T>
+HWY_INLINE VF load_codes(DF df, const T* HWY_RESTRICT row, Index d) {
+  if constexpr (std::is_same_v<T, Int4Pair>) {
+    return load_int4(df, row, d);
+  } else {
+    return load_floats(df, row + d);
+  }
+}
+
+template <class T>
+HWY_INLINE float load_code(const T* row, Index d) {
+  if constexpr (std::is_same_v<T, Int4Pair>) {
+    return static_cast<float>(int4_code(row, d));
+  } else {
+    return load_float(row, d);
+  }
+}
+
 // out[0 .. n) = row[0 .. n) each times the scale of its group of `group` elements,
-// scales[d / group], one float32 product (one rounding) each: how grouped int8 rows are
-// read, the same bits on every target.
+// scales[d / group], one float32 product (one rounding) each: how grouped int8 and int4
+// rows are read, the same bits on every target.
 template <class T>
 HWY_INLINE void dequantise_row(const T* HWY_RESTRICT row, const float* HWY_RESTRICT scales,
                                Index group, Index n, float* HWY_RESTRICT out) {
+  constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
   const DF df;
-  const Index step = lanes();
+  // int4 reads whole vectors of at most 16 lanes (a nibble's run of bytes).
+  const Index step = kInt4 && lanes() > 16 ? n + 1 : lanes();
   for (Index begin = 0, g = 0; begin < n; begin += group, ++g) {
-    const Index end = std::min(n, begin + group), whole = end - (end - begin) % step;
+    const Index end = std::min(n, begin + group);
+    const Index whole = step > end - begin ? begin : end - (end - begin) % step;
     const VF scale = hn::Set(df, scales[g]);
     for (Index d = begin; d < whole; d += step) {
-      hn::StoreU(hn::Mul(load_floats(df, row + d), scale), df, out + d);
+      hn::StoreU(hn::Mul(load_codes(df, row, d), scale), df, out + d);
     }
-    for (Index d = whole; d < end; ++d) out[d] = load_float(row, d) * scales[g];
+    for (Index d = whole; d < end; ++d) out[d] = load_code(row, d) * scales[g];
   }
 }
 

@@ -119,7 +119,8 @@ Bf16Products bf16_products(const DecodeProblem& p) {
 }
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key (1 for
-// grouped int8, whose rows' group scales are found through key_groups and value_groups).
+// rows read with their group scales, grouped int8 and int4, found through key_groups and
+// value_groups).
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
@@ -238,8 +239,7 @@ class TaskKernel {
   // after the softmax, a few columns of every row at a time, where the hardware prefetchers
   // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
   HWY_INLINE void prefetch_values_to_l1(const T* const* values, Index count) const {
-    const Index bytes = cache::row_bytes(p_.values.dtype, p_.dim_v);
-    for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], bytes);
+    for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], value_row_bytes_);
   }
 
   // Finds the rows of keys [t0, t1) of kv_head through the page table.
@@ -285,15 +285,13 @@ class TaskKernel {
   // Spread, in this order, this far ahead: every other choice measured was slower from
   // memory (bench/README.md, "Decode prefetching", has the figures).
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
-    const Index key_bytes = cache::row_bytes(p_.keys.dtype, p_.dim);
-    const Index value_bytes = cache::row_bytes(p_.values.dtype, p_.dim_v);
     for (Index t = begin; t < std::min(end, ahead.after_next.count()); ++t) {
-      prefetch_row<kToL2>(ahead.after_next.keys[t], key_bytes);
-      prefetch_row<kToL2>(ahead.after_next.values[t], value_bytes);
+      prefetch_row<kToL2>(ahead.after_next.keys[t], key_row_bytes_);
+      prefetch_row<kToL2>(ahead.after_next.values[t], value_row_bytes_);
     }
     if (!kNextKeysToL1) return;
     for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
-      prefetch_row<kToL1>(ahead.next.keys[t], key_bytes);
+      prefetch_row<kToL1>(ahead.next.keys[t], key_row_bytes_);
     }
   }
 
@@ -557,6 +555,9 @@ class TaskKernel {
   const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
   const Index key_group_ = p_.keys.group > 0 ? p_.keys.group : p_.dim;
   const Index value_group_ = p_.values.group > 0 ? p_.values.group : p_.dim_v;
+  // Bytes of a stored key and value row, for the requests ahead of their reads.
+  const Index key_row_bytes_ = cache::row_bytes(p_.keys.dtype, p_.dim);
+  const Index value_row_bytes_ = cache::row_bytes(p_.values.dtype, p_.dim_v);
 };
 
 // The state row of (s, head, i) = the partial states of the parts holding it, merged in key

@@ -88,10 +88,6 @@ std::byte* PageRows::rows(std::int32_t page, Index head) const {
   return data + page * page_bytes + head * head_bytes;
 }
 
-float PageRows::scale(std::int32_t page, Index head, Index slot) const {
-  return has_scales(dtype) ? scale_ref(page, head, slot) : 1.0f;
-}
-
 float& PageRows::scale_ref(std::int32_t page, Index head, Index slot) const {
   if (cache != nullptr) return BlockAccess::scale_ref(*cache, page, head, slot, values);
   return scales[page * page_scales + head * head_scales + slot * slot_scales];
@@ -109,6 +105,7 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.group = config.group;
   rows.slot_bytes = row_bytes(config.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
+  rows.slot_scales = rows.groups();
   return rows;
 }
 

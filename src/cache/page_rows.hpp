@@ -49,14 +49,16 @@ struct PageRows {
   Index group = 0;
   // In bytes: from one page, KV head and slot to the next.
   Index page_bytes = 0, head_bytes = 0, slot_bytes = 0;
-  // In scales: from one page, KV head and slot to the next.
+  // In scales: from one page, KV head and slot to the next (a KVCache's: slot_scales only).
   Index page_scales = 0, head_scales = 0, slot_scales = 0;
 
   std::byte* rows(std::int32_t page, Index head) const;
-  // The dequantisation scale of a slot's row of the page's KV head: 1 unless int8 (grouped
-  // int8: of the row's first group, the others following it).
-  float scale(std::int32_t page, Index head, Index slot) const;
+  // The dequantisation scale of a slot's row of the page's KV head (int8 and int4; grouped:
+  // of the row's first group, the others following it).
   float& scale_ref(std::int32_t page, Index head, Index slot) const;
+  // int8 and int4: the scales of slot 0 of the page's KV head, slot s's slot_scales later
+  // (found once per page, as rows is, by the kernel's walk over keys).
+  const float* scale_row(std::int32_t page, Index head) const { return &scale_ref(page, head, 0); }
   // Scales per row: its groups, or 1.
   Index groups() const { return group > 0 ? dim / group : 1; }
 };

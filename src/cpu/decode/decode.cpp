@@ -254,17 +254,21 @@ class TaskKernel {
       const std::int32_t block = table[static_cast<std::size_t>(t / page)];
       const std::byte* k = keys.rows(block, kv_head);
       const std::byte* v = values.rows(block, kv_head);
+      const float* k_scales = kScaled ? keys.scale_row(block, kv_head) : nullptr;
+      const float* v_scales = kScaled ? values.scale_row(block, kv_head) : nullptr;
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
-        if constexpr (kInt8 || kInt4) {
+        if constexpr (kScaled) {
+          const float* key_scales = k_scales + slot * keys.slot_scales;
+          const float* value_scales = v_scales + slot * values.slot_scales;
           if (grouped_) {
-            rows.key_groups[t - t0] = &keys.scale_ref(block, kv_head, slot);
-            rows.value_groups[t - t0] = &values.scale_ref(block, kv_head, slot);
+            rows.key_groups[t - t0] = key_scales;
+            rows.value_groups[t - t0] = value_scales;
             rows.key_scale[t - t0] = rows.value_scale[t - t0] = 1.0f;
           } else {
-            rows.key_scale[t - t0] = keys.scale(block, kv_head, slot);
-            rows.value_scale[t - t0] = values.scale(block, kv_head, slot);
+            rows.key_scale[t - t0] = *key_scales;
+            rows.value_scale[t - t0] = *value_scales;
           }
         }
       }
@@ -544,6 +548,7 @@ class TaskKernel {
 
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
   static constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
+  static constexpr bool kScaled = kInt8 || kInt4;
 
   const DecodeProblem& p_;
   const DecodeParts& plan_;

@@ -43,7 +43,7 @@ void dot_scores_of(const float* q, const float* keys, Index dim, float* scores) 
   for (int r = 0; r < NR; ++r) rows[r] = q + r * dim, out[r] = scores + r * 4;
   for (int start = 0; start < 4; start += kKeys) {
     for (int i = 0; i < kKeys; ++i) key_rows[i] = k.data() + (start + i) * dim;
-    tile::scores_by_dot<T, NR>(rows, key_rows, dim, out);
+    tile::scores_by_dot<NR>(rows, key_rows, dim, out);
     for (int r = 0; r < NR; ++r) out[r] += kKeys;
   }
 }
@@ -56,7 +56,7 @@ void context_of(const float* p, const float* values, Index count, Index dim, flo
   const float* weights[NR];
   float* rows[NR];
   for (int r = 0; r < NR; ++r) weights[r] = p + r * count, rows[r] = acc + r * dim;
-  tile::context_by_rows<T, NR>(rows, weights, value_rows.data(), 0, count, dim);
+  tile::context_by_rows<NR>(rows, weights, value_rows.data(), 0, count, dim);
 }
 
 template <class Fn>

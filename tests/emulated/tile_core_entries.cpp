@@ -136,16 +136,16 @@ extern "C" __attribute__((visibility("default"))) int emulated_dot_keys() {
 }
 
 extern "C" __attribute__((visibility("default"))) void emulated_scores_by_dot(const DotArgs* a) {
-  tile::scores_by_dot<float16, 4>(a->q, a->keys, a->dim, a->scores);
+  tile::scores_by_dot<4>(a->q, a->keys, a->dim, a->scores);
 }
 
 extern "C" __attribute__((visibility("default"))) void emulated_context_by_rows(
     const ContextArgs* a) {
   if (a->rows == 4)
-    return tile::context_by_rows<float16, 4>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+    return tile::context_by_rows<4>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
   if (a->rows == 2)
-    return tile::context_by_rows<float16, 2>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
-  tile::context_by_rows<float16, 1>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+    return tile::context_by_rows<2>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
+  tile::context_by_rows<1>(a->acc, a->p, a->values, a->first, a->end, a->dim_v);
 }
 
 extern "C" __attribute__((visibility("default"))) void emulated_online_softmax(

@@ -180,8 +180,8 @@ def _rows(state, first, count):
 @pytest.mark.parametrize("dtype,group", [("int8", 32), ("int4", 32), ("int4", 0)])
 def test_scaled_codes_match_float64(emulator, layout, dtype, group):
     """int8 and int4 with a scale per group of 32 elements of each row, and int4 with one
-    per row (tests/paged_test.cpp's bound for them): the rows dequantised by the AVX-512
-    target's tile::dequantise_row."""
+    per row (tests/paged_test.cpp's bound for them): the rows read with their scales in
+    registers by the AVX-512 target (tile::GroupedRow)."""
     batch = _Batch(dtype, layout, 16, group=group, dim=64, dim_v=32)
     state = batch.run(emulator, batch.q, batch.sequences, batch.table)
     _expect_matches_float64(batch, state, context_nmse=1e-11)

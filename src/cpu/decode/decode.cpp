@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -118,17 +119,16 @@ Bf16Products bf16_products(const DecodeProblem& p) {
           p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
 }
 
-// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key (1 for
-// rows read with their group scales, grouped int8 and int4, found through key_groups and
-// value_groups).
+// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key, or for
+// rows read with their group scales (grouped int8, int4) the rows with them and a scale of 1.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
   const T* keys[Traits::kKeyTile];
   const T* values[Traits::kKeyTile];
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
-  const float* key_groups[Traits::kKeyTile];
-  const float* value_groups[Traits::kKeyTile];
+  tile::GroupedRow<T> grouped_keys[Traits::kKeyTile];
+  tile::GroupedRow<T> grouped_values[Traits::kKeyTile];
 
   Index count() const { return t1 - t0; }
 };
@@ -263,8 +263,8 @@ class TaskKernel {
           const float* key_scales = k_scales + slot * keys.slot_scales;
           const float* value_scales = v_scales + slot * values.slot_scales;
           if (grouped_) {
-            rows.key_groups[t - t0] = key_scales;
-            rows.value_groups[t - t0] = value_scales;
+            rows.grouped_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
+            rows.grouped_values[t - t0] = {rows.values[t - t0], value_scales, value_scale_shift_};
             rows.key_scale[t - t0] = rows.value_scale[t - t0] = 1.0f;
           } else {
             rows.key_scale[t - t0] = *key_scales;
@@ -306,12 +306,18 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
-    // for every block, and the bits are the same. Grouped int8 and int4 are always
-    // dequantised so, with their scales, which the float micro-kernels do not take.
-    if (grouped_ || (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows &&
-                     !bf16_.scores && !bf16_.context)) {
+    // for every block, and the bits are the same. So are grouped rows where vectors of them
+    // cannot be read (tile::reads_vectors).
+    const bool many_rows = !std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows &&
+                           !bf16_.scores && !bf16_.context;
+    if (many_rows || (grouped_ && !grouped_vectors_)) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
+    }
+    if constexpr (kScaled) {
+      if (grouped_) {
+        return tile_of(rows, rows.grouped_keys, rows.grouped_values, ahead, row_begin, row_end);
+      }
     }
     if constexpr (!kInt4) tile_of(rows, rows.keys, rows.values, ahead, row_begin, row_end);
   }
@@ -321,8 +327,8 @@ class TaskKernel {
       float* key = s_.key_floats.get() + t * p_.dim;
       float* value = s_.value_floats.get() + t * p_.dim_v;
       if (grouped_) {
-        tile::dequantise_row(rows.keys[t], rows.key_groups[t], key_group_, p_.dim, key);
-        tile::dequantise_row(rows.values[t], rows.value_groups[t], value_group_, p_.dim_v, value);
+        tile::widen_row(rows.grouped_keys[t], p_.dim, key);
+        tile::widen_row(rows.grouped_values[t], p_.dim_v, value);
       } else if constexpr (!kInt4) {
         tile::widen_row(rows.keys[t], p_.dim, key);
         tile::widen_row(rows.values[t], p_.dim_v, value);
@@ -332,9 +338,10 @@ class TaskKernel {
     }
   }
 
-  template <class K>
-  void tile_of(const TileRows<T>& rows, const K* const* keys, const K* const* values,
-               const Lookahead& ahead, Index row_begin, Index row_end) {
+  // Row: the key and value rows as the micro-kernels take them (tile::row_floats).
+  template <class Row>
+  void tile_of(const TileRows<T>& rows, const Row* keys, const Row* values, const Lookahead& ahead,
+               Index row_begin, Index row_end) {
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
       score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr);
@@ -350,11 +357,11 @@ class TaskKernel {
     }
   }
 
-  template <class K>
-  void score_rows(Index r0, Index block_rows, const K* const* keys, Index count,
+  template <class Row>
+  void score_rows(Index r0, Index block_rows, const Row* keys, Index count,
                   const Lookahead* ahead) {
 #if ATTN_TILE_BF16_DOT
-    if constexpr (std::is_same_v<K, bfloat16>) {
+    if constexpr (std::is_same_v<Row, const bfloat16*>) {
       if (bf16_.scores) return score_rows_bf16(r0, block_rows, keys, count, ahead);
     }
 #endif
@@ -372,13 +379,13 @@ class TaskKernel {
 
   // Scores keys [0, count) for rows [r0, r0 + NR). With `ahead`, asks for its rows as it
   // goes: as many as the keys scored so far, the rest at the end.
-  template <int NR, class K>
-  void score_rows_n(Index r0, const K* const* keys, Index count, const Lookahead* ahead) {
+  template <int NR, class Row>
+  void score_rows_n(Index r0, const Row* keys, Index count, const Lookahead* ahead) {
     const float* q[NR];
     for (int r = 0; r < NR; ++r) q[r] = s_.queries.get() + (r0 + r) * p_.dim;
     score_blocks<NR, tile::kDotKeys<NR>>(
-        r0, keys, count, ahead, [&](const K* const* block, float* const* out) ATTN_INLINE_LAMBDA {
-          tile::scores_by_dot<K, NR>(q, block, p_.dim, out);
+        r0, keys, count, ahead, [&](const Row* block, float* const* out) ATTN_INLINE_LAMBDA {
+          tile::scores_by_dot<NR>(q, block, p_.dim, out);
         });
   }
 
@@ -386,8 +393,8 @@ class TaskKernel {
   // at a time by score(block's key rows, the rows' scores at its first key); the last keys
   // repeated to fill the last block (the tile's scores have room, since kKeyTile is a
   // multiple of the block).
-  template <int NR, Index kBlockKeys, class K, class ScoreBlock>
-  HWY_INLINE void score_blocks(Index r0, const K* const* keys, Index count, const Lookahead* ahead,
+  template <int NR, Index kBlockKeys, class Row, class ScoreBlock>
+  HWY_INLINE void score_blocks(Index r0, const Row* keys, Index count, const Lookahead* ahead,
                                const ScoreBlock& score) {
     const auto at = [&](Index k) {
       std::array<float*, NR> scores;
@@ -400,7 +407,7 @@ class TaskKernel {
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + kBlockKeys);
     }
     if (k < count) {
-      const K* last[kBlockKeys];
+      Row last[kBlockKeys];
       for (Index i = 0; i < kBlockKeys; ++i) last[i] = keys[std::min(k + i, count - 1)];
       score(last, at(k).data());
     }
@@ -500,8 +507,8 @@ class TaskKernel {
   // Rows whose visible keys in the softmax step are the same range go together; a row at
   // the edge of a causal or window range goes alone, so it never reads a value row it may
   // not see.
-  template <class K>
-  void accumulate(Index r0, Index block_rows, Index t0, const K* const* values, Index step) {
+  template <class Row>
+  void accumulate(Index r0, Index block_rows, Index t0, const Row* values, Index step) {
     const auto range = [&](Index r) {
       const auto [first, end] = step_keys(r, step);
       return std::pair{first - t0, end - t0};
@@ -516,8 +523,8 @@ class TaskKernel {
 
   // P V of NR rows over the keys [first, end) of the softmax step from key `origin` (all
   // relative to the tile).
-  template <int NR, class K>
-  void accumulate_n(Index r0, const K* const* values, [[maybe_unused]] Index origin,
+  template <int NR, class Row>
+  void accumulate_n(Index r0, const Row* values, [[maybe_unused]] Index origin,
                     std::pair<Index, Index> keys) {
     if (keys.first >= keys.second) return;
     float* acc[NR];
@@ -527,11 +534,11 @@ class TaskKernel {
       p[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile;
     }
 #if ATTN_TILE_BF16_DOT
-    if constexpr (std::is_same_v<K, bfloat16>) {
+    if constexpr (std::is_same_v<Row, const bfloat16*>) {
       if (bf16_.context) return context_by_pairs<NR>(acc, p, values, origin, keys);
     }
 #endif
-    tile::context_by_rows<K, NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
+    tile::context_by_rows<NR>(acc, p, values, keys.first, keys.second, p_.dim_v);
   }
 
 #if ATTN_TILE_BF16_DOT
@@ -550,16 +557,24 @@ class TaskKernel {
   static constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
   static constexpr bool kScaled = kInt8 || kInt4;
 
+  // tile::GroupedRow's shift to the scale of an element: log2 of the group, or with one
+  // scale a row (group 0) past any element.
+  static Index scale_shift(Index group) {
+    return group > 0 ? std::countr_zero(static_cast<std::uint64_t>(group)) : 62;
+  }
+
   const DecodeProblem& p_;
   const DecodeParts& plan_;
   Scratch& s_;
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  // Rows dequantised with a scale per group (int4: per row when there are no groups).
+  // Rows read with a scale per group (int4: per row when there are no groups), in registers
+  // where vectors of them can be read.
   const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
-  const Index key_group_ = p_.keys.group > 0 ? p_.keys.group : p_.dim;
-  const Index value_group_ = p_.values.group > 0 ? p_.values.group : p_.dim_v;
+  const bool grouped_vectors_ = tile::reads_vectors(tile::GroupedRow<T>{});
+  const Index key_scale_shift_ = scale_shift(p_.keys.group);
+  const Index value_scale_shift_ = scale_shift(p_.values.group);
   // Bytes of a stored key and value row, for the requests ahead of their reads.
   const Index key_row_bytes_ = cache::row_bytes(p_.keys.dtype, p_.dim);
   const Index value_row_bytes_ = cache::row_bytes(p_.values.dtype, p_.dim_v);

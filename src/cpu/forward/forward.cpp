@@ -395,8 +395,8 @@ class ItemKernel {
       }
     }
 #endif
-    tile::context_by_rows<T, NR>(acc, p, values, keys.first - tile_first, keys.second - tile_first,
-                                 dim_v_);
+    tile::context_by_rows<NR>(acc, p, values, keys.first - tile_first, keys.second - tile_first,
+                              dim_v_);
   }
 
 #if ATTN_TILE_BF16_DOT

@@ -148,13 +148,14 @@ inline void context_skipping_zero_weights_transposed(const float* HWY_RESTRICT p
   }
 }
 
-// acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows (P row-major). The value
+// acc[r] += sum_{t in [first, end)} p[r][t] values[t] for NR rows (P row-major; values: row
+// pointers or GroupedRow). The value
 // dim goes in chunks of W vectors held in NR * W registers across all keys, so a chunk of
 // a value row is read once. With 32 registers, at most 16 accumulators: a row of 128 floats
 // (AVX-512) goes in one chunk for up to two rows, in two for three or four. With 16, half
 // as wide: 4 rows x 4 vectors spilled on AVX2 (Hq = 32 decode, Zen 3: 18% slower).
-template <class T, int NR>
-HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const T* const* values,
+template <int NR, class Row>
+HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const Row* values,
                                 Index first, Index end, Index dim_v) {
   constexpr int W = (NR <= 2 ? 8 : 4) * kVectorRegisters / 32;
   static_assert(NR * W + W + 1 <= kVectorRegisters, "accumulators, a value chunk, a weight");
@@ -170,7 +171,7 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
     with_vectors<NR * W>(load_acc, [&](auto&... a) ATTN_INLINE_LAMBDA {
       for (Index t = first; t < end; ++t) {
         const auto load_value = [&](auto w) ATTN_INLINE_LAMBDA {
-          return load_floats(df, values[t] + c + w * n);
+          return row_floats(df, values[t], c + w * n);
         };
         with_vectors<W>(load_value, [&](auto&... v) ATTN_INLINE_LAMBDA {
           for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
@@ -191,7 +192,7 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
     with_vectors<NR>([&](auto r) ATTN_INLINE_LAMBDA { return hn::LoadU(df, acc[r] + c); },
                      [&](auto&... a) ATTN_INLINE_LAMBDA {
                        for (Index t = first; t < end; ++t) {
-                         const VF v = load_floats(df, values[t] + c);
+                         const VF v = row_floats(df, values[t], c);
                          for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
                            VF& sum = nth_vector<r>(a...);
                            sum = hn::MulAdd(hn::Set(df, p[r][t]), v, sum);
@@ -205,7 +206,7 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
   for (Index d = whole; d < dim_v; ++d)
     for (Index t = first; t < end; ++t)
       for (int r = 0; r < NR; ++r)
-        acc[r][d] = std::fma(p[r][t], load_float(values[t], d), acc[r][d]);
+        acc[r][d] = std::fma(p[r][t], row_float(values[t], d), acc[r][d]);
 }
 
 }  // namespace tile

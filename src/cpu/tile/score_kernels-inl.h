@@ -156,10 +156,10 @@ HWY_INLINE void keep_in_register(VF& v) {
 
 // scores[r][k] = q[r] . key[k] for NR rows and kDotKeys<NR> keys: lane-wise FMA chains over
 // the whole vectors of d, the shuffle tree, then the last d % lanes products in order.
-// q: NR rows of [dim] float  keys: kDotKeys<NR> rows of [dim] T (repeat the last key of a
-// short block)  scores: NR rows of kDotKeys<NR> floats
-template <class T, int NR>
-HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index dim,
+// q: NR rows of [dim] float  keys: kDotKeys<NR> rows of [dim] (row pointers or GroupedRow;
+// repeat the last key of a short block)  scores: NR rows of kDotKeys<NR> floats
+template <int NR, class Row>
+HWY_INLINE void scores_by_dot(const float* const* q, const Row* keys, Index dim,
                               float* const* scores) {
   const DF df;
   const Index n = lanes();
@@ -170,7 +170,7 @@ HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index
                         [&](auto&... acc) ATTN_INLINE_LAMBDA {
                           for (Index d = 0; d < whole; d += n) {
                             const auto load_key = [&](auto k) ATTN_INLINE_LAMBDA {
-                              return load_floats(df, keys[k] + d);
+                              return row_floats(df, keys[k], d);
                             };
                             with_vectors<KK>(load_key, [&](auto&... key) ATTN_INLINE_LAMBDA {
                               for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
@@ -207,7 +207,7 @@ HWY_INLINE void scores_by_dot(const float* const* q, const T* const* keys, Index
   for (int r = 0; r < NR; ++r)
     for (int k = 0; k < KK; ++k)
       for (Index d = whole; d < dim; ++d)
-        scores[r][k] = std::fma(q[r][d], load_float(keys[k], d), scores[r][k]);
+        scores[r][k] = std::fma(q[r][d], row_float(keys[k], d), scores[r][k]);
 }
 
 }  // namespace tile

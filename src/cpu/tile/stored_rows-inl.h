@@ -1,6 +1,7 @@
 // A vector or one element of a stored row (float32, float16, bfloat16, int8 or fp8) read as
-// float32, exactly: how every micro-kernel reads K and V where they lie; and a row asked
-// for ahead of its reads (prefetch_row).
+// float32, exactly, or of a row of codes times their group scales (GroupedRow): how every
+// micro-kernel reads K and V where they lie; and a row asked for ahead of its reads
+// (prefetch_row).
 #if defined(ATTN_CPU_TILE_STORED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TILE_STORED_ROWS_INL_H_
 #undef ATTN_CPU_TILE_STORED_ROWS_INL_H_
@@ -91,16 +92,6 @@ HWY_INLINE void prefetch_row(const void* row, Index bytes) {
   }
 }
 
-// out[0 .. n) = row[0 .. n) as float32, by the reads above: what a micro-kernel reading
-// the row where it lies would see, so kernels given `out` instead compute the same bits.
-template <class T>
-HWY_INLINE void widen_row(const T* HWY_RESTRICT row, Index n, float* HWY_RESTRICT out) {
-  const DF df;
-  const Index step = lanes(), whole = n - n % step;
-  for (Index d = 0; d < whole; d += step) hn::StoreU(load_floats(df, row + d), df, out + d);
-  for (Index d = whole; d < n; ++d) out[d] = load_float(row, d);
-}
-
 // Elements [d, d + lanes) of an int4 row as float32, d a multiple of the lanes and the
 // lanes at most 16: one nibble of consecutive bytes (core/int4.hpp), sign-extended.
 HWY_INLINE VF load_int4(DF df, const Int4Pair* HWY_RESTRICT row, Index d) {
@@ -132,25 +123,56 @@ HWY_INLINE float load_code(const T* row, Index d) {
   }
 }
 
-// out[0 .. n) = row[0 .. n) each times the scale of its group of `group` elements,
-// scales[d / group], one float32 product (one rounding) each: how grouped int8 and int4
-// rows are read, the same bits on every target.
+// A row of int8 or int4 codes with a scale per group of elements (grouped caches, and int4's
+// one scale a row): element d is its code times scales[d >> scale_shift], one float32
+// product (one rounding), read in registers by the micro-kernels where they take a row
+// pointer (where reads_vectors, below); the same bits on every target.
 template <class T>
-HWY_INLINE void dequantise_row(const T* HWY_RESTRICT row, const float* HWY_RESTRICT scales,
-                               Index group, Index n, float* HWY_RESTRICT out) {
-  constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
+struct GroupedRow {
+  const T* codes = nullptr;
+  const float* scales = nullptr;
+  Index scale_shift = 0;
+};
+
+// Elements [d, d + lanes) (d a multiple of the lanes) and element d of a row as float32: a
+// stored row where it lies, or a grouped row's codes times their scales.
+template <class T>
+HWY_INLINE VF row_floats(DF df, const T* HWY_RESTRICT row, Index d) {
+  return load_floats(df, row + d);
+}
+template <class T>
+HWY_INLINE VF row_floats(DF df, const GroupedRow<T>& row, Index d) {
+  return hn::Mul(load_codes(df, row.codes, d), hn::Set(df, row.scales[d >> row.scale_shift]));
+}
+template <class T>
+HWY_INLINE float row_float(const T* row, Index d) {
+  return load_float(row, d);
+}
+template <class T>
+HWY_INLINE float row_float(const GroupedRow<T>& row, Index d) {
+  return load_code(row.codes, d) * row.scales[d >> row.scale_shift];
+}
+
+// Whether row_floats reads a row: always a stored one; a grouped one with at most 16 lanes,
+// so that a vector lies within one group (32, 64 or 128 elements) and one nibble's run of
+// int4 bytes. Else it is read element by element (widen_row).
+template <class T>
+inline bool reads_vectors(const T* /*row*/) {
+  return true;
+}
+template <class T>
+inline bool reads_vectors(const GroupedRow<T>& /*row*/) {
+  return lanes() <= 16;
+}
+
+// out[0 .. n) = row[0 .. n) as float32, by the reads above: what a micro-kernel reading
+// the row where it lies would see, so kernels given `out` instead compute the same bits.
+template <class Row>
+HWY_INLINE void widen_row(const Row& row, Index n, float* HWY_RESTRICT out) {
   const DF df;
-  // int4 reads whole vectors of at most 16 lanes (a nibble's run of bytes).
-  const Index step = kInt4 && lanes() > 16 ? n + 1 : lanes();
-  for (Index begin = 0, g = 0; begin < n; begin += group, ++g) {
-    const Index end = std::min(n, begin + group);
-    const Index whole = step > end - begin ? begin : end - (end - begin) % step;
-    const VF scale = hn::Set(df, scales[g]);
-    for (Index d = begin; d < whole; d += step) {
-      hn::StoreU(hn::Mul(load_codes(df, row, d), scale), df, out + d);
-    }
-    for (Index d = whole; d < end; ++d) out[d] = load_code(row, d) * scales[g];
-  }
+  const Index step = lanes(), whole = reads_vectors(row) ? n - n % step : 0;
+  for (Index d = 0; d < whole; d += step) hn::StoreU(row_floats(df, row, d), df, out + d);
+  for (Index d = whole; d < n; ++d) out[d] = row_float(row, d);
 }
 
 }  // namespace tile

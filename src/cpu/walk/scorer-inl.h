@@ -535,7 +535,7 @@ class Scorer {
       float dots[NR][kKeys];
       float* out[NR];
       for (int r = 0; r < NR; ++r) out[r] = dots[r];
-      tile::scores_by_dot<T, NR>(q, k, dim_, out);
+      tile::scores_by_dot<NR>(q, k, dim_, out);
       for (int r = 0; r < NR; ++r)
         for (Index i = 0; i < keys; ++i) *scores_at(j + i, r0 + r) = dots[r][i];
     }

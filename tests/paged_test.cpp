@@ -43,6 +43,7 @@ struct Storage {
   PageLayout layout = PageLayout::token_major;
   bool varied_scales = true;  // int8: a random scale per token and head, else one for all
   Index group = 0;            // int8: elements per scale (0: the whole row)
+  bool head_scales = false;   // fp8: a random scale per KV head in each pool
 };
 
 constexpr CacheDType kCacheDTypes[] = {CacheDType::f32,      CacheDType::f16,
@@ -63,6 +64,10 @@ std::size_t row_bytes_of(CacheDType dtype, Index dim) {
 
 bool has_scales(CacheDType dtype) {
   return dtype == CacheDType::int8 || dtype == CacheDType::int4;
+}
+
+bool is_fp8(CacheDType dtype) {
+  return dtype == CacheDType::fp8_e4m3 || dtype == CacheDType::fp8_e5m2;
 }
 
 // The codes of int8 and int4 tokens are multiples of this (their scales near it).
@@ -172,6 +177,7 @@ struct Paged {
       p.scales = values ? value_scales.data() : key_scales.data();
       p.group = storage.group;
     }
+    if (storage.head_scales) p.scales = values ? value_scales.data() : key_scales.data();
     return p;
   }
   // int8 scales per row of the keys or values.
@@ -190,6 +196,11 @@ struct Paged {
   std::size_t offset(Index page_index, Index slot, Index head, Index dim) const {
     return static_cast<std::size_t>(row_of(page_index, slot, head)) *
            row_bytes_of(storage.dtype, dim);
+  }
+  // An fp8 pool's scale of a KV head: 1 without head_scales.
+  double head_scale(bool values, Index head) const {
+    if (!storage.head_scales) return 1.0;
+    return (values ? value_scales : key_scales)[static_cast<std::size_t>(head)];
   }
   // The dequantised element of sequence s's token t.
   double element(bool values, Index s, Index head, Index t, Index d) const {
@@ -212,9 +223,9 @@ struct Paged {
                    (values ? value_scales : key_scales)[static_cast<std::size_t>(scale)]);
       }
       case CacheDType::fp8_e4m3:
-        return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]);
+        return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]) * head_scale(values, head);
       case CacheDType::fp8_e5m2:
-        return to_float(reinterpret_cast<const float8_e5m2*>(at)[d]);
+        return to_float(reinterpret_cast<const float8_e5m2*>(at)[d]) * head_scale(values, head);
       case CacheDType::int4: {
         const Index row = row_of(page_index, t % storage.page, head);
         const Index scale = row * groups(values) + (storage.group > 0 ? d / storage.group : 0);
@@ -302,6 +313,12 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
       for (float& scale : scales) {
         scale = (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(storage.dtype);
       }
+    }
+    if (storage.head_scales) {
+      auto& scales = values ? p.value_scales : p.key_scales;
+      std::uniform_real_distribution<float> spread(0.01f, 4.0f);
+      scales.resize(static_cast<std::size_t>(shape.heads_kv));
+      for (float& scale : scales) scale = spread(rng);
     }
     for (Index s = 0; s < sequences; ++s) {
       const Index length = shape.sequences[s].length;
@@ -936,6 +953,18 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   unscaled.scales = nullptr;
   EXPECT_TRUE(starts(error_of(unscaled, values, batch),
                      "keys.scales: expected float32 scales for int8, one per token and KV head"));
+  std::vector<float> head_scales{0.5f, std::numeric_limits<float>::quiet_NaN()};
+  PagePool fp8_keys = keys, fp8_values = values;
+  fp8_keys.dtype = fp8_values.dtype = CacheDType::fp8_e4m3;
+  fp8_keys.scales = head_scales.data();
+  fp8_values.scales = nullptr;
+  EXPECT_TRUE(starts(error_of(fp8_keys, fp8_values, batch),
+                     "keys.scales: expected a positive finite scale per KV head, given nan for "
+                     "head 1"));
+  head_scales[1] = 0.0f;
+  EXPECT_TRUE(starts(error_of(fp8_keys, fp8_values, batch),
+                     "keys.scales: expected a positive finite scale per KV head, given 0.000000 "
+                     "for head 1"));
   PagePool other_layout = values;
   other_layout.layout = PageLayout::head_major;
   EXPECT_TRUE(
@@ -982,9 +1011,10 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
 }
 
 // [1, n, Hkv, dim] float32 rows of sequence s's tokens [first, first + n), from the codes
-// (int8, int4: the codes times unit_of, so the pages' scales are found by the append).
+// (int8, int4: the codes times unit_of, so the pages' scales are found by the append; fp8
+// with head scales: times scaled_by's, which the append divides out).
 Tensor new_rows(const Shape& shape, const Tokens& tokens, bool values, Index s, Index first,
-                Index n, CacheDType dtype) {
+                Index n, CacheDType dtype, const Paged* scaled_by = nullptr) {
   const Index dim = values ? shape.dim_v : shape.dim, length = shape.sequences[s].length;
   const auto& codes = (values ? tokens.values : tokens.keys)[static_cast<std::size_t>(s)];
   Tensor t(DType::f32, {1, n, shape.heads_kv, dim});
@@ -992,8 +1022,9 @@ Tensor new_rows(const Shape& shape, const Tokens& tokens, bool values, Index s, 
   for (Index i = 0; i < n; ++i)
     for (Index h = 0; h < shape.heads_kv; ++h)
       for (Index d = 0; d < dim; ++d)
-        t.data_as<float>()[(i * shape.heads_kv + h) * dim + d] =
-            codes[static_cast<std::size_t>((h * length + first + i) * dim + d)] * unit;
+        t.data_as<float>()[(i * shape.heads_kv + h) * dim + d] = static_cast<float>(
+            codes[static_cast<std::size_t>((h * length + first + i) * dim + d)] * unit *
+            (scaled_by != nullptr ? scaled_by->head_scale(values, h) : 1.0));
   return t;
 }
 
@@ -1018,8 +1049,8 @@ void append_all(Paged& p, const Tokens& tokens, unsigned seed) {
                         t % p.storage.page);
       }
       slots.push_back(-1);
-      k.push_back(new_rows(shape, tokens, false, s, done[s], n, p.storage.dtype));
-      v.push_back(new_rows(shape, tokens, true, s, done[s], n, p.storage.dtype));
+      k.push_back(new_rows(shape, tokens, false, s, done[s], n, p.storage.dtype, &p));
+      v.push_back(new_rows(shape, tokens, true, s, done[s], n, p.storage.dtype, &p));
       done[s] += n;
       more = more || done[s] < length;
     }
@@ -1069,8 +1100,9 @@ TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
 }
 
 // int8 and int4 with a scale per group of 32 or 64 elements of each row (int4 also with one
-// per row): pools built with random scales, and pools written by append_pages (which finds
-// the scales), against float64 on every target, for both layouts and a page of one token or
+// per row), and fp8 with a scale per KV head (given, as vLLM's k_scale): pools built with
+// random scales, and pools written by append_pages (which finds int8's and int4's scales and
+// divides by fp8's), against float64 on every target, for both layouts and a page of one token or
 // many. The context's bound is ten times the float kernels': each element is read as its
 // float32 product with its scale, rounded once, and rows of 128 sum longer.
 TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
@@ -1078,7 +1110,9 @@ TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
        {std::tuple{CacheDType::int8, Index{64}, Index{32}, Index{32}},
         std::tuple{CacheDType::int8, Index{128}, Index{128}, Index{64}},
         std::tuple{CacheDType::int4, Index{64}, Index{32}, Index{32}},
-        std::tuple{CacheDType::int4, Index{128}, Index{64}, Index{0}}}) {
+        std::tuple{CacheDType::int4, Index{128}, Index{64}, Index{0}},
+        std::tuple{CacheDType::fp8_e4m3, Index{64}, Index{32}, Index{0}},
+        std::tuple{CacheDType::fp8_e5m2, Index{40}, Index{24}, Index{0}}}) {
     // ragged_shape's kinds of sequence (empty, short, split into parts, many queries, none)
     // with fewer keys and queries: the float64 reference is most of the time, under qemu above
     // all.
@@ -1092,7 +1126,8 @@ TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
         SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim) +
                      " group " + std::to_string(group) + " page " + std::to_string(page) + " " +
                      page_layout_name(layout));
-        Paged built = make_paged(shape, {dtype, page, layout, true, group}, tokens, 89);
+        Paged built =
+            make_paged(shape, {dtype, page, layout, true, group, is_fp8(dtype)}, tokens, 89);
         Paged appended = built;
         append_all(appended, tokens, 97);
         for (const Options& options : option_list()) {

@@ -44,6 +44,8 @@ struct PagePool {
   // group > 0 (32, 64 or 128 dividing dim, as KVCacheConfig::group), one per group of
   // `group` elements of each row: [pages, page_size, heads_kv, dim / group] or
   // [pages, heads_kv, page_size, dim / group].
+  // fp8 only, optional: float32, one per KV head, [heads_kv], positive and finite, an element
+  // being its code * its head's scale (vLLM's k_scale and v_scale, per head); null for 1.
   float* scales = nullptr;
   Index group = 0;
 };

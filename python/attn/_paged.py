@@ -86,9 +86,26 @@ def _pools(key_cache, value_cache, kv_cache_dtype, written=False):
     return pools[0], pools[1], named or kv_cache_dtype
 
 
-def _scales(x, name):
+def _scales(x, name, pool=None, kv_cache_dtype="auto", layout="token_major"):
+    """Scales as the extension takes them: int8 and int4 pools' arrays as given (written in
+    place by append_pages); an fp8 pool's scale per KV head as float32 [Hkv], a number or a
+    one-element array (vLLM's k_scale) standing for every head."""
     if x is None:
         return None
+    if kv_cache_dtype in ("fp8_e4m3", "fp8_e5m2"):
+        if _arrays.is_torch(x):
+            x = x.detach().cpu().float().numpy()
+        try:
+            a = np.asarray(x, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"{name}: expected a number or float array of one scale per "
+                                    f"KV head, given {type(x).__name__}") from None
+        if not np.all(np.isfinite(a) & (a > 0)):
+            raise Error(f"{name}: expected positive finite scales, given {a.tolist()}")
+        shape = _arrays.shape(pool)
+        if a.size != 1 or len(shape) != 4:
+            return a  # checked against the pool by the extension
+        return np.full(shape[2 if layout == "token_major" else 1], a.reshape(()), np.float32)
     if not (isinstance(x, np.ndarray) or _arrays.is_torch(x)) or _arrays.dtype_name(x) != "float32":
         given = type(x).__name__
         if isinstance(x, np.ndarray) or _arrays.is_torch(x):
@@ -154,7 +171,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major; or one per group of D / G
                      elements of each row, [..., G] (G groups of 32, 64 or 128 elements);
-                     int4 pools take them too
+                     int4 pools take them too. float8 pools: optional, one scale per KV
+                     head, [Hkv] float32 or a number for every head (vLLM's k_scale and
+                     v_scale): x = code * scale
         block_table: [S, max_pages] int32: sequence s's token t is in page
                      block_table[s, t // page_size] at slot t % page_size
         seq_lens:    [S] int32, each sequence's keys (its new tokens' included)
@@ -179,8 +198,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         q4, key_pool, value_pool, _ints(block_table, "block_table", np.int32, 2),
         _ints(seq_lens, "seq_lens", np.int32, 1), _ints(query_start, "query_start", np.int32, 1),
         layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
-        key_scales=_scales(key_scales, "key_scales"),
-        value_scales=_scales(value_scales, "value_scales"), options=o,
+        key_scales=_scales(key_scales, "key_scales", key_pool, kv_cache_dtype, layout),
+        value_scales=_scales(value_scales, "value_scales", value_pool, kv_cache_dtype, layout),
+        options=o,
         **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
     out, lse = (_arrays.like_kind(x, q)[0] for x in (out, lse))
     return (out, lse[..., 0]) if _arrays.flag(return_lse, "return_lse") else out
@@ -196,17 +216,19 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
     Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
     slots [n] integers; pools and scales as in attn.paged_attention. int8: each token's row
     of each KV head is quantised once, with its own scale (max |x| / 127), so nothing written
-    before changes. float8: each element rounded to the nearest code (ties to even),
-    magnitudes past the largest finite one (448 for e4m3, 57344 for e5m2) stored as it; int8
-    and float8 refuse keys or values that are not finite. A slot past the pool or given
+    before changes. float8: each element (divided by its KV head's scale, with key_scales or
+    value_scales) rounded to the nearest code (ties to even), magnitudes past the largest
+    finite one (448 for e4m3, 57344 for e5m2) stored as it; int8 and float8 refuse keys or
+    values that are not finite. A slot past the pool or given
     twice is refused, and then nothing is written. With rotary, each key is rotated at
     positions[i] ([n] ints, required) before it is stored.
     """
     key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype, True)
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
                   key_pool, value_pool, layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
-                  key_scales=_scales(key_scales, "key_scales"),
-                  value_scales=_scales(value_scales, "value_scales"),
+                  key_scales=_scales(key_scales, "key_scales", key_pool, kv_cache_dtype, layout),
+                  value_scales=_scales(value_scales, "value_scales", value_pool, kv_cache_dtype,
+                                       layout),
                   **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
 
 

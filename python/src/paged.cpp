@@ -87,7 +87,8 @@ CacheDType pool_dtype(const Array& pool, const char* name, const std::string& kv
 
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
 // (head_major), C-contiguous in CPU memory, with its int8 scales, one per token and KV head
-// ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D). PagePool
+// ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D), or its
+// fp8 scales, one per KV head ([Hkv]). PagePool
 // holds mutable pointers for append_pages; paged_attention's read-only arrays are only read.
 template <class Array, class ScalesArray>
 PagePool pool_of(const Array& array, const char* name, PageLayout layout,
@@ -109,7 +110,21 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   pool.heads_kv = static_cast<Index>(array.shape(token_major ? 2 : 1));
   // int4: the last dim holds bytes, two codes each.
   pool.dim = static_cast<Index>(array.shape(3)) * (pool.dtype == CacheDType::int4 ? 2 : 1);
-  if (scales) {
+  const bool fp8 = pool.dtype == CacheDType::fp8_e4m3 || pool.dtype == CacheDType::fp8_e5m2;
+  if (scales && fp8) {
+    check_contiguous(*scales, scales_name);
+    if (scales->ndim() != 1 || static_cast<Index>(scales->shape(0)) != pool.heads_kv) {
+      std::string given = "[";
+      for (std::size_t d = 0; d < scales->ndim(); ++d) {
+        given += (d ? ", " : "") + std::to_string(scales->shape(d));
+      }
+      fail(scales_name,
+           "shape [" + std::to_string(pool.heads_kv) + "] (one scale per KV head of " + name +
+               ", for fp8)",
+           given + "]");
+    }
+    pool.scales = const_cast<float*>(scales->data());
+  } else if (scales) {
     check_contiguous(*scales, scales_name);
     // A fourth dim holds each row's groups of scales: their count says the group.
     const std::size_t dims = scales->ndim();

@@ -1,5 +1,6 @@
 #include "api/page_pools.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -59,12 +60,20 @@ void check_pool(const char* name, const PagePool& pool) {
     fail(n + ".pages", "at most 2^31 - 1 (pages are int32 in the table)",
          std::to_string(pool.pages));
   }
-  if (cache::has_scales(pool.dtype) != (pool.scales != nullptr)) {
+  if (cache::is_fp8(pool.dtype) && pool.scales != nullptr) {
+    for (Index h = 0; h < pool.heads_kv; ++h) {
+      const float scale = pool.scales[h];
+      if (!(std::isfinite(scale) && scale > 0.0f)) {
+        fail(n + ".scales", "a positive finite scale per KV head",
+             std::to_string(scale) + " for head " + std::to_string(h));
+      }
+    }
+  } else if (cache::has_scales(pool.dtype) != (pool.scales != nullptr)) {
     fail(n + ".scales",
          cache::has_scales(pool.dtype)
              ? std::string("float32 scales for ") + cache_dtype_name(pool.dtype) +
                    ", one per token and KV head"
-             : "null (scales are for int8 and int4 pools)",
+             : "null (scales are for int8, int4 and fp8 pools)",
          pool.scales == nullptr ? "null" : "scales");
   }
   cache::check_int4_dims(n, pool.dtype, {{".dim", pool.dim}});
@@ -111,6 +120,10 @@ cache::PageRows rows_of(const PagePool& pool) {
   const bool token_major = pool.layout == PageLayout::token_major;
   rows.head_bytes = token_major ? row : pool.page_size * row;
   rows.slot_bytes = token_major ? pool.heads_kv * row : row;
+  if (rows.head_scaled()) {
+    rows.head_scales = 1;
+    return rows;
+  }
   const Index groups = rows.groups();
   rows.page_scales = pool.page_size * pool.heads_kv * groups;
   rows.head_scales = token_major ? groups : pool.page_size * groups;

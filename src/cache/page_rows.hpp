@@ -43,8 +43,9 @@ struct PageRows {
   const KVCache* cache = nullptr;
   bool values = false;
   std::byte* data = nullptr;
-  // int8 only: one per (page, KV head, slot), laid out as the rows, or with group > 0 one
-  // per group of `group` elements of each row, the row's groups one after another.
+  // int8 and int4: one per (page, KV head, slot), laid out as the rows, or with group > 0
+  // one per group of `group` elements of each row, the row's groups one after another. fp8
+  // (a caller's pool, optional): one per KV head (head_scales 1, the other strides 0).
   float* scales = nullptr;
   Index group = 0;
   // In bytes: from one page, KV head and slot to the next.
@@ -54,13 +55,15 @@ struct PageRows {
 
   std::byte* rows(std::int32_t page, Index head) const;
   // The dequantisation scale of a slot's row of the page's KV head (int8 and int4; grouped:
-  // of the row's first group, the others following it).
+  // of the row's first group, the others following it; fp8 with head scales: the head's).
   float& scale_ref(std::int32_t page, Index head, Index slot) const;
   // int8 and int4: the scales of slot 0 of the page's KV head, slot s's slot_scales later
   // (found once per page, as rows is, by the kernel's walk over keys).
   const float* scale_row(std::int32_t page, Index head) const { return &scale_ref(page, head, 0); }
   // Scales per row: its groups, or 1.
   Index groups() const { return group > 0 ? dim / group : 1; }
+  // An fp8 pool with a scale per KV head.
+  bool head_scaled() const { return is_fp8(dtype) && scales != nullptr; }
 };
 
 // The keys (values = false) or values of a KVCache as page rows.

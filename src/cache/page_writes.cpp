@@ -46,8 +46,11 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
     std::byte* base = pool.rows(page, h);
     const auto at = [&](Index s) { return base + s * pool.slot_bytes; };
     if (is_fp8(pool.dtype)) {
+      // With a head scale s, the code of x / s (vLLM's k_scale: x read back as code * s).
+      const double scale = pool.head_scaled() ? pool.scale_ref(page, h, 0) : 1.0;
       for (Index i = 0; i < count; ++i) {
         load(in, first + i, h, row.data());
+        for (double& x : row) x /= scale;
         fp8_narrow(pool.dtype, row.data(), dim, reinterpret_cast<std::uint8_t*>(at(slot + i)));
       }
       continue;

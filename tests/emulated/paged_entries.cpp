@@ -24,8 +24,9 @@ using attn::Index;
 
 // q [total_q, Hq, D] of q_dtype (attn::DType: float32 or bfloat16); key and value pools of
 // `dtype` in `layout` (0: token-major [pages, page_size, Hkv, D], 1: head-major [pages, Hkv,
-// page_size, D]) with int8 scales, one per token and KV head in the pool's layout (or, with
-// group > 0, one per group of `group` elements of each row);
+// page_size, D]) with int8 and int4 scales, one per token and KV head in the pool's layout
+// (or, with group > 0, one per group of `group` elements of each row), or fp8 ones, one per KV
+// head (or null);
 // query_start [S + 1], seq_lens [S] and table [S, max_pages] int32; causal, a left window,
 // softcap and pv_precision (attn::PvPrecision) as Options has them. Out: the kernel's
 // float32 state rows [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).

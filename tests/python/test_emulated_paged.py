@@ -38,10 +38,11 @@ class _Batch:
     spare pages between), and the float64 values they hold."""
 
     def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7, q_dtype="float32",
-                 dim_v=DIM_V, group=0, dim=DIM):
+                 dim_v=DIM_V, group=0, dim=DIM, head_scales=False):
         rng = np.random.default_rng(seed)
         self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
         self.q_dtype, self.dim_v, self.group, self.dim = q_dtype, dim_v, group, dim
+        self.head_scales = head_scales  # fp8: a scale per KV head
         self.max_pages = max(1, max(-(-length // page) for length, _ in sequences))
         self.pages = 2 * len(sequences) * self.max_pages
         order = rng.permutation(self.pages)
@@ -55,6 +56,9 @@ class _Batch:
         groups = [(n // group,) if group else () for n in (self.dim, dim_v)]
         self.key_scales = (0.02 + 0.01 * rng.random(shape + groups[0])).astype(np.float32)
         self.value_scales = (0.02 + 0.01 * rng.random(shape + groups[1])).astype(np.float32)
+        if head_scales:
+            self.key_scales, self.value_scales = (
+                (0.05 + 4 * rng.random(HEADS_KV)).astype(np.float32) for _ in range(2))
         self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
         for s, (length, _) in enumerate(sequences):
             self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
@@ -64,10 +68,11 @@ class _Batch:
                 page_index, slot = self.table[s][t // page], t % page
                 for h in range(HEADS_KV):
                     at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
+                    scale_at = h if head_scales else at
                     k[h, t] = self._store(self.keys, at, rng.standard_normal(self.dim),
-                                          self.key_scales[at])
+                                          self.key_scales[scale_at])
                     v[h, t] = self._store(self.values, at, rng.standard_normal(dim_v),
-                                          self.value_scales[at])
+                                          self.value_scales[scale_at])
             self.k.append(k)
             self.v.append(v)
         total_q = sum(n for _, n in sequences)
@@ -85,6 +90,9 @@ class _Batch:
                 return codes * scale
             pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
             return pool[at].astype(np.float64) * scale
+        if self.head_scales:
+            pool[at] = (x / scale).astype(STORED[self.dtype])
+            return pool[at].astype(np.float64) * scale
         pool[at] = x.astype(STORED[self.dtype])
         return pool[at].astype(np.float64)
 
@@ -101,13 +109,13 @@ class _Batch:
         rows = HEADS_Q * total_q
         m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64))
                               for n in (rows, rows, rows * self.dim_v))
-        int8 = self.dtype in ("int8", "int4")
+        scaled = self.dtype in ("int8", "int4") or self.head_scales
         args = struct.pack(
             "<QQQQQiiiiQQQqqqqqqqqddQQQiiq",
             put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
             put(self.keys.tobytes()), put(self.values.tobytes()),
-            put(self.key_scales.tobytes()) if int8 else 0,
-            put(self.value_scales.tobytes()) if int8 else 0, DTYPES[self.dtype],
+            put(self.key_scales.tobytes()) if scaled else 0,
+            put(self.value_scales.tobytes()) if scaled else 0, DTYPES[self.dtype],
             LAYOUTS[self.layout], 1, len(sequences), put(starts.tobytes()),
             put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
             self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, self.dim, self.dim_v,
@@ -185,6 +193,15 @@ def test_scaled_codes_match_float64(emulator, layout, dtype, group):
     batch = _Batch(dtype, layout, 16, group=group, dim=64, dim_v=32)
     state = batch.run(emulator, batch.q, batch.sequences, batch.table)
     _expect_matches_float64(batch, state, context_nmse=1e-11)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_head_scales_match_float64(emulator, layout, dtype):
+    """fp8 pools with a scale per KV head (vLLM's k_scale and v_scale): the scores times the
+    key head's scale and the weights times the value head's, in the shared shaper."""
+    batch = _Batch(dtype, layout, 16, head_scales=True)
+    _expect_matches_float64(batch, batch.run(emulator, batch.q, batch.sequences, batch.table))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "int8", "fp8_e4m3"])

@@ -37,7 +37,9 @@ def gathered(pool, scales, table_row, length, page_size, layout):
         page, slot = table_row[t // page_size], t % page_size
         row = pool[page, slot] if layout == "token_major" else pool[page, :, slot]
         row = row.astype(np.float64)
-        if scales is not None:
+        if scales is not None and scales.ndim == 1:  # fp8: a scale per KV head
+            row = row * scales[:, None]
+        elif scales is not None:
             scale = scales[page, slot] if layout == "token_major" else scales[page, :, slot]
             row = row * scale[:, None]
         rows.append(row)
@@ -47,7 +49,7 @@ def gathered(pool, scales, table_row, length, page_size, layout):
 class Batch:
     """Sequences of (keys, new queries) appended into pools through shuffled tables."""
 
-    def __init__(self, sequences, page_size, layout, dtype, seed=0):
+    def __init__(self, sequences, page_size, layout, dtype, seed=0, head_scales=None):
         rng = np.random.default_rng(seed)
         self.page_size, self.layout, self.dtype = page_size, layout, dtype
         self.lengths = [length for length, _ in sequences]
@@ -63,6 +65,8 @@ class Batch:
             at += n
         self.k_cache, self.v_cache, self.k_scales, self.v_scales = make_pools(
             pages, page_size, layout, dtype)
+        if head_scales is not None:
+            self.k_scales, self.v_scales = head_scales
         slots = []
         for s, length in enumerate(self.lengths):
             slots += [self.table[s, t // page_size] * page_size + t % page_size for t in range(length)]
@@ -298,6 +302,51 @@ def test_fp8_pools_as_uint8_codes_or_torch_float8_read_the_same(dtype):
     with pytest.raises(ValueError, match=f"^v: expected finite values for {dtype} pages"):
         attn.append_pages(k, torch.full((1, HKV, DV), float("nan")), [6], k_pool, v_pool)
     assert not k_pool[1, 2].float().any()  # nothing written
+
+
+@pytest.mark.parametrize("layout", ["token_major", "head_major"])
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_head_scales_match_the_reference(layout, dtype):
+    """fp8 pools with a scale per KV head (vLLM's k_scale and v_scale, per head): append_pages
+    stores the code of x / scale, paged_attention reads code * scale, against the float64
+    oracle; one number stands for every head, as vLLM passes it."""
+    scales = (np.array([0.05, 3.0], np.float32), np.array([2.5, 0.125], np.float32))
+    batch = Batch([(0, 1), (37, 1), (300, 4)], 16, layout, dtype, seed=5, head_scales=scales)
+    unscaled = Batch([(0, 1), (37, 1), (300, 4)], 16, layout, dtype, seed=5)
+    assert not np.array_equal(batch.k_cache.view(np.uint8), unscaled.k_cache.view(np.uint8))
+    for options in ({"causal": True}, {"causal": False, "softcap": 10.0}):
+        out, lse = batch.run(**options)
+        for s in range(len(batch.lengths)):
+            first, n_q = batch.query_start[s], batch.queries[s]
+            want_out, want_lse = batch.reference(s, **options)
+            assert nmse(out[first:first + n_q], want_out) < 1e-12, (s, options)
+            finite = np.isfinite(want_lse)
+            assert nmse(lse[first:first + n_q][finite], want_lse[finite]) < 1e-12, (s, options)
+    torch = pytest.importorskip("torch")
+    batch.k_scales = np.full(HKV, 0.75, np.float32)
+    want = batch.run(causal=True)
+    for k_scale in (0.75, np.float32(0.75), torch.tensor(0.75), torch.tensor([0.75])):
+        got = attn.paged_attention(batch.q, batch.k_cache, batch.v_cache, batch.table,
+                                   batch.seq_lens, batch.query_start, layout=layout,
+                                   key_scales=k_scale, value_scales=batch.v_scales,
+                                   return_lse=True, causal=True)
+        assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+
+
+def test_fp8_head_scales_are_checked_naming_the_argument():
+    batch = Batch([(9, 1)], 16, "token_major", "fp8_e4m3")
+    args = (batch.q, batch.k_cache, batch.v_cache, batch.table, batch.seq_lens, batch.query_start)
+    with pytest.raises(ValueError, match="^key_scales: expected shape \\[2\\] \\(one scale per KV "
+                                         "head of key_cache, for fp8\\), given \\[3\\]"):
+        attn.paged_attention(*args, key_scales=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="^value_scales: expected positive finite scales, given "
+                                         "\\[1.0, 0.0\\]"):
+        attn.paged_attention(*args, value_scales=np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="^key_scales: expected positive finite scales"):
+        attn.append_pages(np.zeros((1, HKV, D)), np.zeros((1, HKV, DV)), [0], batch.k_cache,
+                          batch.v_cache, key_scales=float("nan"))
+    with pytest.raises(TypeError, match="^key_scales: expected a number or float array"):
+        attn.paged_attention(*args, key_scales="one")
 
 
 def test_fp8_pool_dtypes_are_checked_naming_the_argument():

@@ -256,6 +256,14 @@ class TaskKernel {
       const std::byte* v = values.rows(block, kv_head);
       const float* k_scales = kScaled ? keys.scale_row(block, kv_head) : nullptr;
       const float* v_scales = kScaled ? values.scale_row(block, kv_head) : nullptr;
+      if constexpr (kFloat8) {
+        if (row_scales_) {
+          const float k_head = keys.head_scaled() ? *keys.scale_row(block, kv_head) : 1.0f;
+          const float v_head = values.head_scaled() ? *values.scale_row(block, kv_head) : 1.0f;
+          std::fill_n(rows.key_scale + (t - t0), std::min(page - t % page, t1 - t), k_head);
+          std::fill_n(rows.value_scale + (t - t0), std::min(page - t % page, t1 - t), v_head);
+        }
+      }
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
         rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
@@ -449,8 +457,8 @@ class TaskKernel {
     return {std::max(s_.first_key[r], step), std::min(s_.end_key[r], step + Traits::kSoftmaxKeys)};
   }
 
-  // Shapes row r's scores of the softmax step's keys (the shared shaper: int8 scale,
-  // softcap, ALiBi, hiding), then folds them into the row's running state by the shared
+  // Shapes row r's scores of the softmax step's keys (the shared shaper: int8 or fp8 key
+  // scale, softcap, ALiBi, hiding), then folds them into the row's running state by the shared
   // online softmax and leaves the weights in place of the scores. A step is always
   // kSoftmaxKeys wide, keys past the row's range (or the tile) hidden, so its arithmetic is
   // the same whatever tile it lies in.
@@ -461,11 +469,16 @@ class TaskKernel {
     if (first >= end) return;
     const Index vectors = Traits::kSoftmaxKeys / tile::lanes();
     const bool hide = first > step || end < step + Traits::kSoftmaxKeys;
-    if (kInt8 || shaping_.softcap || shaping_.alibi || hide) {
-      if (hide) {
-        shape_row<true>(r, s, step, first, end, rows.key_scale + offset, vectors);
+    if (row_scales_ || shaping_.softcap || shaping_.alibi || hide) {
+      const float* key_scale = rows.key_scale + offset;
+      if (row_scales_ && hide) {
+        shape_row<kRowScaled, true>(r, s, step, first, end, key_scale, vectors);
+      } else if (row_scales_) {
+        shape_row<kRowScaled, false>(r, s, step, first, end, key_scale, vectors);
+      } else if (hide) {
+        shape_row<false, true>(r, s, step, first, end, key_scale, vectors);
       } else {
-        shape_row<false>(r, s, step, first, end, rows.key_scale + offset, vectors);
+        shape_row<false, false>(r, s, step, first, end, key_scale, vectors);
       }
     }
     const tile::RowUpdate update =
@@ -477,14 +490,15 @@ class TaskKernel {
     }
     if (update.rescale != 1.0f)
       tile::rescale_row(s_.acc.get() + r * p_.dim_v, p_.dim_v, update.rescale);
-    if constexpr (kInt8) {
+    if (row_scales_) {
       for (Index t = first; t < end; ++t) s[t - step] *= rows.value_scale[t - rows.t0];
     }
   }
 
   // The shared shaper over row r's scores of the tile [t0, t0 + vectors * lanes), lanes
-  // being keys; keys outside [first, end) become -inf when kHide.
-  template <bool kHide>
+  // being keys; each times its key_scale when kScale; keys outside [first, end) become -inf
+  // when kHide.
+  template <bool kScale, bool kHide>
   void shape_row(Index r, float* s, Index t0, Index first, Index end, const float* key_scale,
                  Index vectors) const {
     const DF df;
@@ -497,9 +511,9 @@ class TaskKernel {
     for (Index v = 0; v < vectors; ++v) {
       const Index t = t0 + v * lanes;
       const auto key = hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<std::int32_t>(t)));
-      const VF scale = kInt8 ? hn::LoadU(df, key_scale + v * lanes) : hn::Set(df, 1.0f);
-      hn::Store(tile::shape_scores<kInt8, kHide>(shaping_, hn::Load(df, s + v * lanes), scale, key,
-                                                 position, slope, first_key, end_key),
+      const VF scale = kScale ? hn::LoadU(df, key_scale + v * lanes) : hn::Set(df, 1.0f);
+      hn::Store(tile::shape_scores<kScale, kHide>(shaping_, hn::Load(df, s + v * lanes), scale, key,
+                                                  position, slope, first_key, end_key),
                 df, s + v * lanes);
     }
   }
@@ -556,6 +570,9 @@ class TaskKernel {
   static constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
   static constexpr bool kInt4 = std::is_same_v<T, Int4Pair>;
   static constexpr bool kScaled = kInt8 || kInt4;
+  static constexpr bool kFloat8 = tile::kIsFloat8<T>;
+  // Dtypes whose keys may carry a scale per row (int8) or KV head (fp8) in TileRows.
+  static constexpr bool kRowScaled = kInt8 || kFloat8;
 
   // tile::GroupedRow's shift to the scale of an element: log2 of the group, or with one
   // scale a row (group 0) past any element.
@@ -572,6 +589,9 @@ class TaskKernel {
   // Rows read with a scale per group (int4: per row when there are no groups), in registers
   // where vectors of them can be read.
   const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
+  // Scores times each key's scale and weights times each value's: int8 (1 where grouped),
+  // fp8 where a pool has head scales (1 where the other has none).
+  const bool row_scales_ = kInt8 || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
   const bool grouped_vectors_ = tile::reads_vectors(tile::GroupedRow<T>{});
   const Index key_scale_shift_ = scale_shift(p_.keys.group);
   const Index value_scale_shift_ = scale_shift(p_.values.group);

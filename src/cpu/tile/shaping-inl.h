@@ -51,7 +51,7 @@ struct ScoreShaping {
   float cap, inverse_cap;
 };
 
-// One vector of scores, shaped in float32 in this order: the int8 key scale (kDequantise),
+// One vector of scores, shaped in float32 in this order: the key scale (kDequantise: int8, fp8),
 // softcap (cap tanh(x * (1 / cap))), ALiBi (- slope |position - key|), then -inf for keys outside
 // [first, end) (kHide). Lanes are whatever the layout puts there: rows-vectorised kernels
 // pass a broadcast key and per-row position, slope and range; keys-vectorised ones pass

@@ -219,9 +219,9 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
     before changes. float8: each element (divided by its KV head's scale, with key_scales or
     value_scales) rounded to the nearest code (ties to even), magnitudes past the largest
     finite one (448 for e4m3, 57344 for e5m2) stored as it; int8 and float8 refuse keys or
-    values that are not finite. A slot past the pool or given
-    twice is refused, and then nothing is written. With rotary, each key is rotated at
-    positions[i] ([n] ints, required) before it is stored.
+    values that are not finite. A slot past the pool or given twice is refused, and then
+    nothing is written. With rotary, each key is rotated at positions[i] ([n] ints,
+    required) before it is stored.
     """
     key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype, True)
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),

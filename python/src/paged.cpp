@@ -88,8 +88,8 @@ CacheDType pool_dtype(const Array& pool, const char* name, const std::string& kv
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
 // (head_major), C-contiguous in CPU memory, with its int8 scales, one per token and KV head
 // ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D), or its
-// fp8 scales, one per KV head ([Hkv]). PagePool
-// holds mutable pointers for append_pages; paged_attention's read-only arrays are only read.
+// fp8 scales, one per KV head ([Hkv]). PagePool holds mutable pointers for append_pages;
+// paged_attention's read-only arrays are only read.
 template <class Array, class ScalesArray>
 PagePool pool_of(const Array& array, const char* name, PageLayout layout,
                  const std::string& kv_cache_dtype, const std::optional<ScalesArray>& scales,

@@ -57,8 +57,8 @@ struct PageRows {
   // The dequantisation scale of a slot's row of the page's KV head (int8 and int4; grouped:
   // of the row's first group, the others following it; fp8 with head scales: the head's).
   float& scale_ref(std::int32_t page, Index head, Index slot) const;
-  // int8 and int4: the scales of slot 0 of the page's KV head, slot s's slot_scales later
-  // (found once per page, as rows is, by the kernel's walk over keys).
+  // int8, int4 and head-scaled fp8: the scales of slot 0 of the page's KV head, slot s's
+  // slot_scales later (found once per page, as rows is, by the kernel's walk over keys).
   const float* scale_row(std::int32_t page, Index head) const { return &scale_ref(page, head, 0); }
   // Scales per row: its groups, or 1.
   Index groups() const { return group > 0 ? dim / group : 1; }

@@ -119,8 +119,9 @@ Bf16Products bf16_products(const DecodeProblem& p) {
           p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
 }
 
-// Where the keys [t0, t1) of one KV head lie: a row pointer and int8 scale per key, or for
-// rows read with their group scales (grouped int8, int4) the rows with them and a scale of 1.
+// Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
+// token, fp8's per KV head), or for rows read with their group scales (grouped int8, int4)
+// the rows with them and a scale of 1.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;

@@ -315,11 +315,9 @@ class TaskKernel {
     prefetch_values_to_l1(rows.values, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
-    // for every block, and the bits are the same. So are grouped rows where vectors of them
-    // cannot be read (tile::reads_vectors).
-    const bool many_rows = !std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows &&
-                           !bf16_.scores && !bf16_.context;
-    if (many_rows || (grouped_ && !grouped_vectors_)) {
+    // for every block, and the bits are the same.
+    if (!std::is_same_v<T, float> && row_end - row_begin > Traits::kWidenRows && !bf16_.scores &&
+        !bf16_.context) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
     }
@@ -587,13 +585,11 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  // Rows read with a scale per group (int4: per row when there are no groups), in registers
-  // where vectors of them can be read.
+  // Rows read with their scale per group (int4: per row when there are no groups).
   const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
   // Scores times each key's scale and weights times each value's: int8 (1 where grouped),
   // fp8 where a pool has head scales (1 where the other has none).
   const bool row_scales_ = kInt8 || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
-  const bool grouped_vectors_ = tile::reads_vectors(tile::GroupedRow<T>{});
   const Index key_scale_shift_ = scale_shift(p_.keys.group);
   const Index value_scale_shift_ = scale_shift(p_.values.group);
   // Bytes of a stored key and value row, for the requests ahead of their reads.

@@ -126,7 +126,9 @@ HWY_INLINE float load_code(const T* row, Index d) {
 // A row of int8 or int4 codes with a scale per group of elements (grouped caches, and int4's
 // one scale a row): element d is its code times scales[d >> scale_shift], one float32
 // product (one rounding), read in registers by the micro-kernels where they take a row
-// pointer (where reads_vectors, below); the same bits on every target.
+// pointer; the same bits on every target. A vector (at most 16 floats: the kernels assume
+// vectors of at most 512 bits, as decode's softmax steps of 16 keys do) lies within one
+// group (32, 64 or 128 elements) and one nibble's run of int4 bytes.
 template <class T>
 struct GroupedRow {
   const T* codes = nullptr;
@@ -153,24 +155,12 @@ HWY_INLINE float row_float(const GroupedRow<T>& row, Index d) {
   return load_code(row.codes, d) * row.scales[d >> row.scale_shift];
 }
 
-// Whether row_floats reads a row: always a stored one; a grouped one with at most 16 lanes,
-// so that a vector lies within one group (32, 64 or 128 elements) and one nibble's run of
-// int4 bytes. Else it is read element by element (widen_row).
-template <class T>
-inline bool reads_vectors(const T* /*row*/) {
-  return true;
-}
-template <class T>
-inline bool reads_vectors(const GroupedRow<T>& /*row*/) {
-  return lanes() <= 16;
-}
-
 // out[0 .. n) = row[0 .. n) as float32, by the reads above: what a micro-kernel reading
 // the row where it lies would see, so kernels given `out` instead compute the same bits.
 template <class Row>
 HWY_INLINE void widen_row(const Row& row, Index n, float* HWY_RESTRICT out) {
   const DF df;
-  const Index step = lanes(), whole = reads_vectors(row) ? n - n % step : 0;
+  const Index step = lanes(), whole = n - n % step;
   for (Index d = 0; d < whole; d += step) hn::StoreU(row_floats(df, row, d), df, out + d);
   for (Index d = whole; d < n; ++d) out[d] = row_float(row, d);
 }

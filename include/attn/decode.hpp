@@ -1,7 +1,7 @@
 // attn::decode: a generation step. Each sequence's newest queries attend over its keys in
 // an attn::KVCache. The cost is reading the cache, so the kernel streams each K/V block
-// once per step, converting 16-bit, int8 and fp8 elements to float32 in registers (codes
-// with a scale per group, and int4's, by way of a tile of scratch); long
+// once per step, converting 16-bit, int8, int4 and fp8 elements to float32 in registers
+// (codes with a scale per group times it there too); long
 // sequences are split along the keys into fixed chunks worked on by all threads and merged
 // with the state merge in key order (flash-decoding), so results are bitwise identical for
 // any thread count. Sequences that share a prompt prefix (KVCache::fork) read the shared

@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -110,44 +111,41 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
   pool.heads_kv = static_cast<Index>(array.shape(token_major ? 2 : 1));
   // int4: the last dim holds bytes, two codes each.
   pool.dim = static_cast<Index>(array.shape(3)) * (pool.dtype == CacheDType::int4 ? 2 : 1);
-  const bool fp8 = pool.dtype == CacheDType::fp8_e4m3 || pool.dtype == CacheDType::fp8_e5m2;
-  if (scales && fp8) {
-    check_contiguous(*scales, scales_name);
+  if (!scales) return pool;
+  check_contiguous(*scales, scales_name);
+  pool.scales = const_cast<float*>(scales->data());
+  std::string given = "[";
+  for (std::size_t d = 0; d < scales->ndim(); ++d) {
+    given += (d ? ", " : "") + std::to_string(scales->shape(d));
+  }
+  given += "]";
+  if (pool.dtype == CacheDType::fp8_e4m3 || pool.dtype == CacheDType::fp8_e5m2) {
     if (scales->ndim() != 1 || static_cast<Index>(scales->shape(0)) != pool.heads_kv) {
-      std::string given = "[";
-      for (std::size_t d = 0; d < scales->ndim(); ++d) {
-        given += (d ? ", " : "") + std::to_string(scales->shape(d));
-      }
       fail(scales_name,
            "shape [" + std::to_string(pool.heads_kv) + "] (one scale per KV head of " + name +
                ", for fp8)",
-           given + "]");
+           given);
     }
-    pool.scales = const_cast<float*>(scales->data());
-  } else if (scales) {
-    check_contiguous(*scales, scales_name);
-    // A fourth dim holds each row's groups of scales: their count says the group.
-    const std::size_t dims = scales->ndim();
-    const Index groups = dims == 4 ? static_cast<Index>(scales->shape(3)) : 1;
-    const Index wanted[3] = {pool.pages, token_major ? pool.page_size : pool.heads_kv,
-                             token_major ? pool.heads_kv : pool.page_size};
-    std::string given = "[";
-    bool fits = dims == 3 || (dims == 4 && groups > 0 && pool.dim % groups == 0);
-    for (std::size_t d = 0; d < dims; ++d) {
-      fits = fits && (d == 3 || static_cast<Index>(scales->shape(d)) == wanted[d]);
-      given += (d ? ", " : "") + std::to_string(scales->shape(d));
-    }
-    if (!fits) {
-      fail(scales_name,
-           "shape [" + std::to_string(wanted[0]) + ", " + std::to_string(wanted[1]) + ", " +
-               std::to_string(wanted[2]) + "] (one scale per token and KV head of " + name +
-               ", in its layout) or that and the groups of each row, [..., " +
-               std::to_string(pool.dim) + " / group]",
-           given + "]");
-    }
-    pool.scales = const_cast<float*>(scales->data());
-    pool.group = dims == 4 ? pool.dim / groups : 0;
+    return pool;
   }
+  // A fourth dim holds each row's groups of scales: their count says the group.
+  const std::size_t dims = scales->ndim();
+  const Index groups = dims == 4 ? static_cast<Index>(scales->shape(3)) : 1;
+  const Index wanted[3] = {pool.pages, token_major ? pool.page_size : pool.heads_kv,
+                           token_major ? pool.heads_kv : pool.page_size};
+  bool fits = dims == 3 || (dims == 4 && groups > 0 && pool.dim % groups == 0);
+  for (std::size_t d = 0; d < std::min<std::size_t>(dims, 3); ++d) {
+    fits = fits && static_cast<Index>(scales->shape(d)) == wanted[d];
+  }
+  if (!fits) {
+    fail(scales_name,
+         "shape [" + std::to_string(wanted[0]) + ", " + std::to_string(wanted[1]) + ", " +
+             std::to_string(wanted[2]) + "] (one scale per token and KV head of " + name +
+             ", in its layout) or that and the groups of each row, [..., " +
+             std::to_string(pool.dim) + " / group]",
+         given);
+  }
+  pool.group = dims == 4 ? pool.dim / groups : 0;
   return pool;
 }
 

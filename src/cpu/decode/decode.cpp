@@ -121,7 +121,7 @@ Bf16Products bf16_products(const DecodeProblem& p) {
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
 // token, fp8's per KV head), or for rows read with their group scales (grouped int8, int4)
-// the rows with them and a scale of 1.
+// the rows with them.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
@@ -274,7 +274,6 @@ class TaskKernel {
           if (grouped_) {
             rows.grouped_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
             rows.grouped_values[t - t0] = {rows.values[t - t0], value_scales, value_scale_shift_};
-            rows.key_scale[t - t0] = rows.value_scale[t - t0] = 1.0f;
           } else {
             rows.key_scale[t - t0] = *key_scales;
             rows.value_scale[t - t0] = *value_scales;
@@ -587,9 +586,10 @@ class TaskKernel {
   const Bf16Products bf16_ = bf16_products<T>(p_);
   // Rows read with their scale per group (int4: per row when there are no groups).
   const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
-  // Scores times each key's scale and weights times each value's: int8 (1 where grouped),
-  // fp8 where a pool has head scales (1 where the other has none).
-  const bool row_scales_ = kInt8 || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
+  // Scores times each key's scale and weights times each value's: int8 with a scale per
+  // token, fp8 where a pool has head scales (1 where the other has none).
+  const bool row_scales_ =
+      (kInt8 && !grouped_) || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
   const Index key_scale_shift_ = scale_shift(p_.keys.group);
   const Index value_scale_shift_ = scale_shift(p_.values.group);
   // Bytes of a stored key and value row, for the requests ahead of their reads.

@@ -325,8 +325,10 @@ TEST(KVCache, CodesAreTheSameBytesWhateverTheAppends) {
 // its own group's scale (int8: max |x| / 127 over the group; int4: |m| / 8 for m the
 // element of largest magnitude, a whole step for an element of m's magnitude and the other
 // sign, whose code 8 is clamped to 7) plus float32's rounding, so an outlier channel
-// coarsens only its group; and the same bytes and scales whatever the appends.
-void expect_groups_within_half_their_step(CacheDType dtype) {
+// coarsens only its group; and the same bytes and scales whatever the appends. With zero
+// points the step is the group's (max - min) / 255 (int8) or / 15 (int4), with no clamping,
+// plus 2^-22 of the group's largest magnitude (KVCacheConfig::zero_point).
+void expect_groups_within_half_their_step(CacheDType dtype, bool zero_point) {
   constexpr Index kGroupDim = 128, kGroupDimV = 64, kGroup = 32, kTokens = 40;
   const bool int4 = dtype == CacheDType::int4;
   std::mt19937_64 rng(9);
@@ -343,6 +345,7 @@ void expect_groups_within_half_their_step(CacheDType dtype) {
                              .page_size = 8,
                              .dtype = dtype,
                              .group = kGroup,
+                             .zero_point = zero_point,
                              .max_blocks = 16};
   const auto filled = [&](const std::vector<Index>& runs) {
     auto cache = std::make_unique<KVCache>(config);
@@ -362,13 +365,21 @@ void expect_groups_within_half_their_step(CacheDType dtype) {
     for (Index row = 0; row < kHeads * kTokens; ++row) {
       const float* x = given.data_as<float>() + row * dim;
       for (Index d = 0; d < dim; ++d) {
-        double group_max = 0.0;
+        double group_max = 0.0, low = x[d], high = x[d];
         for (Index e = d / kGroup * kGroup; e < (d / kGroup + 1) * kGroup; ++e) {
           group_max = std::max<double>(group_max, std::abs(x[e]));
+          low = std::min<double>(low, x[e]);
+          high = std::max<double>(high, x[e]);
+        }
+        const double error = got.data_as<float>()[row * dim + d] - static_cast<double>(x[d]);
+        if (zero_point) {
+          const double step = (high - low) / (int4 ? 15 : 255);
+          ASSERT_LE(std::abs(error), step / 2 * (1.0 + 1e-6) + 0x1p-22 * group_max)
+              << (values ? "value" : "key") << " row " << row << " dim " << d;
+          continue;
         }
         const double step = int4 ? group_max / 8 : group_max / 127;
         const bool clamped = int4 && std::abs(x[d]) > 7.5 * step;
-        const double error = got.data_as<float>()[row * dim + d] - static_cast<double>(x[d]);
         ASSERT_LE(std::abs(error),
                   (clamped ? step : step / 2) * (1.0 + 1e-6) + 1e-7 * std::abs(x[d]))
             << (values ? "value" : "key") << " row " << row << " dim " << d;
@@ -384,8 +395,8 @@ void expect_groups_within_half_their_step(CacheDType dtype) {
       const auto* data = static_cast<const std::byte*>(pool.data);
       const auto* scales = reinterpret_cast<const std::byte*>(pool.scales);
       out.insert(out.end(), data, data + rows * pool.dim / (int4 ? 2 : 1));
-      out.insert(out.end(), scales,
-                 scales + rows * pool.dim / kGroup * static_cast<Index>(sizeof(float)));
+      const Index floats = rows * pool.dim / kGroup * (zero_point ? 2 : 1);
+      out.insert(out.end(), scales, scales + floats * static_cast<Index>(sizeof(float)));
     }
     return out;
   };
@@ -395,8 +406,10 @@ void expect_groups_within_half_their_step(CacheDType dtype) {
 
 TEST(KVCache, GroupedCodesKeepEachGroupWithinHalfItsStep) {
   for (const CacheDType dtype : {CacheDType::int8, CacheDType::int4}) {
-    SCOPED_TRACE(cache_dtype_name(dtype));
-    expect_groups_within_half_their_step(dtype);
+    for (const bool zero_point : {false, true}) {
+      SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + (zero_point ? " zero points" : ""));
+      expect_groups_within_half_their_step(dtype, zero_point);
+    }
   }
 }
 
@@ -421,6 +434,12 @@ TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
       message(CacheDType::int8, 96, 64).rfind("group: expected 0 (a scale per row), or 32", 0), 0u);
   EXPECT_NO_THROW(
       KVCache({.heads_kv = 1, .dim = 96, .dim_v = 64, .dtype = CacheDType::int8, .group = 32}));
+  EXPECT_EQ(error_message(
+                [] { KVCache({.heads_kv = 1, .dtype = CacheDType::fp8_e4m3, .zero_point = true}); })
+                .rfind("zero_point: expected false for fp8_e4m3 (zero points are for int8 and "
+                       "int4), given true",
+                       0),
+            0u);
   EXPECT_EQ(error_message([] {
               KVCache({.heads_kv = 1, .dim = 96, .dim_v = 40, .dtype = CacheDType::int4});
             }).rfind("dim_v: expected a multiple of 32 for int4 (blocks of 32 codes), given 40", 0),

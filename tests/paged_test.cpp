@@ -44,6 +44,7 @@ struct Storage {
   bool varied_scales = true;  // int8: a random scale per token and head, else one for all
   Index group = 0;            // int8: elements per scale (0: the whole row)
   bool head_scales = false;   // fp8: a random scale per KV head in each pool
+  bool zero_point = false;    // int8, int4: a random offset beside each scale
 };
 
 constexpr CacheDType kCacheDTypes[] = {CacheDType::f32,      CacheDType::f16,
@@ -176,13 +177,25 @@ struct Paged {
     if (has_scales(storage.dtype)) {
       p.scales = values ? value_scales.data() : key_scales.data();
       p.group = storage.group;
+      p.zero_point = storage.zero_point;
     }
     if (storage.head_scales) p.scales = values ? value_scales.data() : key_scales.data();
     return p;
   }
-  // int8 scales per row of the keys or values.
+  // int8 and int4 scales per row of the keys or values, and floats of them (with offsets).
   Index groups(bool values) const {
     return storage.group > 0 ? (values ? shape.dim_v : shape.dim) / storage.group : 1;
+  }
+  Index row_scales(bool values) const { return groups(values) * (storage.zero_point ? 2 : 1); }
+  // Code times its scale; with zero points, plus its offset, rounded to float32 once (the
+  // value the format defines).
+  double scaled_code(bool values, Index page_index, Index slot, Index head, Index d,
+                     int code) const {
+    const Index g = storage.group > 0 ? d / storage.group : 0;
+    const float* scales = (values ? value_scales : key_scales).data() +
+                          row_of(page_index, slot, head) * row_scales(values);
+    if (!storage.zero_point) return code * static_cast<double>(scales[g]);
+    return std::fma(static_cast<float>(code), scales[2 * g], scales[2 * g + 1]);
   }
   PagedBatch batch() const { return {query_start, seq_lens, table, max_pages}; }
   // The row of (page, slot, head) in the pool's layout: of its scale, and times the row's
@@ -215,24 +228,16 @@ struct Paged {
         return to_float(reinterpret_cast<const float16*>(at)[d]);
       case CacheDType::bf16:
         return to_float(reinterpret_cast<const bfloat16*>(at)[d]);
-      case CacheDType::int8: {
-        const Index row = row_of(page_index, t % storage.page, head);
-        const Index scale = row * groups(values) + (storage.group > 0 ? d / storage.group : 0);
-        return reinterpret_cast<const std::int8_t*>(at)[d] *
-               static_cast<double>(
-                   (values ? value_scales : key_scales)[static_cast<std::size_t>(scale)]);
-      }
+      case CacheDType::int8:
+        return scaled_code(values, page_index, t % storage.page, head, d,
+                           reinterpret_cast<const std::int8_t*>(at)[d]);
       case CacheDType::fp8_e4m3:
         return to_float(reinterpret_cast<const float8_e4m3*>(at)[d]) * head_scale(values, head);
       case CacheDType::fp8_e5m2:
         return to_float(reinterpret_cast<const float8_e5m2*>(at)[d]) * head_scale(values, head);
-      case CacheDType::int4: {
-        const Index row = row_of(page_index, t % storage.page, head);
-        const Index scale = row * groups(values) + (storage.group > 0 ? d / storage.group : 0);
-        return int4_code(reinterpret_cast<const Int4Pair*>(at), d) *
-               static_cast<double>(
-                   (values ? value_scales : key_scales)[static_cast<std::size_t>(scale)]);
-      }
+      case CacheDType::int4:
+        return scaled_code(values, page_index, t % storage.page, head, d,
+                           int4_code(reinterpret_cast<const Int4Pair*>(at), d));
     }
     return 0.0;
   }
@@ -309,9 +314,13 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
     if (has_scales(storage.dtype)) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.5f, 2.0f);
-      scales.resize(static_cast<std::size_t>(p.pages * page * shape.heads_kv * p.groups(values)));
-      for (float& scale : scales) {
-        scale = (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(storage.dtype);
+      std::uniform_real_distribution<float> offsets(-1.0f, 1.0f);
+      scales.resize(
+          static_cast<std::size_t>(p.pages * page * shape.heads_kv * p.row_scales(values)));
+      for (std::size_t i = 0; i < scales.size(); ++i) {
+        scales[i] = storage.zero_point && i % 2 == 1
+                        ? offsets(rng)
+                        : (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(storage.dtype);
       }
     }
     if (storage.head_scales) {
@@ -742,13 +751,15 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
 }
 
 // An empty KVCache of the shape's heads and dims.
-KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0, Index group = 0) {
+KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0, Index group = 0,
+                 bool zero_point = false) {
   return KVCache({.heads_kv = shape.heads_kv,
                   .dim = shape.dim,
                   .dim_v = shape.dim_v,
                   .page_size = 16,
                   .dtype = dtype,
                   .group = group,
+                  .zero_point = zero_point,
                   .max_blocks = max_blocks});
 }
 
@@ -978,6 +989,17 @@ TEST(Paged, BadBatchesAreRefusedNamingTheArgument) {
   grouped_values.dim = grouped_values.group = 32;
   EXPECT_TRUE(
       starts(error_of(keys, grouped_values, batch), "values.group: expected the key pool's"));
+  PagePool zero_point_keys = keys;
+  zero_point_keys.zero_point = true;
+  EXPECT_TRUE(starts(error_of(zero_point_keys, values, batch),
+                     "values.zero_point: expected the key pool's true (one page holds both), "
+                     "given false"));
+  PagePool fp8_zero_points = fp8_keys;
+  fp8_zero_points.scales = nullptr;
+  fp8_zero_points.zero_point = true;
+  EXPECT_TRUE(starts(error_of(fp8_zero_points, fp8_values, batch),
+                     "keys.zero_point: expected false for fp8_e4m3 (zero points are for int8 and "
+                     "int4), given true"));
   PagePool int4_keys = keys;
   int4_keys.dtype = CacheDType::int4;
   EXPECT_TRUE(
@@ -1100,19 +1122,23 @@ TEST(Paged, AppendedPagesHoldTheTokensForEveryLayoutAndDtype) {
 }
 
 // int8 and int4 with a scale per group of 32 or 64 elements of each row (int4 also with one
-// per row), and fp8 with a scale per KV head (given, as vLLM's k_scale): pools built with
-// random scales, and pools written by append_pages (which finds int8's and int4's scales and
-// divides by fp8's), against float64 on every target, for both layouts and a page of one token or
-// many. The context's bound is ten times the float kernels': each element is read as its
-// float32 product with its scale, rounded once, and rows of 128 sum longer.
+// per row), both also with zero points (an offset beside each scale; int8's per row of 72
+// and 40, so that rows end in a tail shorter than a vector), and fp8 with a scale per KV head
+// (given, as vLLM's k_scale): pools built with random scales, and pools written by
+// append_pages (which finds int8's and int4's scales and divides by fp8's), against float64 on
+// every target, for both layouts and a page of one token or many. The context's bound is ten
+// times the float kernels': each element is read as its float32 product with its scale (plus
+// offset), rounded once, and rows of 128 sum longer.
 TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
-  for (const auto& [dtype, dim, dim_v, group] :
-       {std::tuple{CacheDType::int8, Index{64}, Index{32}, Index{32}},
-        std::tuple{CacheDType::int8, Index{128}, Index{128}, Index{64}},
-        std::tuple{CacheDType::int4, Index{64}, Index{32}, Index{32}},
-        std::tuple{CacheDType::int4, Index{128}, Index{64}, Index{0}},
-        std::tuple{CacheDType::fp8_e4m3, Index{64}, Index{32}, Index{0}},
-        std::tuple{CacheDType::fp8_e5m2, Index{40}, Index{24}, Index{0}}}) {
+  for (const auto& [dtype, dim, dim_v, group, zero_point] :
+       {std::tuple{CacheDType::int8, Index{64}, Index{32}, Index{32}, false},
+        std::tuple{CacheDType::int8, Index{128}, Index{128}, Index{64}, false},
+        std::tuple{CacheDType::int8, Index{72}, Index{40}, Index{0}, true},
+        std::tuple{CacheDType::int4, Index{64}, Index{32}, Index{32}, false},
+        std::tuple{CacheDType::int4, Index{128}, Index{64}, Index{0}, false},
+        std::tuple{CacheDType::int4, Index{64}, Index{32}, Index{32}, true},
+        std::tuple{CacheDType::fp8_e4m3, Index{64}, Index{32}, Index{0}, false},
+        std::tuple{CacheDType::fp8_e5m2, Index{40}, Index{24}, Index{0}, false}}) {
     // ragged_shape's kinds of sequence (empty, short, split into parts, many queries, none)
     // with fewer keys and queries: the float64 reference is most of the time, under qemu above
     // all.
@@ -1124,10 +1150,10 @@ TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
     for (const Index page : {1, 16}) {
       for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
         SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " d " + std::to_string(dim) +
-                     " group " + std::to_string(group) + " page " + std::to_string(page) + " " +
-                     page_layout_name(layout));
-        Paged built =
-            make_paged(shape, {dtype, page, layout, true, group, is_fp8(dtype)}, tokens, 89);
+                     " group " + std::to_string(group) + (zero_point ? " zero points" : "") +
+                     " page " + std::to_string(page) + " " + page_layout_name(layout));
+        Paged built = make_paged(
+            shape, {dtype, page, layout, true, group, is_fp8(dtype), zero_point}, tokens, 89);
         Paged appended = built;
         append_all(appended, tokens, 97);
         for (const Options& options : option_list()) {
@@ -1142,14 +1168,15 @@ TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
 }
 
 // Pages appended by append_pages and by a KVCache in the same runs of tokens.
-void expect_pages_are_the_kv_caches_bytes(CacheDType dtype, Index group) {
+void expect_pages_are_the_kv_caches_bytes(CacheDType dtype, Index group, bool zero_point) {
   Shape shape;
   shape.dim = shape.dim_v = 64;
   shape.sequences = {{100, 1}};
   const Tokens tokens = make_tokens(shape, dtype, 67);
-  KVCache cache = cache_of(shape, dtype, 0, group);
+  KVCache cache = cache_of(shape, dtype, 0, group, zero_point);
   const KVCache::SequenceId id = cache.add_sequence();
-  Paged p = make_paged(shape, {dtype, 16, PageLayout::head_major, false, group}, tokens, 71);
+  Paged p = make_paged(shape, {dtype, 16, PageLayout::head_major, false, group, false, zero_point},
+                       tokens, 71);
   // Runs of 1, 6, 11, ... tokens: some start mid-page, some cross pages.
   for (Index first = 0, run = 1; first < 100; first += run, run += 5) {
     const Index n = std::min<Index>(run, 100 - first);
@@ -1183,12 +1210,16 @@ void expect_pages_are_the_kv_caches_bytes(CacheDType dtype, Index group) {
 }
 
 // The KVCache writes its pages with the same code: int8 and int4 pages appended in the same
-// runs hold the same bytes and scales, with a scale per row or per group of 32.
+// runs hold the same bytes and scales, with a scale per row or per group of 32, with and
+// without zero points.
 TEST(Paged, AppendedScaledPagesAreTheKVCachesBytes) {
   for (const CacheDType dtype : {CacheDType::int8, CacheDType::int4}) {
     for (const Index group : {0, 32}) {
-      SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " group " + std::to_string(group));
-      expect_pages_are_the_kv_caches_bytes(dtype, group);
+      for (const bool zero_point : {false, true}) {
+        SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " group " + std::to_string(group) +
+                     (zero_point ? " zero points" : ""));
+        expect_pages_are_the_kv_caches_bytes(dtype, group, zero_point);
+      }
     }
   }
 }

@@ -33,8 +33,10 @@ namespace attn {
 // (2^-10, 2^-17) absolute. int4: two signed 4-bit codes a byte (llama.cpp's q4_0 order,
 // core/int4.hpp), with a float32 scale per row or group (KVCacheConfig::group) chosen as
 // q4_0 chooses it: d = m / -8 for m the element of largest magnitude, codes round(x / d)
-// clamped to [-8, 7], so that m itself is exact; dim and dim_v multiples of 32. int8, int4
-// and fp8 refuse non-finite keys and values on append.
+// clamped to [-8, 7], so that m itself is exact; dim and dim_v multiples of 32. int8 and
+// int4 with KVCacheConfig::zero_point are asymmetric instead (llama.cpp's q4_1, OpenVINO's
+// u8 and u4 with zero points). int8, int4 and fp8 refuse non-finite keys and values on
+// append.
 enum class CacheDType : std::uint8_t { f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2, int4 };
 
 const char* cache_dtype_name(CacheDType dtype);
@@ -50,6 +52,15 @@ struct KVCacheConfig {
   // a token's row of a KV head has its own scale (int8: max |x| / 127 over the group), so an
   // outlier channel coarsens only its own group. 0: one scale for the whole row.
   Index group = 0;
+  // int8 and int4: asymmetric codes. Each row (or group) stores a float32 offset beside its
+  // scale, and an element reads as code * scale + offset (one float32 rounding), the codes
+  // spanning the row's own [min, max]: scale = (max - min) / 255 (int8) or / 15 (int4),
+  // offset = min + 128 scale (int8) or min + 8 scale (int4), code = round((x - offset) /
+  // scale) over [-128, 127] or [-8, 7]. Each element is within half a scale step of its
+  // value, plus 2^-22 of the group's largest magnitude (float32's rounding of the offset and
+  // the product). A group whose values lie on one side of zero so uses every code, where
+  // symmetric codes leave half of them unused.
+  bool zero_point = false;
   // 0: the pool grows as needed, in slabs. Else appends past max_blocks blocks throw, and
   // the blocks lie in one allocation of max_blocks blocks (reserved at the first append or
   // cache_pools call, touched as blocks are used), which attn::cache_pools shows whole.
@@ -140,7 +151,8 @@ class KVCache {
   // (src/cache/kv_cache_blocks.hpp).
   friend struct cache::BlockAccess;
   std::size_t element_size() const;
-  // Scales (int8, int4) per row (its groups, or 1) and per block, of the keys or the values.
+  // Scales (int8, int4) per row (its groups, or 1; twice that with zero_point: the
+  // offsets) and per block, of the keys or the values.
   Index scales_per_row(bool values) const;
   std::size_t scales_per_block(bool values) const;
   const std::byte* key_block(std::int32_t block, Index head) const;
@@ -158,7 +170,8 @@ class KVCache {
   // max_blocks, slab 0 holds all max_blocks of them.
   struct Slab {
     std::unique_ptr<std::byte, HugePageFree> keys, values;
-    // [block][head][slot][group], int8 only.
+    // [block][head][slot][group], int8 and int4 only; with zero_point, [...][group][2]:
+    // (scale, offset) pairs.
     std::unique_ptr<float[]> key_scales, value_scales;
     Index capacity = 0;  // blocks allocated in this slab
   };

@@ -44,19 +44,22 @@ struct PagePool {
   // group > 0 (32, 64 or 128 dividing dim, as KVCacheConfig::group), one per group of
   // `group` elements of each row: [pages, page_size, heads_kv, dim / group] or
   // [pages, heads_kv, page_size, dim / group].
+  // With zero_point, each scale is a (scale, offset) pair, [..., 2], an element being its
+  // code * scale + offset (asymmetric codes, as KVCacheConfig::zero_point).
   // fp8 only, optional: float32, one per KV head, [heads_kv], positive and finite, an element
   // being its code * its head's scale (vLLM's k_scale and v_scale, per head); null for 1.
   float* scales = nullptr;
   Index group = 0;
+  bool zero_point = false;
 };
 
 // attn's own KVCache as paged_attention's pools, read in place: head-major pools of the
-// cache's max_blocks pages (keys of its dim, values of its dim_v, its dtype and, for int8,
-// its scales), block numbers being page numbers, so a sequence's KVCache::block_table (or a
-// KVCache::Reading's) is its row of a PagedBatch's table and its length its seq_len. Only
-// for a cache made with max_blocks > 0, whose blocks lie in one allocation (reserved here if
-// no append has yet); else throws attn::Error naming max_blocks. The pools stay valid as
-// long as the cache; write them through KVCache::append only (append_pages would not
+// cache's max_blocks pages (keys of its dim, values of its dim_v, its dtype and, for int8
+// and int4, its scales, group and zero_point), block numbers being page numbers, so a sequence's
+// KVCache::block_table (or a KVCache::Reading's) is its row of a PagedBatch's table and its length
+// its seq_len. Only for a cache made with max_blocks > 0, whose blocks lie in one allocation
+// (reserved here if no append has yet); else throws attn::Error naming max_blocks. The pools stay
+// valid as long as the cache; write them through KVCache::append only (append_pages would not
 // update lengths, shared blocks or int8 scales), and append to or drop a sequence only when
 // no paged_attention call is reading it.
 struct CachePools {
@@ -123,9 +126,9 @@ PagedOutput paged_attention(const TensorView& q, const PagePool& keys, const Pag
 // skips the token (padding). k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv] (engines' [tokens, heads,
 // dim]; any float dtype, any strides with a contiguous last dim), rounded to the pools'
 // dtype. int8, int4: each token's row (or group) of each KV head is quantised once with its
-// own scale (as KVCache), so slots may be filled in any order; fp8: each element rounded
-// alone. A slot past the pool or given twice, a bad shape, or a value that is not finite
-// for int8, int4 or fp8 throws attn::Error naming the argument, and nothing is written.
+// own scale (and offset, zero_point) as KVCache, so slots may be filled in any order; fp8: each
+// element rounded alone. A slot past the pool or given twice, a bad shape, or a value that is not
+// finite for int8, int4 or fp8 throws attn::Error naming the argument, and nothing is written.
 // rotary: the keys are rotated at rotary.positions (one per token) before they are stored.
 void append_pages(const TensorView& k, const TensorView& v, std::span<const std::int64_t> slots,
                   const PagePool& keys, const PagePool& values, const Rotary& rotary = {});

@@ -35,6 +35,7 @@ CachePools cache_pools(KVCache& cache) {
     if (cache::has_scales(config.dtype)) {
       p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
       p.group = config.group;
+      p.zero_point = config.zero_point;
     }
     return p;
   };
@@ -78,6 +79,7 @@ void check_pool(const char* name, const PagePool& pool) {
   }
   cache::check_int4_dims(n, pool.dtype, {{".dim", pool.dim}});
   cache::check_group(n + ".group", pool.dtype, pool.group, {pool.dim});
+  cache::check_zero_point(n + ".zero_point", pool.dtype, pool.zero_point);
 }
 
 }  // namespace
@@ -104,6 +106,9 @@ void check_pools(const PagePool& keys, const PagePool& values) {
         std::to_string(values.heads_kv));
   agree("group", keys.group, values.group, std::to_string(keys.group),
         std::to_string(values.group));
+  const auto shown = [](bool zero_point) { return zero_point ? "true" : "false"; };
+  agree("zero_point", keys.zero_point, values.zero_point, shown(keys.zero_point),
+        shown(values.zero_point));
 }
 
 cache::PageRows rows_of(const PagePool& pool) {
@@ -115,6 +120,7 @@ cache::PageRows rows_of(const PagePool& pool) {
   rows.data = static_cast<std::byte*>(pool.data);
   rows.scales = pool.scales;
   rows.group = pool.group;
+  rows.zero_point = pool.zero_point;
   const Index row = cache::row_bytes(pool.dtype, pool.dim);
   rows.page_bytes = pool.page_size * pool.heads_kv * row;
   const bool token_major = pool.layout == PageLayout::token_major;
@@ -124,7 +130,7 @@ cache::PageRows rows_of(const PagePool& pool) {
     rows.head_scales = 1;
     return rows;
   }
-  const Index groups = rows.groups();
+  const Index groups = rows.row_scales();
   rows.page_scales = pool.page_size * pool.heads_kv * groups;
   rows.head_scales = token_major ? groups : pool.page_size * groups;
   rows.slot_scales = token_major ? pool.heads_kv * groups : groups;

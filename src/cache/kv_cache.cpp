@@ -105,6 +105,7 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
   }
   cache::check_int4_dims("", config.dtype, {{"dim", config.dim}, {"dim_v", config.dim_v}});
   cache::check_group("group", config.dtype, config.group, {config.dim, config.dim_v});
+  cache::check_zero_point("zero_point", config.dtype, config.zero_point);
   // int4 rows are half as many bytes as elements, as if of dim / 2 one-byte elements.
   const Index per_row = config.dtype == CacheDType::int4 ? 2 : 1;
   key_block_bytes_ = block_bytes(config, config.dim / per_row, "dim", element_size());
@@ -176,7 +177,9 @@ std::size_t KVCache::element_size() const {
 }
 
 Index KVCache::scales_per_row(bool values) const {
-  return config_.group > 0 ? (values ? config_.dim_v : config_.dim) / config_.group : 1;
+  const Index groups =
+      config_.group > 0 ? (values ? config_.dim_v : config_.dim) / config_.group : 1;
+  return config_.zero_point ? 2 * groups : groups;
 }
 
 std::size_t KVCache::scales_per_block(bool values) const {
@@ -497,7 +500,7 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
           const int code = config_.dtype == CacheDType::int4
                                ? int4_code(reinterpret_cast<const Int4Pair*>(codes), d)
                                : reinterpret_cast<const std::int8_t*>(codes)[d];
-          dst[d] = static_cast<float>(code) * scales[d / group];
+          dst[d] = cache::code_value(code, scales, d / group, config_.zero_point);
         }
         continue;
       }

@@ -1,5 +1,7 @@
 #include "cache/page_rows.hpp"
 
+#include <cmath>
+
 #include "cache/kv_cache_blocks.hpp"
 #include "core/argument_checks.hpp"
 #include "core/float8.hpp"
@@ -47,6 +49,20 @@ void check_group(const std::string& name, CacheDType dtype, Index group,
     core::fail(name, "0 (a scale per row), or 32, 64 or 128 dividing the head dim (" + shown + ")",
                std::to_string(group));
   }
+}
+
+void check_zero_point(const std::string& name, CacheDType dtype, bool zero_point) {
+  if (zero_point && !has_scales(dtype)) {
+    core::fail(name,
+               std::string("false for ") + cache_dtype_name(dtype) +
+                   " (zero points are for int8 and int4)",
+               "true");
+  }
+}
+
+float code_value(int code, const float* row_scales, Index g, bool zero_point) {
+  if (!zero_point) return static_cast<float>(code) * row_scales[g];
+  return std::fma(static_cast<float>(code), row_scales[2 * g], row_scales[2 * g + 1]);
 }
 
 void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes) {
@@ -103,9 +119,10 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.cache = &cache;
   rows.values = values;
   rows.group = config.group;
+  rows.zero_point = config.zero_point;
   rows.slot_bytes = row_bytes(config.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
-  rows.slot_scales = rows.groups();
+  rows.slot_scales = rows.row_scales();
   return rows;
 }
 

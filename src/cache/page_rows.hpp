@@ -29,6 +29,11 @@ void check_int4_dims(const std::string& prefix, CacheDType dtype,
 // 128 dividing each of dims.
 void check_group(const std::string& name, CacheDType dtype, Index group,
                  std::initializer_list<Index> dims);
+// Throws attn::Error naming `name` for zero_point with a dtype other than int8 and int4.
+void check_zero_point(const std::string& name, CacheDType dtype, bool zero_point);
+// The value of a code of group g of a row whose scales start at row_scales, as the kernels
+// read it: code * scale, or with zero_point code * scale + offset, rounded once.
+float code_value(int code, const float* row_scales, Index g, bool zero_point);
 bool is_fp8(CacheDType dtype);
 // An fp8 pool's codes of n elements: from float64 values (finite), and back as float32.
 void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes);
@@ -46,8 +51,10 @@ struct PageRows {
   // int8 and int4: one per (page, KV head, slot), laid out as the rows, or with group > 0
   // one per group of `group` elements of each row, the row's groups one after another. fp8
   // (a caller's pool, optional): one per KV head (head_scales 1, the other strides 0).
+  // zero_point: each a (scale, offset) pair.
   float* scales = nullptr;
   Index group = 0;
+  bool zero_point = false;
   // In bytes: from one page, KV head and slot to the next.
   Index page_bytes = 0, head_bytes = 0, slot_bytes = 0;
   // In scales: from one page, KV head and slot to the next (a KVCache's: slot_scales only).
@@ -60,8 +67,9 @@ struct PageRows {
   // int8, int4 and head-scaled fp8: the scales of slot 0 of the page's KV head, slot s's
   // slot_scales later (found once per page, as rows is, by the kernel's walk over keys).
   const float* scale_row(std::int32_t page, Index head) const { return &scale_ref(page, head, 0); }
-  // Scales per row: its groups, or 1.
+  // Scales per row: its groups, or 1; and floats of them (twice as many with zero_point).
   Index groups() const { return group > 0 ? dim / group : 1; }
+  Index row_scales() const { return zero_point ? 2 * groups() : groups(); }
   // An fp8 pool with a scale per KV head.
   bool head_scaled() const { return is_fp8(dtype) && scales != nullptr; }
 };

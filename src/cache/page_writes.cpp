@@ -20,6 +20,46 @@ void load(const NewRows& in, Index i, Index h, double* row) {
     core::rotate(*in.rotary, in.rows.shape[3], in.rotary->positions[i], row);
 }
 
+void set_code(CacheDType dtype, std::byte* codes, Index d, long code) {
+  if (dtype == CacheDType::int4) {
+    set_int4_code(reinterpret_cast<Int4Pair*>(codes), d, static_cast<int>(code));
+  } else {
+    reinterpret_cast<std::int8_t*>(codes)[d] = static_cast<std::int8_t>(code);
+  }
+}
+
+// One row's codes and its groups' scales (and offsets). Symmetric: int8's scale max |x| /
+// 127; int4's q4_0's m / -8, for m the element of largest magnitude (the first of equals),
+// which so takes the code -8 exactly. zero_point: the group's [min, max] over every code
+// (KVCacheConfig::zero_point), codes rounded against the offset as stored.
+void quantise_row(const PageRows& pool, const double* row, float* scales, std::byte* codes) {
+  const bool int4 = pool.dtype == CacheDType::int4;
+  const long lowest = int4 ? -8 : -128 + !pool.zero_point, highest = int4 ? 7 : 127;
+  const Index group = pool.group > 0 ? pool.group : pool.dim;
+  for (Index g = 0; g < pool.dim / group; ++g) {
+    const double* part = row + g * group;
+    float scale = 0.0f, offset = 0.0f;
+    if (pool.zero_point) {
+      const auto [min, max] = std::minmax_element(part, part + group);
+      scale = static_cast<float>((*max - *min) / static_cast<double>(highest - lowest));
+      offset = static_cast<float>(*min - static_cast<double>(lowest) * scale);
+      scales[2 * g] = scale;
+      scales[2 * g + 1] = offset;
+    } else {
+      double largest = 0.0;
+      for (Index d = 0; d < group; ++d) {
+        if (std::abs(part[d]) > std::abs(largest)) largest = part[d];
+      }
+      scale = static_cast<float>(int4 ? largest / -8.0 : std::abs(largest) / 127.0);
+      scales[g] = scale;
+    }
+    for (Index d = 0; d < group; ++d) {
+      const double x = scale != 0.0f ? (part[d] - offset) / scale : 0.0;
+      set_code(pool.dtype, codes, g * group + d, std::clamp<long>(std::lround(x), lowest, highest));
+    }
+  }
+}
+
 }  // namespace
 
 void check_finite_for_codes(const char* name, const NewRows& in, Index heads_kv, CacheDType dtype) {
@@ -76,33 +116,10 @@ void write_run(const PageRows& pool, std::int32_t page, Index slot, const NewRow
       continue;
     }
     // int8 / int4: each token's row (or each group of it) quantised once, with its own
-    // scale: int8's max |x| / 127; int4's q4_0's m / -8, for m the element of largest
-    // magnitude (the first of equals), which so takes the code -8 exactly.
-    const bool int4 = pool.dtype == CacheDType::int4;
-    const long lowest = int4 ? -8 : -127, highest = int4 ? 7 : 127;
-    const Index group = pool.group > 0 ? pool.group : dim;
+    // scale (and offset).
     for (Index i = 0; i < count; ++i) {
       load(in, first + i, h, row.data());
-      float* scales = &pool.scale_ref(page, h, slot + i);
-      std::byte* out = at(slot + i);
-      for (Index g = 0; g < dim / group; ++g) {
-        const double* part = row.data() + g * group;
-        double largest = 0.0;
-        for (Index d = 0; d < group; ++d) {
-          if (std::abs(part[d]) > std::abs(largest)) largest = part[d];
-        }
-        const auto scale = static_cast<float>(int4 ? largest / -8.0 : std::abs(largest) / 127.0);
-        scales[g] = scale;
-        for (Index d = 0; d < group; ++d) {
-          const double x = scale != 0.0f ? part[d] / scale : 0.0;
-          const long code = std::clamp<long>(std::lround(x), lowest, highest);
-          if (int4) {
-            set_int4_code(reinterpret_cast<Int4Pair*>(out), g * group + d, static_cast<int>(code));
-          } else {
-            reinterpret_cast<std::int8_t*>(out)[g * group + d] = static_cast<std::int8_t>(code);
-          }
-        }
-      }
+      quantise_row(pool, row.data(), &pool.scale_ref(page, h, slot + i), at(slot + i));
     }
   }
 }

@@ -121,7 +121,7 @@ Bf16Products bf16_products(const DecodeProblem& p) {
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
 // token, fp8's per KV head), or for rows read with their group scales (grouped int8, int4)
-// the rows with them.
+// the rows with them, with their offsets too where the codes have zero points.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
@@ -130,6 +130,8 @@ struct TileRows {
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
   tile::GroupedRow<T> grouped_keys[Traits::kKeyTile];
   tile::GroupedRow<T> grouped_values[Traits::kKeyTile];
+  tile::GroupedRow<T, true> zero_point_keys[Traits::kKeyTile];
+  tile::GroupedRow<T, true> zero_point_values[Traits::kKeyTile];
 
   Index count() const { return t1 - t0; }
 };
@@ -271,7 +273,11 @@ class TaskKernel {
         if constexpr (kScaled) {
           const float* key_scales = k_scales + slot * keys.slot_scales;
           const float* value_scales = v_scales + slot * values.slot_scales;
-          if (grouped_) {
+          if (zero_point_) {
+            rows.zero_point_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
+            rows.zero_point_values[t - t0] = {rows.values[t - t0], value_scales,
+                                              value_scale_shift_};
+          } else if (grouped_) {
             rows.grouped_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
             rows.grouped_values[t - t0] = {rows.values[t - t0], value_scales, value_scale_shift_};
           } else {
@@ -321,6 +327,10 @@ class TaskKernel {
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
     }
     if constexpr (kScaled) {
+      if (zero_point_) {
+        return tile_of(rows, rows.zero_point_keys, rows.zero_point_values, ahead, row_begin,
+                       row_end);
+      }
       if (grouped_) {
         return tile_of(rows, rows.grouped_keys, rows.grouped_values, ahead, row_begin, row_end);
       }
@@ -332,7 +342,10 @@ class TaskKernel {
     for (Index t = 0; t < rows.count(); ++t) {
       float* key = s_.key_floats.get() + t * p_.dim;
       float* value = s_.value_floats.get() + t * p_.dim_v;
-      if (grouped_) {
+      if (zero_point_) {
+        tile::widen_row(rows.zero_point_keys[t], p_.dim, key);
+        tile::widen_row(rows.zero_point_values[t], p_.dim_v, value);
+      } else if (grouped_) {
         tile::widen_row(rows.grouped_keys[t], p_.dim, key);
         tile::widen_row(rows.grouped_values[t], p_.dim_v, value);
       } else if constexpr (!kInt4) {
@@ -584,8 +597,10 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  // Rows read with their scale per group (int4: per row when there are no groups).
-  const bool grouped_ = kInt4 || (kInt8 && p_.keys.group > 0);
+  // Rows read with their scale per group (int4, and int8 with zero points: per row when
+  // there are no groups), and with an offset beside each scale.
+  const bool grouped_ = kInt4 || (kInt8 && (p_.keys.group > 0 || p_.keys.zero_point));
+  const bool zero_point_ = kScaled && p_.keys.zero_point;
   // Scores times each key's scale and weights times each value's: int8 with a scale per
   // token, fp8 where a pool has head scales (1 where the other has none).
   const bool row_scales_ =

@@ -12,6 +12,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -125,11 +126,13 @@ HWY_INLINE float load_code(const T* row, Index d) {
 
 // A row of int8 or int4 codes with a scale per group of elements (grouped caches, and int4's
 // one scale a row): element d is its code times scales[d >> scale_shift], one float32
-// product (one rounding), read in registers by the micro-kernels where they take a row
-// pointer; the same bits on every target. A vector (at most 16 floats: the kernels assume
-// vectors of at most 512 bits, as decode's softmax steps of 16 keys do) lies within one
-// group (32, 64 or 128 elements) and one nibble's run of int4 bytes.
-template <class T>
+// product (one rounding), or with kZeroPoint, scales holding (scale, offset) pairs, code *
+// scale + offset in one multiply-add (one rounding); read in registers by the
+// micro-kernels where they take a row pointer; the same bits on every target. A vector (at
+// most 16 floats: the kernels assume vectors of at most 512 bits, as decode's softmax steps
+// of 16 keys do) lies within one group (32, 64 or 128 elements) and one nibble's run of
+// int4 bytes.
+template <class T, bool kZeroPoint = false>
 struct GroupedRow {
   const T* codes = nullptr;
   const float* scales = nullptr;
@@ -142,17 +145,28 @@ template <class T>
 HWY_INLINE VF row_floats(DF df, const T* HWY_RESTRICT row, Index d) {
   return load_floats(df, row + d);
 }
-template <class T>
-HWY_INLINE VF row_floats(DF df, const GroupedRow<T>& row, Index d) {
-  return hn::Mul(load_codes(df, row.codes, d), hn::Set(df, row.scales[d >> row.scale_shift]));
+template <class T, bool kZeroPoint>
+HWY_INLINE VF row_floats(DF df, const GroupedRow<T, kZeroPoint>& row, Index d) {
+  const Index g = d >> row.scale_shift;
+  if constexpr (kZeroPoint) {
+    return hn::MulAdd(load_codes(df, row.codes, d), hn::Set(df, row.scales[2 * g]),
+                      hn::Set(df, row.scales[2 * g + 1]));
+  } else {
+    return hn::Mul(load_codes(df, row.codes, d), hn::Set(df, row.scales[g]));
+  }
 }
 template <class T>
 HWY_INLINE float row_float(const T* row, Index d) {
   return load_float(row, d);
 }
-template <class T>
-HWY_INLINE float row_float(const GroupedRow<T>& row, Index d) {
-  return load_code(row.codes, d) * row.scales[d >> row.scale_shift];
+template <class T, bool kZeroPoint>
+HWY_INLINE float row_float(const GroupedRow<T, kZeroPoint>& row, Index d) {
+  const Index g = d >> row.scale_shift;
+  if constexpr (kZeroPoint) {
+    return std::fma(load_code(row.codes, d), row.scales[2 * g], row.scales[2 * g + 1]);
+  } else {
+    return load_code(row.codes, d) * row.scales[g];
+  }
 }
 
 // out[0 .. n) = row[0 .. n) as float32, by the reads above: what a micro-kernel reading

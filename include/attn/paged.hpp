@@ -45,7 +45,9 @@ struct PagePool {
   // `group` elements of each row: [pages, page_size, heads_kv, dim / group] or
   // [pages, heads_kv, page_size, dim / group].
   // With zero_point, each scale is a (scale, offset) pair, [..., 2], an element being its
-  // code * scale + offset (asymmetric codes, as KVCacheConfig::zero_point).
+  // code * scale + offset (asymmetric codes, as KVCacheConfig::zero_point). Key and value
+  // pools agree on zero_point, and symmetric int8 pools on group (int4 and zero points read
+  // each side with its own).
   // fp8 only, optional: float32, one per KV head, [heads_kv], positive and finite, an element
   // being its code * its head's scale (vLLM's k_scale and v_scale, per head); null for 1.
   float* scales = nullptr;

@@ -166,6 +166,7 @@ class KVCache:
             Literal["float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3", "fp8_e5m2"]
         ] = None,
         group: int = 0,
+        zero_point: bool = False,
         max_blocks: int = 0,
     ) -> None: ...
     def add_sequence(self) -> int: ...
@@ -193,6 +194,7 @@ class KVCache:
     dtype: Optional[str]  # None until the first append when it follows the data
     max_blocks: int
     group: int  # int8, int4: elements per scale along the head dim; 0: one scale per row
+    zero_point: bool  # int8, int4: an offset beside each scale (asymmetric codes)
 
 def decode(
     q: Array, cache: KVCache, seq_ids: Sequence[int], *, return_lse: bool = False,

@@ -151,6 +151,11 @@ class KVCache:
         elements of a token's row its own scale, as llama.cpp's q8_0 blocks of 32 and
         OpenVINO's group size, so that an outlier channel coarsens only its own group; 0
         (the default) one scale per token and head.
+    zero_point: int8 and int4: asymmetric codes (llama.cpp's q4_1, OpenVINO's u8 and u4 with
+        zero points): each row (or group) keeps an offset beside its scale, an element
+        reading as code * scale + offset, so the codes span its own [min, max]; each element
+        within half a step ((max - min) / 255 or / 15) plus 2^-22 of its largest magnitude.
+        False (the default): symmetric codes, as above.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
         lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
@@ -164,7 +169,7 @@ class KVCache:
     """
 
     def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, group=0,
-                 max_blocks=0):
+                 zero_point=False, max_blocks=0):
         if dtype is not None and dtype not in _CACHE_DTYPES:
             raise Error(f"dtype: expected one of None (follow the data), {', '.join(_CACHE_DTYPES)}, "
                         f"given {dtype!r}")
@@ -173,6 +178,10 @@ class KVCache:
                                            ("dim_v", dim if dim_v is None else dim_v),
                                            ("page_size", page_size), ("group", group),
                                            ("max_blocks", max_blocks))}
+        if not isinstance(zero_point, (bool, np.bool_)):
+            raise ArgumentTypeError(f"zero_point: expected a bool, given "
+                                    f"{type(zero_point).__name__}")
+        self._sizes["zero_point"] = bool(zero_point)
         # Until the first append, a dtype that follows the data is undecided: the extension's
         # cache is a float32 one (the widest, so the size checks hold for any choice) holding
         # only empty sequences, rebuilt in the chosen dtype under _choosing.
@@ -330,7 +339,8 @@ class KVCache:
         which paged_attention reads as bfloat16, and uint8 codes, which it reads with
         kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"; int4 as uint8 [..., dim / 2] code
         pairs, read with kv_cache_dtype="int4"); the scales float32 [max_blocks, heads_kv,
-        page_size] for int8 and int4 ([..., dim / group] with a group), else None. Block
+        page_size] for int8 and int4 ([..., dim / group] with a group; with zero_point
+        [..., groups, 2], (scale, offset) pairs, groups 1 without a group), else None. Block
         numbers are page numbers: with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()
@@ -390,6 +400,9 @@ class KVCache:
     group = property(lambda self: self._cache.group,
                      doc="int8's and int4's elements per scale along the head dim; 0: a scale "
                          "per row.")
+    zero_point = property(lambda self: self._cache.zero_point,
+                          doc="Whether int8's and int4's codes are asymmetric, an offset beside "
+                              "each scale.")
 
     def __repr__(self):
         return (f"attn.KVCache(heads_kv={self.heads_kv}, dim={self.dim}, dim_v={self.dim_v}, "

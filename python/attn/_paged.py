@@ -171,7 +171,10 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major; or one per group of D / G
                      elements of each row, [..., G] (G groups of 32, 64 or 128 elements);
-                     int4 pools take them too. float8 pools: optional, one scale per KV
+                     int4 pools take them too. With zero points (asymmetric codes, as
+                     KVCache(zero_point=True)), (scale, offset) pairs, [..., G, 2] (G = 1:
+                     one pair a row): x = code * scale + offset, rounded to float32 once.
+                     float8 pools: optional, one scale per KV
                      head, [Hkv] float32 or a number for every head (vLLM's k_scale and
                      v_scale): x = code * scale
         block_table: [S, max_pages] int32: sequence s's token t is in page
@@ -215,8 +218,8 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
 
     Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
     slots [n] integers; pools and scales as in attn.paged_attention. int8: each token's row
-    of each KV head is quantised once, with its own scale (max |x| / 127), so nothing written
-    before changes. float8: each element (divided by its KV head's scale, with key_scales or
+    of each KV head is quantised once, with its own scale (max |x| / 127; with zero points,
+    its own scale and offset over its [min, max]), so nothing written before changes. float8: each element (divided by its KV head's scale, with key_scales or
     value_scales) rounded to the nearest code (ties to even), magnitudes past the largest
     finite one (448 for e4m3, 57344 for e5m2) stored as it; int8 and float8 refuse keys or
     values that are not finite. A slot past the pool or given twice is refused, and then

@@ -177,18 +177,19 @@ void append_batch(KVCache& cache, const std::vector<KVCache::SequenceId>& seq, c
 
 using ReadOnlyArray = nb::ndarray<nb::numpy, nb::ro>;
 
-// One of cache_pools' pools ([pages, Hkv, page_size, dim], head-major) or its int8 scales
-// ([pages, Hkv, page_size], or [pages, Hkv, page_size, dim / group] with groups) as a
-// read-only NumPy array on the cache's memory, keeping the cache alive.
+// One of cache_pools' pools ([pages, Hkv, page_size, dim], head-major) or its int8 and int4
+// scales ([pages, Hkv, page_size], or [pages, Hkv, page_size, dim / group] with groups; with
+// zero points, [pages, Hkv, page_size, groups, 2]: (scale, offset) pairs, groups 1 for one a
+// row) as a read-only NumPy array on the cache's memory, keeping the cache alive.
 ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
   const auto pages = static_cast<std::size_t>(pool.pages);
   const auto heads = static_cast<std::size_t>(pool.heads_kv);
   if (scales) {
-    const std::size_t shape[4] = {
+    const std::size_t shape[5] = {
         pages, heads, static_cast<std::size_t>(pool.page_size),
-        static_cast<std::size_t>(pool.group > 0 ? pool.dim / pool.group : 1)};
-    return ReadOnlyArray(pool.scales, pool.group > 0 ? 4 : 3, shape, owner, nullptr,
-                         nb::dtype<float>());
+        static_cast<std::size_t>(pool.group > 0 ? pool.dim / pool.group : 1), 2};
+    const std::size_t dims = pool.zero_point ? 5 : pool.group > 0 ? 4 : 3;
+    return ReadOnlyArray(pool.scales, dims, shape, owner, nullptr, nb::dtype<float>());
   }
   // int4: the bytes of each row, two codes each.
   const std::size_t shape[4] = {
@@ -263,16 +264,18 @@ void bind_generation(nb::module_& m) {
       .def(
           "__init__",
           [](KVCache* self, Index heads_kv, Index dim, Index dim_v, Index page_size,
-             const std::string& dtype, Index group, Index max_blocks) {
+             const std::string& dtype, Index group, bool zero_point, Index max_blocks) {
             new (self) KVCache({.heads_kv = heads_kv,
                                 .dim = dim,
                                 .dim_v = dim_v,
                                 .page_size = page_size,
                                 .dtype = cache_dtype(dtype),
                                 .group = group,
+                                .zero_point = zero_point,
                                 .max_blocks = max_blocks});
           },
-          "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "group"_a, "max_blocks"_a)
+          "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "group"_a, "zero_point"_a,
+          "max_blocks"_a)
       .def("add_sequence", &KVCache::add_sequence)
       .def("fork", &KVCache::fork, "parent"_a)
       .def(
@@ -309,6 +312,7 @@ void bind_generation(nb::module_& m) {
       .def_prop_ro("page_size", [](const KVCache& c) { return c.config().page_size; })
       .def_prop_ro("max_blocks", [](const KVCache& c) { return c.config().max_blocks; })
       .def_prop_ro("group", [](const KVCache& c) { return c.config().group; })
+      .def_prop_ro("zero_point", [](const KVCache& c) { return c.config().zero_point; })
       .def_prop_ro("dtype", [](const KVCache& c) { return cache_dtype_name(c.config().dtype); });
 }
 

@@ -87,10 +87,12 @@ CacheDType pool_dtype(const Array& pool, const char* name, const std::string& kv
 }
 
 // A pool array [pages, page_size, Hkv, D] (token_major) or [pages, Hkv, page_size, D]
-// (head_major), C-contiguous in CPU memory, with its int8 scales, one per token and KV head
-// ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D), or its
-// fp8 scales, one per KV head ([Hkv]). PagePool holds mutable pointers for append_pages;
-// paged_attention's read-only arrays are only read.
+// (head_major), C-contiguous in CPU memory, with its int8 or int4 scales, one per token and KV
+// head ([pages, page_size, Hkv] or [pages, Hkv, page_size]: the pool's layout without D) or
+// per group of each row ([..., D / group]), or with zero points (scale, offset) pairs per
+// group ([..., G, 2], G = 1 for one pair a row); or its fp8 scales, one per KV head ([Hkv]).
+// PagePool holds mutable pointers for append_pages; paged_attention's read-only arrays are only
+// read.
 template <class Array, class ScalesArray>
 PagePool pool_of(const Array& array, const char* name, PageLayout layout,
                  const std::string& kv_cache_dtype, const std::optional<ScalesArray>& scales,
@@ -128,12 +130,14 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
     }
     return pool;
   }
-  // A fourth dim holds each row's groups of scales: their count says the group.
+  // A fourth dim holds each row's groups of scales: their count says the group. A fifth of
+  // 2 makes them (scale, offset) pairs.
   const std::size_t dims = scales->ndim();
-  const Index groups = dims == 4 ? static_cast<Index>(scales->shape(3)) : 1;
+  const Index groups = dims >= 4 ? static_cast<Index>(scales->shape(3)) : 1;
   const Index wanted[3] = {pool.pages, token_major ? pool.page_size : pool.heads_kv,
                            token_major ? pool.heads_kv : pool.page_size};
-  bool fits = dims == 3 || (dims == 4 && groups > 0 && pool.dim % groups == 0);
+  bool fits = dims == 3 || ((dims == 4 || (dims == 5 && scales->shape(4) == 2)) && groups > 0 &&
+                            pool.dim % groups == 0);
   for (std::size_t d = 0; d < std::min<std::size_t>(dims, 3); ++d) {
     fits = fits && static_cast<Index>(scales->shape(d)) == wanted[d];
   }
@@ -142,10 +146,11 @@ PagePool pool_of(const Array& array, const char* name, PageLayout layout,
          "shape [" + std::to_string(wanted[0]) + ", " + std::to_string(wanted[1]) + ", " +
              std::to_string(wanted[2]) + "] (one scale per token and KV head of " + name +
              ", in its layout) or that and the groups of each row, [..., " +
-             std::to_string(pool.dim) + " / group]",
+             std::to_string(pool.dim) + " / group], or with zero points [..., groups, 2]",
          given);
   }
-  pool.group = dims == 4 ? pool.dim / groups : 0;
+  pool.zero_point = dims == 5;
+  pool.group = dims == 4 || (dims == 5 && groups > 1) ? pool.dim / groups : 0;
   return pool;
 }
 

@@ -25,8 +25,8 @@ using attn::Index;
 // q [total_q, Hq, D] of q_dtype (attn::DType: float32 or bfloat16); key and value pools of
 // `dtype` in `layout` (0: token-major [pages, page_size, Hkv, D], 1: head-major [pages, Hkv,
 // page_size, D]) with int8 and int4 scales, one per token and KV head in the pool's layout
-// (or, with group > 0, one per group of `group` elements of each row), or fp8 ones, one per KV
-// head (or null);
+// (or, with group > 0, one per group of `group` elements of each row; with zero_point,
+// (scale, offset) pairs), or fp8 ones, one per KV head (or null);
 // query_start [S + 1], seq_lens [S] and table [S, max_pages] int32; causal, a left window,
 // softcap and pv_precision (attn::PvPrecision) as Options has them. Out: the kernel's
 // float32 state rows [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).
@@ -52,6 +52,7 @@ struct PagedArgs {
   std::int32_t q_dtype;
   std::int32_t pv_precision;
   Index group;
+  std::int32_t zero_point;
 };
 
 attn::PagePool pool_of(const PagedArgs& a, bool values) {
@@ -63,7 +64,8 @@ attn::PagePool pool_of(const PagedArgs& a, bool values) {
           a.heads_kv,
           values ? a.dim_v : a.dim,
           values ? a.value_scales : a.key_scales,
-          a.group};
+          a.group,
+          a.zero_point != 0};
 }
 
 }  // namespace

@@ -38,11 +38,12 @@ class _Batch:
     spare pages between), and the float64 values they hold."""
 
     def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7, q_dtype="float32",
-                 dim_v=DIM_V, group=0, dim=DIM, head_scales=False):
+                 dim_v=DIM_V, group=0, dim=DIM, head_scales=False, zero_point=False):
         rng = np.random.default_rng(seed)
         self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
         self.q_dtype, self.dim_v, self.group, self.dim = q_dtype, dim_v, group, dim
         self.head_scales = head_scales  # fp8: a scale per KV head
+        self.zero_point = zero_point  # int8, int4: an offset beside each scale
         self.max_pages = max(1, max(-(-length // page) for length, _ in sequences))
         self.pages = 2 * len(sequences) * self.max_pages
         order = rng.permutation(self.pages)
@@ -54,8 +55,13 @@ class _Batch:
         self.values = np.zeros(shape + (dim_v // per_byte,), STORED[dtype])
         # Per token, or per group of each row.
         groups = [(n // group,) if group else () for n in (self.dim, dim_v)]
+        if zero_point:  # (scale, offset) pairs, [..., groups, 2]
+            groups = [(n // group if group else 1, 2) for n in (self.dim, dim_v)]
         self.key_scales = (0.02 + 0.01 * rng.random(shape + groups[0])).astype(np.float32)
         self.value_scales = (0.02 + 0.01 * rng.random(shape + groups[1])).astype(np.float32)
+        if zero_point:
+            for scales in (self.key_scales, self.value_scales):
+                scales[..., 1] = rng.uniform(-1, 1, scales.shape[:-1])
         if head_scales:
             self.key_scales, self.value_scales = (
                 (0.05 + 4 * rng.random(HEADS_KV)).astype(np.float32) for _ in range(2))
@@ -79,17 +85,21 @@ class _Batch:
         self.q = rng.standard_normal((total_q, HEADS_Q, self.dim)).astype(STORED[q_dtype])
 
     def _store(self, pool, at, x, scale):
+        offset = 0.0
+        if self.zero_point:
+            scale, offset = (np.repeat(part, len(x) // len(part)) for part in scale.T)
+            x = x - offset
         if self.dtype in ("int8", "int4"):
-            scale = np.repeat(scale, self.group) if self.group else scale
+            scale = np.repeat(scale, self.group) if self.group and not self.zero_point else scale
             if self.dtype == "int4":
                 codes = np.clip(np.round(x / scale), -8, 7).astype(np.int64)
                 # core/int4.hpp: in each block of 32, element j < 16 the low nibble of byte
                 # j, element j + 16 its high nibble.
                 blocks = (codes & 0xF).reshape(-1, 32)
                 pool[at] = (blocks[:, :16] | (blocks[:, 16:] << 4)).reshape(-1)
-                return codes * scale
+                return codes * scale + offset
             pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
-            return pool[at].astype(np.float64) * scale
+            return pool[at].astype(np.float64) * scale + offset
         if self.head_scales:
             pool[at] = (x / scale).astype(STORED[self.dtype])
             return pool[at].astype(np.float64) * scale
@@ -111,7 +121,7 @@ class _Batch:
                               for n in (rows, rows, rows * self.dim_v))
         scaled = self.dtype in ("int8", "int4") or self.head_scales
         args = struct.pack(
-            "<QQQQQiiiiQQQqqqqqqqqddQQQiiq",
+            "<QQQQQiiiiQQQqqqqqqqqddQQQiiqi",
             put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
             put(self.keys.tobytes()), put(self.values.tobytes()),
             put(self.key_scales.tobytes()) if scaled else 0,
@@ -120,7 +130,7 @@ class _Batch:
             put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
             self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, self.dim, self.dim_v,
             window_left, 1 / np.sqrt(self.dim), softcap, m_at, l_at, acc_at,
-            Q_DTYPES[self.q_dtype], PV_PRECISIONS[pv_precision], self.group)
+            Q_DTYPES[self.q_dtype], PV_PRECISIONS[pv_precision], self.group, self.zero_point)
         emulator.call("emulated_paged", put(args))
 
         def read(at, count):
@@ -185,12 +195,15 @@ def _rows(state, first, count):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,group", [("int8", 32), ("int4", 32), ("int4", 0)])
-def test_scaled_codes_match_float64(emulator, layout, dtype, group):
+@pytest.mark.parametrize("dtype,group,zero_point,dim", [
+    ("int8", 32, False, 64), ("int4", 32, False, 64), ("int4", 0, False, 64),
+    ("int8", 0, True, DIM), ("int4", 32, True, 64)])
+def test_scaled_codes_match_float64(emulator, layout, dtype, group, zero_point, dim):
     """int8 and int4 with a scale per group of 32 elements of each row, and int4 with one
-    per row (tests/paged_test.cpp's bound for them): the rows read with their scales in
+    per row, and both with zero points (int8's per row of d 40, a tail past the last vector)
+    (tests/paged_test.cpp's bound for them): the rows read with their scales (and offsets) in
     registers by the AVX-512 target (tile::GroupedRow)."""
-    batch = _Batch(dtype, layout, 16, group=group, dim=64, dim_v=32)
+    batch = _Batch(dtype, layout, 16, group=group, dim=dim, dim_v=32, zero_point=zero_point)
     state = batch.run(emulator, batch.q, batch.sequences, batch.table)
     _expect_matches_float64(batch, state, context_nmse=1e-11)
 

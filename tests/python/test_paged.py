@@ -378,11 +378,13 @@ def int4_codes(pairs):
 
 @pytest.mark.parametrize("layout", ["token_major", "head_major"])
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
-def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
-    """int8 and int4 with a scale per group of 32 elements ([..., D / 32] scales):
-    append_pages finds each group's scale (quantised once), paged_attention matches float64
-    over what the pools hold, and a KVCache with group=32 holds the same codes and scales
-    and decodes to the same bits."""
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype, zero_point):
+    """int8 and int4 with a scale per group of 32 elements ([..., D / 32] scales), or with
+    zero points a (scale, offset) pair per group ([..., D / 32, 2]): append_pages finds each
+    group's scale (quantised once), paged_attention matches float64 over what the pools hold,
+    and a KVCache with group=32 holds the same codes and scales and decodes to the same
+    bits."""
     d, dv, group, page_size, lengths = 64, 32, 32, 16, [37, 70]
     rng = np.random.default_rng(6)
     shape = (12, page_size, HKV) if layout == "token_major" else (12, HKV, page_size)
@@ -390,14 +392,16 @@ def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
     k_cache, v_cache = (np.zeros(shape + (n // 2,), np.uint8) if int4
                         else np.zeros(shape + (n,), np.int8) for n in (d, dv))
     kind = {"kv_cache_dtype": "int4"} if int4 else {}
-    k_scales = np.zeros(shape + (d // group,), np.float32)
-    v_scales = np.zeros(shape + (dv // group,), np.float32)
+    pair = (2,) if zero_point else ()
+    k_scales = np.zeros(shape + (d // group,) + pair, np.float32)
+    v_scales = np.zeros(shape + (dv // group,) + pair, np.float32)
     table = np.array([[3, 0, 7, 0, 0], [5, 1, 2, 9, 11]], np.int32)
     k = [rng.standard_normal((n, HKV, d)) * np.where(np.arange(d) == 40, 30.0, 1.0)
          for n in lengths]
     v = [rng.standard_normal((n, HKV, dv)) for n in lengths]
     cache = attn.KVCache(HKV, d, dv, page_size=page_size, dtype=dtype, group=group,
-                         max_blocks=12)
+                         zero_point=zero_point, max_blocks=12)
+    assert cache.zero_point == zero_point
     ids = [cache.add_sequence() for _ in lengths]
     for s, n in enumerate(lengths):
         slots = [table[s, t // page_size] * page_size + t % page_size for t in range(n)]
@@ -415,15 +419,24 @@ def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
                         for pool in (k_cache, v_cache))
         if int4:
             keys, values = int4_codes(keys.astype(np.uint8)), int4_codes(values.astype(np.uint8))
-        keys = keys.reshape(HKV, n, d) * np.repeat(
-            gathered(k_scales, None, table[s], n, page_size, layout), group, axis=-1)
-        values = values.reshape(HKV, n, dv) * np.repeat(
-            gathered(v_scales, None, table[s], n, page_size, layout), group, axis=-1)
-        # Within a step of the row's largest magnitude (int8: half of one), and far closer
-        # in the group without the outlier channel.
-        steps = 8 if int4 else 254
+        def scaled(codes, scales, dim):
+            coefficients = np.repeat(gathered(scales, None, table[s], n, page_size, layout),
+                                     group, axis=2)
+            if not zero_point:
+                return codes.reshape(HKV, n, dim) * coefficients
+            # code * scale + offset, rounded to float32 once (what the format defines)
+            exact = codes.reshape(HKV, n, dim) * coefficients[..., 0] + coefficients[..., 1]
+            return exact.astype(np.float32).astype(np.float64)
+
+        keys, values = scaled(keys, k_scales, d), scaled(values, v_scales, dv)
+        # Within a step of the row's largest magnitude (int8: half of one), or with zero
+        # points half a step of its range, and far closer in the group without the outlier
+        # channel.
         error = np.abs(keys - k[s].transpose(1, 0, 2))
-        assert error.max() <= np.abs(k[s]).max() / steps + 1e-6
+        if zero_point:
+            assert error.max() <= np.ptp(k[s]) / (30 if int4 else 510) + 1e-6
+        else:
+            assert error.max() <= np.abs(k[s]).max() / (8 if int4 else 254) + 1e-6
         assert error[:, :, :32].max() < (0.6 if int4 else 0.02)
         want_out, want_lse, _ = numpy_reference.attention(
             q[rows].astype(np.float64).transpose(1, 0, 2)[None], keys[None], values[None],
@@ -432,7 +445,7 @@ def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
         assert nmse(lse[rows], want_lse[0].T) < 1e-12
         alone = attn.decode(q[rows].transpose(1, 0, 2)[None], cache, [ids[s]], causal=True)
         kc, vc, ks, vs = cache.pools()
-        assert ks.shape == (12, HKV, page_size, d // group)
+        assert ks.shape == (12, HKV, page_size, d // group) + pair
         pool_table, pool_lens = cache.block_tables([ids[s]])
         from_pools = attn.paged_attention(q[rows], kc, vc, pool_table, pool_lens,
                                           [0, query_start[s + 1] - query_start[s]],
@@ -446,6 +459,34 @@ def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype):
         attn.paged_attention(q, k_cache, v_cache, table, seq_lens, query_start, layout=layout,
                              key_scales=np.zeros(shape + (3,), np.float32), value_scales=v_scales,
                              **kind)
+
+
+def test_zero_points_of_whole_rows_come_back_through_the_pools():
+    """An int8 KVCache with zero points and one pair a row (d 40: no group divides it): its
+    pools show [..., 1, 2] pairs, which paged_attention reads as one pair a row, to the bits
+    of decode over the cache; the keys read back within half a step of their row's range.
+    zero_point is for int8 and int4 only, and a bool."""
+    d, dv, n = 40, 24, 50
+    rng = np.random.default_rng(8)
+    cache = attn.KVCache(HKV, d, dv, page_size=16, dtype="int8", zero_point=True, max_blocks=6)
+    seq = cache.add_sequence()
+    k = rng.standard_normal((HKV, n, d)) + 3.0  # on one side of zero
+    cache.append(seq, k, rng.standard_normal((HKV, n, dv)))
+    error = np.abs(cache.keys(seq) - k)
+    assert error.max() <= (k.max(axis=-1) - k.min(axis=-1)).max() / 510 + 1e-5
+    kc, vc, ks, vs = cache.pools()
+    assert ks.shape == (6, HKV, 16, 1, 2) and vs.shape == (6, HKV, 16, 1, 2)
+    q = rng.standard_normal((1, HQ, d)).astype(np.float32)
+    table, seq_lens = cache.block_tables([seq])
+    from_pools = attn.paged_attention(q, kc, vc, table, seq_lens, [0, 1], layout="head_major",
+                                      key_scales=ks, value_scales=vs)
+    alone = attn.decode(q.transpose(1, 0, 2)[None], cache, [seq])
+    assert np.array_equal(from_pools, alone[0].transpose(1, 0, 2))
+    with pytest.raises(ValueError, match="^zero_point: expected false for .* \\(zero points are "
+                                         "for int8 and int4\\), given true"):
+        attn.KVCache(HKV, d, dv, dtype="float16", zero_point=True)
+    with pytest.raises(TypeError, match="^zero_point: expected a bool, given str"):
+        attn.KVCache(HKV, d, dv, dtype="int8", zero_point="yes")
 
 
 def test_kvcache_pools_are_the_caches_memory_read_only():

@@ -219,8 +219,9 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
     Shapes: k [n, Hkv, D], v [n, Hkv, Dv] (any float dtype, rounded to the pools' dtype),
     slots [n] integers; pools and scales as in attn.paged_attention. int8: each token's row
     of each KV head is quantised once, with its own scale (max |x| / 127; with zero points,
-    its own scale and offset over its [min, max]), so nothing written before changes. float8: each element (divided by its KV head's scale, with key_scales or
-    value_scales) rounded to the nearest code (ties to even), magnitudes past the largest
+    its own scale and offset over its [min, max]), so nothing written before changes.
+    float8: each element (divided by its KV head's scale, with key_scales or value_scales)
+    rounded to the nearest code (ties to even), magnitudes past the largest
     finite one (448 for e4m3, 57344 for e5m2) stored as it; int8 and float8 refuse keys or
     values that are not finite. A slot past the pool or given twice is refused, and then
     nothing is written. With rotary, each key is rotated at positions[i] ([n] ints,

@@ -29,13 +29,15 @@ struct DecodeCase {
 };
 
 // A cache storage format, the bytes a step reads per key (or value) row of one head (its
-// elements and, for int8 and int4, the row's float32 scales) and the dtype of the queries: a
+// elements and, for int8 and int4, the row's float32 scales and offsets) and the dtype of the
+// queries: a
 // model's own dtype for a 16-bit cache, as a serving engine passes them, else float32.
 struct Format {
   CacheDType dtype;
   Index row_bytes;
   DType queries;
-  Index group = 0;  // int8: elements per scale (0: one per row)
+  Index group = 0;          // int8, int4: elements per scale (0: one per row)
+  bool zero_point = false;  // int8, int4: an offset beside each scale
 };
 
 Format format_of(const std::string& name) {
@@ -45,11 +47,15 @@ Format format_of(const std::string& name) {
   if (name == "int8") return {CacheDType::int8, kDim + 4, DType::f32};
   if (name == "int8_g32") return {CacheDType::int8, kDim + 4 * kDim / 32, DType::f32, 32};
   if (name == "int4_g32") return {CacheDType::int4, kDim / 2 + 4 * kDim / 32, DType::f32, 32};
+  if (name == "int8_zp") return {CacheDType::int8, kDim + 8, DType::f32, 0, true};
+  if (name == "int4_g32_zp") {
+    return {CacheDType::int4, kDim / 2 + 8 * kDim / 32, DType::f32, 32, true};
+  }
   if (name == "fp8_e4m3") return {CacheDType::fp8_e4m3, kDim, DType::f32};
   if (name == "fp8_e5m2") return {CacheDType::fp8_e5m2, kDim, DType::f32};
   throw std::invalid_argument(
-      "--formats: expected f16, bf16, f32, int8, int8_g32, int4_g32, fp8_e4m3 or fp8_e5m2, "
-      "given " +
+      "--formats: expected f16, bf16, f32, int8, int8_g32, int4_g32, int8_zp, int4_g32_zp, "
+      "fp8_e4m3 or fp8_e5m2, given " +
       name);
 }
 
@@ -63,6 +69,7 @@ KVCache filled_cache(const std::vector<Index>& lengths, const Format& format,
                  .page_size = kPage,
                  .dtype = format.dtype,
                  .group = format.group,
+                 .zero_point = format.zero_point,
                  .max_blocks = 0});
   constexpr Index kChunk = 4096;
   Tensor chunk(DType::f16, {1, kHeadsKv, kChunk, kDim});
@@ -109,7 +116,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(Index{1}, Index{1024}));
   app.add_option("--formats", format_names,
                  "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8, "
-                 "int8_g32 and int4_g32: a scale per 32 elements, fp8_e4m3, fp8_e5m2)")
+                 "int8_g32 and int4_g32: a scale per 32 elements, int8_zp and int4_g32_zp: "
+                 "with zero points, fp8_e4m3, fp8_e5m2)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The context error each KV cache format costs, beside llama.cpp's q8_0 and q4_0.
+"""The context error each KV cache format costs, beside llama.cpp's q8_0, q4_0 and q4_1.
 
 One decode step (GQA Hq 32 on Hkv 8, D 128, --length cached tokens, one query per head)
 over keys and values stored in each format: attn's through attn.KVCache and attn.decode,
 llama.cpp's by their published block definitions (blocks of 32 along D, a float16 scale
 each: q8_0 x = d * q with d = max|x| / 127 and q = round(x / d); q4_0 x = d * (q - 8) with
-d = m / -8 for m the block's element of largest magnitude and q = min(15, trunc(x / d + 8.5)))
-applied to the same data and attended in float64. NMSE of the context against float64
+d = m / -8 for m the block's element of largest magnitude and q = min(15, trunc(x / d + 8.5));
+q4_1 x = d * q + m with d = (max - min) / 15, m = min and q = min(15, trunc((x - m) / d + 0.5)),
+both float16) applied to the same data and attended in float64. NMSE of the context against float64
 attention over the unrounded data, on normal keys and values and on heavy-tailed keys (a
 few outlier channels, as real keys have).
 """
@@ -25,6 +26,9 @@ ATTN_FORMATS = [("float16", {"dtype": "float16"}, 16), ("bfloat16", {"dtype": "b
                 ("int8 group 32", {"dtype": "int8", "group": 32}, 8 + 32 / 32),
                 ("int4", {"dtype": "int4"}, 4 + 32 / D),
                 ("int4 group 32", {"dtype": "int4", "group": 32}, 4 + 32 / 32),
+                ("int8 zero point", {"dtype": "int8", "zero_point": True}, 8 + 64 / D),
+                ("int4 zero point group 32", {"dtype": "int4", "group": 32, "zero_point": True},
+                 4 + 64 / 32),
                 ("fp8_e4m3", {"dtype": "fp8_e4m3"}, 8), ("fp8_e5m2", {"dtype": "fp8_e5m2"}, 8)]
 
 
@@ -42,6 +46,16 @@ def q4_0(x):
     inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
     q = np.minimum(15, np.trunc(blocks * inverse + 8.5))
     return ((q - 8) * d).reshape(x.shape)
+
+
+def q4_1(x):
+    blocks = x.reshape(*x.shape[:-1], -1, BLOCK)
+    low, high = blocks.min(-1, keepdims=True), blocks.max(-1, keepdims=True)
+    d = ((high - low) / 15).astype(np.float16).astype(np.float64)
+    m = low.astype(np.float16).astype(np.float64)
+    inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.trunc((blocks - low) * inverse + 0.5))
+    return (q * d + m).reshape(x.shape)
 
 
 def attention(q, k, v):
@@ -84,10 +98,11 @@ def main():
             cache.append(seq, k.astype(np.float32), v.astype(np.float32))
             got = attn.decode(q[None, :, None].astype(np.float32), cache, [seq])[0, :, 0]
             rows.setdefault(name, {})[kind] = nmse(got.astype(np.float64), want)
-        for name, rounded in (("llama.cpp q8_0", q8_0), ("llama.cpp q4_0", q4_0)):
+        for name, rounded in (("llama.cpp q8_0", q8_0), ("llama.cpp q4_0", q4_0),
+                              ("llama.cpp q4_1", q4_1)):
             rows.setdefault(name, {})[kind] = nmse(attention(q, rounded(k), rounded(v)), want)
     bits = {name: n for name, _, n in ATTN_FORMATS}
-    bits.update({"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5})
+    bits.update({"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5, "llama.cpp q4_1": 5})
     print(f"Hq {HQ}, Hkv {HKV}, D {D}, Lk {args.length}: context NMSE against float64")
     print("| format | bits per element | " + " | ".join(kinds) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in kinds) + " |")

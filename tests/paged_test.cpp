@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 
+#include "attn/attention.hpp"
 #include "attn/decode.hpp"
 #include "attn/paged.hpp"
 #include "core/float8.hpp"
@@ -1222,6 +1223,90 @@ TEST(Paged, AppendedScaledPagesAreTheKVCachesBytes) {
       }
     }
   }
+}
+
+// A KVCache of fp8 with a scale per KV head (KVCacheConfig::k_scale, v_scale): each element
+// stored as the code of x / scale and read back as code * scale; cache_pools shows the
+// scales, and paged_attention over the pools gives decode's bits, within float32's bound of
+// float64 over what the cache holds, on every target. Scales for another dtype, of another
+// count, or not positive and finite are refused naming the field.
+TEST(Paged, Fp8CacheHeadScalesAreStoredShownAndRead) {
+  constexpr Index kHeadsKv = 2, kHeadsQ = 4, kDim = 64, kDimV = 32, kLength = 70;
+  const std::vector<float> k_scale{0.5f, 3.0f}, v_scale{2.0f, 0.25f};
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor k(DType::f32, {1, kHeadsKv, kLength, kDim}), v(DType::f32, {1, kHeadsKv, kLength, kDimV});
+  for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = 4.0f * normal(rng);
+  for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
+  for (const CacheDType dtype : {CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
+    SCOPED_TRACE(cache_dtype_name(dtype));
+    KVCache cache({.heads_kv = kHeadsKv,
+                   .dim = kDim,
+                   .dim_v = kDimV,
+                   .page_size = 16,
+                   .dtype = dtype,
+                   .max_blocks = 8,
+                   .k_scale = k_scale,
+                   .v_scale = v_scale});
+    const KVCache::SequenceId id = cache.add_sequence();
+    cache.append(id, k.view(), v.view());
+    for (const bool values : {false, true}) {
+      const Tensor& given = values ? v : k;
+      const Tensor got = values ? cache.values(id) : cache.keys(id);
+      const Index dim = values ? kDimV : kDim;
+      for (Index h = 0; h < kHeadsKv; ++h) {
+        const float scale = (values ? v_scale : k_scale)[static_cast<std::size_t>(h)];
+        for (Index i = h * kLength * dim; i < (h + 1) * kLength * dim; ++i) {
+          const float x = given.data_as<float>()[i] / scale;
+          const float code = dtype == CacheDType::fp8_e4m3 ? to_float(to_float8_e4m3(x))
+                                                           : to_float(to_float8_e5m2(x));
+          ASSERT_EQ(got.data_as<float>()[i], code * scale) << "element " << i;
+        }
+      }
+    }
+    const CachePools pools = cache_pools(cache);
+    ASSERT_NE(pools.keys.scales, nullptr);
+    EXPECT_EQ(std::vector<float>(pools.keys.scales, pools.keys.scales + kHeadsKv), k_scale);
+    EXPECT_EQ(std::vector<float>(pools.values.scales, pools.values.scales + kHeadsKv), v_scale);
+    Tensor q(DType::f32, {1, kHeadsQ, 1, kDim});
+    for (Index i = 0; i < q.numel(); ++i) q.data_as<float>()[i] = normal(rng);
+    Tensor want_context(DType::f64, {1, kHeadsQ, 1, kDimV}),
+        want_lse(DType::f64, {1, kHeadsQ, 1, 1});
+    const Tensor keys = cache.keys(id), values = cache.values(id);
+    forward_into(q.view(), keys.view(), values.view(), {},
+                 Outputs{want_context.mutable_view(), want_lse.mutable_view(), std::nullopt});
+    const std::vector<std::int32_t> table = cache.block_table(id);
+    const std::vector<std::int32_t> query_start{0, 1}, seq_lens{kLength};
+    // q as paged_attention takes it, [1, total_q, Hq, D]: the same floats in the same order.
+    Tensor q_rows(DType::f32, {1, 1, kHeadsQ, kDim});
+    std::copy_n(q.data_as<float>(), q.numel(), q_rows.data_as<float>());
+    for_each_target([&] {
+      const Decoded decoded = decode(q.view(), cache, {id});
+      const PagedOutput paged =
+          paged_attention(q_rows.view(), pools.keys, pools.values,
+                          {query_start, seq_lens, table, static_cast<Index>(table.size())});
+      EXPECT_EQ(std::memcmp(decoded.context.data(), paged.context.data(),
+                            static_cast<std::size_t>(kHeadsQ * kDimV) * sizeof(float)),
+                0);
+      EXPECT_LT(compare(decoded.context.view(), want_context.view()).nmse, 1e-12);
+      EXPECT_LT(compare(decoded.lse.view(), want_lse.view()).nmse, 1e-12);
+    });
+  }
+  const auto refused = [](KVCacheConfig config) {
+    return error_message([&] { KVCache cache(config); });
+  };
+  const KVCacheConfig fp8{.heads_kv = 2, .dtype = CacheDType::fp8_e4m3};
+  KVCacheConfig one_scale = fp8;
+  one_scale.k_scale = {1.0f};
+  EXPECT_EQ(refused(one_scale), "k_scale: expected one scale per KV head (2), given 1");
+  KVCacheConfig zero_scale = fp8;
+  zero_scale.v_scale = {1.0f, 0.0f};
+  EXPECT_EQ(refused(zero_scale),
+            "v_scale: expected a positive finite scale per KV head, given 0.000000 for head 1");
+  KVCacheConfig int8 = one_scale;
+  int8.dtype = CacheDType::int8;
+  EXPECT_EQ(refused(int8),
+            "k_scale: expected none for int8 (a scale per KV head is for fp8), given 1 scales");
 }
 
 TEST(Paged, BadAppendsAreRefusedNamingTheArgumentAndWriteNothing) {

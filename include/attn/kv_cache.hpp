@@ -27,16 +27,16 @@ namespace attn {
 // sequence token by token, in chunks or at once stores the same bytes. Each element is
 // within half a scale step (max |x| / 254 of its row, or of its group) of its value. fp8_e4m3,
 // fp8_e5m2: OCP's 8-bit floats (vLLM's kv_cache_dtype "fp8_e4m3" and "fp8_e5m2", PyTorch's
-// float8_e4m3fn and float8_e5m2), unscaled: each element rounded to the nearest code, ties
-// to even, magnitudes past the largest finite code (448, 57344) stored as it; within 2^-4
-// (e4m3) or 2^-3 (e5m2) of its magnitude relative, or half the smallest subnormal step
-// (2^-10, 2^-17) absolute. int4: two signed 4-bit codes a byte (llama.cpp's q4_0 order,
-// core/int4.hpp), with a float32 scale per row or group (KVCacheConfig::group) chosen as
-// q4_0 chooses it: d = m / -8 for m the element of largest magnitude, codes round(x / d)
-// clamped to [-8, 7], so that m itself is exact; dim and dim_v multiples of 32. int8 and
-// int4 with KVCacheConfig::zero_point are asymmetric instead (llama.cpp's q4_1, OpenVINO's
-// u8 and u4 with zero points). int8, int4 and fp8 refuse non-finite keys and values on
-// append.
+// float8_e4m3fn and float8_e5m2), unscaled or with a scale per KV head
+// (KVCacheConfig::k_scale, v_scale: the code of x / scale): each element rounded to the nearest
+// code, ties to even, magnitudes past the largest finite code (448, 57344) stored as it; within
+// 2^-4 (e4m3) or 2^-3 (e5m2) of its magnitude relative, or half the smallest subnormal step (2^-10,
+// 2^-17) absolute. int4: two signed 4-bit codes a byte (llama.cpp's q4_0 order, core/int4.hpp),
+// with a float32 scale per row or group (KVCacheConfig::group) chosen as q4_0 chooses it: d = m /
+// -8 for m the element of largest magnitude, codes round(x / d) clamped to [-8, 7], so that m
+// itself is exact; dim and dim_v multiples of 32. int8 and int4 with KVCacheConfig::zero_point are
+// asymmetric instead (llama.cpp's q4_1, OpenVINO's u8 and u4 with zero points). int8, int4 and fp8
+// refuse non-finite keys and values on append.
 enum class CacheDType : std::uint8_t { f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2, int4 };
 
 const char* cache_dtype_name(CacheDType dtype);
@@ -65,6 +65,10 @@ struct KVCacheConfig {
   // the blocks lie in one allocation of max_blocks blocks (reserved at the first append or
   // cache_pools call, touched as blocks are used), which attn::cache_pools shows whole.
   Index max_blocks = 0;
+  // fp8 only, optional: a scale per KV head for the keys and one for the values (vLLM's
+  // k_scale and v_scale, per head), positive and finite; empty: 1. An element is stored as
+  // the code of x / scale and reads as code * scale.
+  std::vector<float> k_scale = {}, v_scale = {};
 };
 
 namespace cache {

@@ -168,6 +168,8 @@ class KVCache:
         group: int = 0,
         zero_point: bool = False,
         max_blocks: int = 0,
+        k_scale: Union[None, float, Sequence[float], Array] = None,
+        v_scale: Union[None, float, Sequence[float], Array] = None,
     ) -> None: ...
     def add_sequence(self) -> int: ...
     def fork(self, parent: int) -> int: ...
@@ -195,6 +197,8 @@ class KVCache:
     max_blocks: int
     group: int  # int8, int4: elements per scale along the head dim; 0: one scale per row
     zero_point: bool  # int8, int4: an offset beside each scale (asymmetric codes)
+    k_scale: Optional[list[float]]  # fp8: a scale per KV head of the keys; None for 1
+    v_scale: Optional[list[float]]
 
 def decode(
     q: Array, cache: KVCache, seq_ids: Sequence[int], *, return_lse: bool = False,

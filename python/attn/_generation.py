@@ -127,6 +127,21 @@ _STATE_REFUSES = (("sinks", "give them to attn.finalize, which counts them once"
 attention_state.__doc__ += _request.OPTIONS_DOC
 
 
+def _head_scales(x, name, heads_kv):
+    """An fp8 cache's scales per KV head as the extension takes them: a list of heads_kv
+    floats (one number or one-element array standing for every head), [] for none."""
+    if x is None:
+        return []
+    if _arrays.is_torch(x):
+        x = x.detach().cpu().double().numpy()
+    try:
+        a = np.asarray(x, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"{name}: expected a number or an array of one scale per KV "
+                                f"head, given {type(x).__name__}") from None
+    return [float(s) for s in (np.full(heads_kv, a[0]) if a.size == 1 else a)]
+
+
 class KVCache:
     """Paged key/value storage for many sequences, as vLLM's block table: a pool of blocks
     of page_size tokens, a block table per sequence, a free list for dropped sequences'
@@ -156,6 +171,10 @@ class KVCache:
         reading as code * scale + offset, so the codes span its own [min, max]; each element
         within half a step ((max - min) / 255 or / 15) plus 2^-22 of its largest magnitude.
         False (the default): symmetric codes, as above.
+    k_scale, v_scale: fp8 only: a scale per KV head for the keys and one for the values
+        (vLLM's k_scale and v_scale, per head; a number for every head), positive and
+        finite: each element is stored as the code of x / scale and reads as code * scale.
+        None (the default): 1.
     max_blocks: 0 lets the pool grow; else appends past it raise ValueError, and the blocks
         lie in one allocation, which pools() shows to attn.paged_attention. Sizes whose
         block (heads_kv * page_size * dim * element size) could not fit in memory raise
@@ -169,7 +188,7 @@ class KVCache:
     """
 
     def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, group=0,
-                 zero_point=False, max_blocks=0):
+                 zero_point=False, max_blocks=0, k_scale=None, v_scale=None):
         if dtype is not None and dtype not in _CACHE_DTYPES:
             raise Error(f"dtype: expected one of None (follow the data), {', '.join(_CACHE_DTYPES)}, "
                         f"given {dtype!r}")
@@ -182,6 +201,8 @@ class KVCache:
             raise ArgumentTypeError(f"zero_point: expected a bool, given "
                                     f"{type(zero_point).__name__}")
         self._sizes["zero_point"] = bool(zero_point)
+        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+            self._sizes[name] = _head_scales(scale, name, self._sizes["heads_kv"])
         # Until the first append, a dtype that follows the data is undecided: the extension's
         # cache is a float32 one (the widest, so the size checks hold for any choice) holding
         # only empty sequences, rebuilt in the chosen dtype under _choosing.
@@ -340,7 +361,8 @@ class KVCache:
         kv_cache_dtype="fp8_e4m3" or "fp8_e5m2"; int4 as uint8 [..., dim / 2] code
         pairs, read with kv_cache_dtype="int4"); the scales float32 [max_blocks, heads_kv,
         page_size] for int8 and int4 ([..., dim / group] with a group; with zero_point
-        [..., groups, 2], (scale, offset) pairs, groups 1 without a group), else None. Block
+        [..., groups, 2], (scale, offset) pairs, groups 1 without a group), fp8's k_scale
+        and v_scale [heads_kv], else None. Block
         numbers are page numbers: with block_tables(ids), a ragged batch over the cache is
 
             kc, vc, ks, vs = cache.pools()
@@ -400,6 +422,10 @@ class KVCache:
     group = property(lambda self: self._cache.group,
                      doc="int8's and int4's elements per scale along the head dim; 0: a scale "
                          "per row.")
+    k_scale = property(lambda self: self._cache.k_scale or None,
+                       doc="fp8's scale per KV head of the keys; None for 1.")
+    v_scale = property(lambda self: self._cache.v_scale or None,
+                       doc="fp8's scale per KV head of the values; None for 1.")
     zero_point = property(lambda self: self._cache.zero_point,
                           doc="Whether int8's and int4's codes are asymmetric, an offset beside "
                               "each scale.")

@@ -180,10 +180,14 @@ using ReadOnlyArray = nb::ndarray<nb::numpy, nb::ro>;
 // One of cache_pools' pools ([pages, Hkv, page_size, dim], head-major) or its int8 and int4
 // scales ([pages, Hkv, page_size], or [pages, Hkv, page_size, dim / group] with groups; with
 // zero points, [pages, Hkv, page_size, groups, 2]: (scale, offset) pairs, groups 1 for one a
-// row) as a read-only NumPy array on the cache's memory, keeping the cache alive.
+// row), or its fp8 head scales ([Hkv]), as a read-only NumPy array on the cache's memory,
+// keeping the cache alive.
 ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
   const auto pages = static_cast<std::size_t>(pool.pages);
   const auto heads = static_cast<std::size_t>(pool.heads_kv);
+  if (scales && cache::is_fp8(pool.dtype)) {
+    return ReadOnlyArray(pool.scales, 1, &heads, owner, nullptr, nb::dtype<float>());
+  }
   if (scales) {
     const std::size_t shape[5] = {
         pages, heads, static_cast<std::size_t>(pool.page_size),
@@ -207,9 +211,9 @@ ReadOnlyArray pool_array(const PagePool& pool, nb::handle owner, bool scales) {
 nb::tuple pools_of(KVCache& cache) {
   const CachePools pools = cache_pools(cache);
   const nb::handle owner = nb::find(&cache);
-  const bool scaled = cache::has_scales(cache.config().dtype);
   const auto scales = [&](const PagePool& pool) {
-    return scaled ? nb::object(nb::cast(pool_array(pool, owner, true))) : nb::none();
+    return pool.scales != nullptr ? nb::object(nb::cast(pool_array(pool, owner, true)))
+                                  : nb::none();
   };
   return nb::make_tuple(pool_array(pools.keys, owner, false),
                         pool_array(pools.values, owner, false), scales(pools.keys),
@@ -264,7 +268,8 @@ void bind_generation(nb::module_& m) {
       .def(
           "__init__",
           [](KVCache* self, Index heads_kv, Index dim, Index dim_v, Index page_size,
-             const std::string& dtype, Index group, bool zero_point, Index max_blocks) {
+             const std::string& dtype, Index group, bool zero_point, Index max_blocks,
+             const std::vector<float>& k_scale, const std::vector<float>& v_scale) {
             new (self) KVCache({.heads_kv = heads_kv,
                                 .dim = dim,
                                 .dim_v = dim_v,
@@ -272,10 +277,12 @@ void bind_generation(nb::module_& m) {
                                 .dtype = cache_dtype(dtype),
                                 .group = group,
                                 .zero_point = zero_point,
-                                .max_blocks = max_blocks});
+                                .max_blocks = max_blocks,
+                                .k_scale = k_scale,
+                                .v_scale = v_scale});
           },
           "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "group"_a, "zero_point"_a,
-          "max_blocks"_a)
+          "max_blocks"_a, "k_scale"_a, "v_scale"_a)
       .def("add_sequence", &KVCache::add_sequence)
       .def("fork", &KVCache::fork, "parent"_a)
       .def(
@@ -313,6 +320,8 @@ void bind_generation(nb::module_& m) {
       .def_prop_ro("max_blocks", [](const KVCache& c) { return c.config().max_blocks; })
       .def_prop_ro("group", [](const KVCache& c) { return c.config().group; })
       .def_prop_ro("zero_point", [](const KVCache& c) { return c.config().zero_point; })
+      .def_prop_ro("k_scale", [](const KVCache& c) { return c.config().k_scale; })
+      .def_prop_ro("v_scale", [](const KVCache& c) { return c.config().v_scale; })
       .def_prop_ro("dtype", [](const KVCache& c) { return cache_dtype_name(c.config().dtype); });
 }
 

@@ -1,9 +1,9 @@
 #include "api/page_pools.hpp"
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cache/kv_cache_blocks.hpp"
 #include "core/argument_checks.hpp"
@@ -37,6 +37,8 @@ CachePools cache_pools(KVCache& cache) {
       p.group = config.group;
       p.zero_point = config.zero_point;
     }
+    const std::vector<float>& head_scales = values ? config.v_scale : config.k_scale;
+    if (!head_scales.empty()) p.scales = const_cast<float*>(head_scales.data());
     return p;
   };
   return {pool(false), pool(true)};
@@ -62,13 +64,7 @@ void check_pool(const char* name, const PagePool& pool) {
          std::to_string(pool.pages));
   }
   if (cache::is_fp8(pool.dtype) && pool.scales != nullptr) {
-    for (Index h = 0; h < pool.heads_kv; ++h) {
-      const float scale = pool.scales[h];
-      if (!(std::isfinite(scale) && scale > 0.0f)) {
-        fail(n + ".scales", "a positive finite scale per KV head",
-             std::to_string(scale) + " for head " + std::to_string(h));
-      }
-    }
+    cache::check_head_scales(n + ".scales", pool.scales, pool.heads_kv);
   } else if (cache::has_scales(pool.dtype) != (pool.scales != nullptr)) {
     fail(n + ".scales",
          cache::has_scales(pool.dtype)

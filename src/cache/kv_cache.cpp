@@ -106,6 +106,21 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
   cache::check_int4_dims("", config.dtype, {{"dim", config.dim}, {"dim_v", config.dim_v}});
   cache::check_group("group", config.dtype, config.group, {config.dim, config.dim_v});
   cache::check_zero_point("zero_point", config.dtype, config.zero_point);
+  for (const auto& [name, scales] :
+       {std::pair{"k_scale", &config.k_scale}, std::pair{"v_scale", &config.v_scale}}) {
+    if (scales->empty()) continue;
+    if (!cache::is_fp8(config.dtype)) {
+      fail(name,
+           std::string("none for ") + cache_dtype_name(config.dtype) +
+               " (a scale per KV head is for fp8)",
+           std::to_string(scales->size()) + " scales");
+    }
+    if (static_cast<Index>(scales->size()) != config.heads_kv) {
+      fail(name, "one scale per KV head (" + std::to_string(config.heads_kv) + ")",
+           std::to_string(scales->size()));
+    }
+    cache::check_head_scales(name, scales->data(), config.heads_kv);
+  }
   // int4 rows are half as many bytes as elements, as if of dim / 2 one-byte elements.
   const Index per_row = config.dtype == CacheDType::int4 ? 2 : 1;
   key_block_bytes_ = block_bytes(config, config.dim / per_row, "dim", element_size());
@@ -507,6 +522,10 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       if (cache::is_fp8(config_.dtype)) {
         cache::fp8_widen(config_.dtype,
                          reinterpret_cast<const std::uint8_t*>(base) + (t % page) * dim, dim, dst);
+        const std::vector<float>& head_scales = values ? config_.v_scale : config_.k_scale;
+        if (!head_scales.empty()) {
+          for (Index d = 0; d < dim; ++d) dst[d] *= head_scales[static_cast<std::size_t>(h)];
+        }
         continue;
       }
       const TensorView rows(base, cache::storage_dtype(config_.dtype), {1, 1, page, dim});

@@ -1,6 +1,8 @@
 #include "cache/page_rows.hpp"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "cache/kv_cache_blocks.hpp"
 #include "core/argument_checks.hpp"
@@ -60,6 +62,15 @@ void check_zero_point(const std::string& name, CacheDType dtype, bool zero_point
   }
 }
 
+void check_head_scales(const std::string& name, const float* scales, Index heads) {
+  for (Index h = 0; h < heads; ++h) {
+    if (!(std::isfinite(scales[h]) && scales[h] > 0.0f)) {
+      core::fail(name, "a positive finite scale per KV head",
+                 std::to_string(scales[h]) + " for head " + std::to_string(h));
+    }
+  }
+}
+
 float code_value(int code, const float* row_scales, Index g, bool zero_point) {
   if (!zero_point) return static_cast<float>(code) * row_scales[g];
   return std::fma(static_cast<float>(code), row_scales[2 * g], row_scales[2 * g + 1]);
@@ -105,7 +116,8 @@ std::byte* PageRows::rows(std::int32_t page, Index head) const {
 }
 
 float& PageRows::scale_ref(std::int32_t page, Index head, Index slot) const {
-  if (cache != nullptr) return BlockAccess::scale_ref(*cache, page, head, slot, values);
+  if (cache != nullptr && scales == nullptr)
+    return BlockAccess::scale_ref(*cache, page, head, slot, values);
   return scales[page * page_scales + head * head_scales + slot * slot_scales];
 }
 
@@ -123,6 +135,13 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.slot_bytes = row_bytes(config.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
   rows.slot_scales = rows.row_scales();
+  const std::vector<float>& head_scales = values ? config.v_scale : config.k_scale;
+  if (is_fp8(config.dtype) && !head_scales.empty()) {
+    // Read through the cache's config, never written.
+    rows.scales = const_cast<float*>(head_scales.data());
+    rows.head_scales = 1;
+    rows.slot_scales = 0;
+  }
   return rows;
 }
 

@@ -34,6 +34,9 @@ void check_zero_point(const std::string& name, CacheDType dtype, bool zero_point
 // The value of a code of group g of a row whose scales start at row_scales, as the kernels
 // read it: code * scale, or with zero_point code * scale + offset, rounded once.
 float code_value(int code, const float* row_scales, Index g, bool zero_point);
+// Throws attn::Error naming `name` unless each of the heads' fp8 scales is positive and
+// finite.
+void check_head_scales(const std::string& name, const float* scales, Index heads);
 bool is_fp8(CacheDType dtype);
 // An fp8 pool's codes of n elements: from float64 values (finite), and back as float32.
 void fp8_narrow(CacheDType dtype, const double* row, Index n, std::uint8_t* codes);

@@ -3,6 +3,7 @@ torch tensors, written and read in place): against the float64 NumPy oracle over
 batch in both layouts and every storage dtype; chunked prefill bit for bit; bad input
 refused naming the argument, with nothing written."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -331,6 +332,50 @@ def test_fp8_head_scales_match_the_reference(layout, dtype):
                                    key_scales=k_scale, value_scales=batch.v_scales,
                                    return_lse=True, causal=True)
         assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_kvcache_head_scales_are_stored_shown_and_read(dtype):
+    """A KVCache of fp8 with k_scale and v_scale (a scale per KV head, or one number for
+    every head): keys() reads code * scale for the code of x / scale, pools() shows the
+    scales, and paged_attention over the pools gives decode's bits, within float32's bound of
+    float64 over what the cache holds. Scales are for fp8, one per KV head, positive."""
+    d, dv, n = 64, 32, 40
+    rng = np.random.default_rng(4)
+    k = (4 * rng.standard_normal((HKV, n, d))).astype(np.float32)
+    v = rng.standard_normal((HKV, n, dv)).astype(np.float32)
+    codes = ml_dtypes.float8_e4m3fn if dtype == "fp8_e4m3" else ml_dtypes.float8_e5m2
+    for k_scale, v_scale in (([0.5, 3.0], [2.0, 0.25]), (0.75, np.float32(1.5))):
+        cache = attn.KVCache(HKV, d, dv, dtype=dtype, k_scale=k_scale, v_scale=v_scale,
+                             max_blocks=4)
+        k_heads = np.broadcast_to(np.float32(k_scale), (HKV,))
+        v_heads = np.broadcast_to(np.float32(v_scale), (HKV,))
+        assert cache.k_scale == k_heads.tolist() and cache.v_scale == v_heads.tolist()
+        seq = cache.add_sequence()
+        cache.append(seq, k, v)
+        stored = (k / k_heads[:, None, None]).astype(codes).astype(np.float32)
+        assert np.array_equal(cache.keys(seq), stored * k_heads[:, None, None])
+        kc, vc, ks, vs = cache.pools()
+        assert ks.tolist() == k_heads.tolist() and vs.tolist() == v_heads.tolist()
+        q = rng.standard_normal((1, HQ, d)).astype(np.float32)
+        table, seq_lens = cache.block_tables([seq])
+        out = attn.paged_attention(q, kc, vc, table, seq_lens, [0, 1], layout="head_major",
+                                   key_scales=ks, value_scales=vs, kv_cache_dtype=dtype)
+        alone = attn.decode(q.transpose(1, 0, 2)[None], cache, [seq])
+        assert np.array_equal(out, alone[0].transpose(1, 0, 2))
+        want, _, _ = numpy_reference.attention(
+            q.astype(np.float64).transpose(1, 0, 2)[None], cache.keys(seq)[None].astype(
+                np.float64), cache.values(seq)[None].astype(np.float64))
+        assert nmse(out, want[0].transpose(1, 0, 2)) < 1e-12
+    with pytest.raises(ValueError, match="^k_scale: expected one scale per KV head \\(2\\), "
+                                         "given 3"):
+        attn.KVCache(HKV, d, dtype=dtype, k_scale=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="^v_scale: expected a positive finite scale per KV "
+                                         "head, given -1"):
+        attn.KVCache(HKV, d, dtype=dtype, v_scale=-1.0)
+    with pytest.raises(ValueError, match="^k_scale: expected none for int8 \\(a scale per KV "
+                                         "head is for fp8\\)"):
+        attn.KVCache(HKV, d, dtype="int8", k_scale=1.0)
 
 
 def test_fp8_head_scales_are_checked_naming_the_argument():

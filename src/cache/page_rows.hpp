@@ -53,7 +53,8 @@ struct PageRows {
   std::byte* data = nullptr;
   // int8 and int4: one per (page, KV head, slot), laid out as the rows, or with group > 0
   // one per group of `group` elements of each row, the row's groups one after another. fp8
-  // (a caller's pool, optional): one per KV head (head_scales 1, the other strides 0).
+  // (optional: a caller's pool's, or a KVCache's k_scale or v_scale): one per KV head
+  // (head_scales 1, the other strides 0).
   // zero_point: each a (scale, offset) pair.
   float* scales = nullptr;
   Index group = 0;

@@ -53,7 +53,8 @@ struct KVCacheConfig {
   // outlier channel coarsens only its own group. 0: one scale for the whole row.
   Index group = 0;
   // int8 and int4: asymmetric codes. Each row (or group) stores a float32 offset beside its
-  // scale, and an element reads as code * scale + offset (one float32 rounding), the codes
+  // scale, and an element reads as code * scale + offset (one float32 rounding; the kernels'
+  // SSE4 and scalar targets, which have no FMA, round the product first), the codes
   // spanning the row's own [min, max]: scale = (max - min) / 255 (int8) or / 15 (int4),
   // offset = min + 128 scale (int8) or min + 8 scale (int4), code = round((x - offset) /
   // scale) over [-128, 127] or [-8, 7]. Each element is within half a scale step of its

@@ -126,9 +126,11 @@ HWY_INLINE float load_code(const T* row, Index d) {
 
 // A row of int8 or int4 codes with a scale per group of elements (grouped caches, and int4's
 // one scale a row): element d is its code times scales[d >> scale_shift], one float32
-// product (one rounding), or with kZeroPoint, scales holding (scale, offset) pairs, code *
-// scale + offset in one multiply-add (one rounding); read in registers by the
-// micro-kernels where they take a row pointer; the same bits on every target. A vector (at
+// product (one rounding), the same bits on every target; or with kZeroPoint, scales holding
+// (scale, offset) pairs, code * scale + offset by a multiply-add: one rounding where the
+// target has FMA (AVX2, AVX-512, NEON, SVE), two on SSE4's and the scalar target's vectors,
+// which have none (a row's last d % lanes elements take std::fma everywhere); read in
+// registers by the micro-kernels where they take a row pointer. A vector (at
 // most 16 floats: the kernels assume vectors of at most 512 bits, as decode's softmax steps
 // of 16 keys do) lies within one group (32, 64 or 128 elements) and one nibble's run of
 // int4 bytes.

@@ -506,27 +506,36 @@ def test_grouped_pools_match_the_reference_and_the_kvcache(layout, dtype, zero_p
                              **kind)
 
 
-def test_zero_points_of_whole_rows_come_back_through_the_pools():
-    """An int8 KVCache with zero points and one pair a row (d 40: no group divides it): its
-    pools show [..., 1, 2] pairs, which paged_attention reads as one pair a row, to the bits
-    of decode over the cache; the keys read back within half a step of their row's range.
-    zero_point is for int8 and int4 only, and a bool."""
-    d, dv, n = 40, 24, 50
+@pytest.mark.parametrize("d,dv,group", [(40, 24, 0), (32, 64, 32)])
+def test_zero_points_of_whole_rows_come_back_through_the_pools(d, dv, group):
+    """An int8 KVCache with zero points and one pair a row (d 40: no group divides it), or
+    keys of one group of 32 and values of two: its pools show [..., G, 2] pairs, which
+    paged_attention reads back (G 1 as one pair a row), to the bits of decode over the cache
+    and within float32's bound of float64 over what the cache holds; the keys read back
+    within half a step of their row's range. zero_point is for int8 and int4 only, and a
+    bool."""
+    n = 50
     rng = np.random.default_rng(8)
-    cache = attn.KVCache(HKV, d, dv, page_size=16, dtype="int8", zero_point=True, max_blocks=6)
+    cache = attn.KVCache(HKV, d, dv, page_size=16, dtype="int8", group=group, zero_point=True,
+                         max_blocks=6)
     seq = cache.add_sequence()
     k = rng.standard_normal((HKV, n, d)) + 3.0  # on one side of zero
     cache.append(seq, k, rng.standard_normal((HKV, n, dv)))
     error = np.abs(cache.keys(seq) - k)
     assert error.max() <= (k.max(axis=-1) - k.min(axis=-1)).max() / 510 + 1e-5
     kc, vc, ks, vs = cache.pools()
-    assert ks.shape == (6, HKV, 16, 1, 2) and vs.shape == (6, HKV, 16, 1, 2)
+    groups = (d // group, dv // group) if group else (1, 1)
+    assert ks.shape == (6, HKV, 16, groups[0], 2) and vs.shape == (6, HKV, 16, groups[1], 2)
     q = rng.standard_normal((1, HQ, d)).astype(np.float32)
     table, seq_lens = cache.block_tables([seq])
     from_pools = attn.paged_attention(q, kc, vc, table, seq_lens, [0, 1], layout="head_major",
                                       key_scales=ks, value_scales=vs)
     alone = attn.decode(q.transpose(1, 0, 2)[None], cache, [seq])
     assert np.array_equal(from_pools, alone[0].transpose(1, 0, 2))
+    want, _, _ = numpy_reference.attention(
+        q.astype(np.float64).transpose(1, 0, 2)[None], cache.keys(seq)[None].astype(np.float64),
+        cache.values(seq)[None].astype(np.float64))
+    assert nmse(from_pools, want[0].transpose(1, 0, 2)) < 1e-11
     with pytest.raises(ValueError, match="^zero_point: expected false for .* \\(zero points are "
                                          "for int8 and int4\\), given true"):
         attn.KVCache(HKV, d, dv, dtype="float16", zero_point=True)

@@ -79,6 +79,7 @@ struct Scratch {
         row_max(tile::scratch_buffer<float>(rows)),
         row_sum(tile::scratch_buffer<float>(rows)),
         slope(tile::scratch_buffer<float>(rows)),
+        query_sum(tile::scratch_buffer<float>(rows)),
         first_key(tile::scratch_buffer<Index>(rows)),
         end_key(tile::scratch_buffer<Index>(rows)),
         position(tile::scratch_buffer<Index>(rows)),
@@ -92,6 +93,7 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
   hwy::AlignedFreeUniquePtr<float[]> acc;      // [rows][dim_v]: unnormalised context
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, slope;       // [rows]
+  hwy::AlignedFreeUniquePtr<float[]> query_sum;                     // [rows]: sum of queries[r]
   hwy::AlignedFreeUniquePtr<Index[]> first_key, end_key, position;  // [rows]
   // [kKeyTile][dim], [kKeyTile][dim_v]: a tile's keys and values widened, for many rows.
   hwy::AlignedFreeUniquePtr<float[]> key_floats, value_floats;
@@ -120,14 +122,16 @@ Bf16Products bf16_products(const DecodeProblem& p) {
 }
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
-// token, fp8's per KV head), or for rows read with their group scales (grouped int8, int4)
-// the rows with them, with their offsets too where the codes have zero points.
+// token, fp8's per KV head; and an offset, int8's with zero points), or for rows read with
+// their group scales (grouped int8, int4) the rows with them, with their offsets too where
+// the codes have zero points.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
   const T* keys[Traits::kKeyTile];
   const T* values[Traits::kKeyTile];
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
+  float key_offset[Traits::kKeyTile], value_offset[Traits::kKeyTile];
   tile::GroupedRow<T> grouped_keys[Traits::kKeyTile];
   tile::GroupedRow<T> grouped_values[Traits::kKeyTile];
   tile::GroupedRow<T, true> zero_point_keys[Traits::kKeyTile];
@@ -228,13 +232,21 @@ class TaskKernel {
       }
       if (p_.rotary == nullptr) {
         tile::scaled_query(q, p_.dim, scale, s_.queries.get() + r * p_.dim);
-        return;
+      } else {
+        // Rotated in float64, rounded once to float32, then scaled as an unrotated row.
+        for (Index d = 0; d < p_.dim; ++d) s_.rotated[d] = core::to_double(q[d]);
+        core::rotate(*p_.rotary, p_.dim, p_.rotary_position(seq, i), s_.rotated.get());
+        for (Index d = 0; d < p_.dim; ++d) {
+          s_.rotated_floats[d] = static_cast<float>(s_.rotated[d]);
+        }
+        tile::scaled_query(s_.rotated_floats.get(), p_.dim, scale, s_.queries.get() + r * p_.dim);
       }
-      // Rotated in float64, rounded once to float32, then scaled as an unrotated row.
-      for (Index d = 0; d < p_.dim; ++d) s_.rotated[d] = core::to_double(q[d]);
-      core::rotate(*p_.rotary, p_.dim, p_.rotary_position(seq, i), s_.rotated.get());
-      for (Index d = 0; d < p_.dim; ++d) s_.rotated_floats[d] = static_cast<float>(s_.rotated[d]);
-      tile::scaled_query(s_.rotated_floats.get(), p_.dim, scale, s_.queries.get() + r * p_.dim);
+      if (row_offsets_) {
+        // In order, in float32: q . (c s + o) = s (q . c) + o sum(q) for zero-point rows.
+        float sum = 0.0f;
+        for (Index d = 0; d < p_.dim; ++d) sum += s_.queries[r * p_.dim + d];
+        s_.query_sum[r] = sum;
+      }
     });
   }
 
@@ -281,8 +293,12 @@ class TaskKernel {
             rows.grouped_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
             rows.grouped_values[t - t0] = {rows.values[t - t0], value_scales, value_scale_shift_};
           } else {
-            rows.key_scale[t - t0] = *key_scales;
-            rows.value_scale[t - t0] = *value_scales;
+            rows.key_scale[t - t0] = key_scales[0];
+            rows.value_scale[t - t0] = value_scales[0];
+            if (row_offsets_) {
+              rows.key_offset[t - t0] = key_scales[1];
+              rows.value_offset[t - t0] = value_scales[1];
+            }
           }
         }
       }
@@ -482,14 +498,19 @@ class TaskKernel {
     const bool hide = first > step || end < step + Traits::kSoftmaxKeys;
     if (row_scales_ || shaping_.softcap || shaping_.alibi || hide) {
       const float* key_scale = rows.key_scale + offset;
-      if (row_scales_ && hide) {
-        shape_row<kRowScaled, true>(r, s, step, first, end, key_scale, vectors);
+      const float* key_offset = rows.key_offset + offset;
+      if (row_offsets_ && hide) {
+        shape_row<kInt8, true, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
+      } else if (row_offsets_) {
+        shape_row<kInt8, false, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
+      } else if (row_scales_ && hide) {
+        shape_row<kRowScaled, true>(r, s, step, first, end, key_scale, key_offset, vectors);
       } else if (row_scales_) {
-        shape_row<kRowScaled, false>(r, s, step, first, end, key_scale, vectors);
+        shape_row<kRowScaled, false>(r, s, step, first, end, key_scale, key_offset, vectors);
       } else if (hide) {
-        shape_row<false, true>(r, s, step, first, end, key_scale, vectors);
+        shape_row<false, true>(r, s, step, first, end, key_scale, key_offset, vectors);
       } else {
-        shape_row<false, false>(r, s, step, first, end, key_scale, vectors);
+        shape_row<false, false>(r, s, step, first, end, key_scale, key_offset, vectors);
       }
     }
     const tile::RowUpdate update =
@@ -502,16 +523,26 @@ class TaskKernel {
     if (update.rescale != 1.0f)
       tile::rescale_row(s_.acc.get() + r * p_.dim_v, p_.dim_v, update.rescale);
     if (row_scales_) {
-      for (Index t = first; t < end; ++t) s[t - step] *= rows.value_scale[t - rows.t0];
+      // Zero-point values: sum_t p_t (c_t s_t + o_t) = sum_t (p_t s_t) c_t + sum_t p_t o_t,
+      // the second a number added to every element of the row's context.
+      float offsets = 0.0f;
+      for (Index t = first; t < end; ++t) {
+        if (row_offsets_) offsets = std::fma(s[t - step], rows.value_offset[t - rows.t0], offsets);
+        s[t - step] *= rows.value_scale[t - rows.t0];
+      }
+      if (offsets != 0.0f) {
+        float* acc = s_.acc.get() + r * p_.dim_v;
+        for (Index d = 0; d < p_.dim_v; ++d) acc[d] += offsets;
+      }
     }
   }
 
   // The shared shaper over row r's scores of the tile [t0, t0 + vectors * lanes), lanes
-  // being keys; each times its key_scale when kScale; keys outside [first, end) become -inf
-  // when kHide.
-  template <bool kScale, bool kHide>
+  // being keys; each times its key_scale when kScale, plus its key_offset times the row's
+  // query sum when kOffset; keys outside [first, end) become -inf when kHide.
+  template <bool kScale, bool kHide, bool kOffset = false>
   void shape_row(Index r, float* s, Index t0, Index first, Index end, const float* key_scale,
-                 Index vectors) const {
+                 const float* key_offset, Index vectors) const {
     const DF df;
     const DI di;
     const Index lanes = tile::lanes();
@@ -519,12 +550,16 @@ class TaskKernel {
     const auto end_key = hn::Set(di, static_cast<std::int32_t>(end));
     const auto position = hn::Set(di, static_cast<std::int32_t>(s_.position[r]));
     const VF slope = hn::Set(df, s_.slope[r]);
+    const VF query_sum = hn::Set(df, kOffset ? s_.query_sum[r] : 0.0f);
     for (Index v = 0; v < vectors; ++v) {
       const Index t = t0 + v * lanes;
       const auto key = hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<std::int32_t>(t)));
       const VF scale = kScale ? hn::LoadU(df, key_scale + v * lanes) : hn::Set(df, 1.0f);
-      hn::Store(tile::shape_scores<kScale, kHide>(shaping_, hn::Load(df, s + v * lanes), scale, key,
-                                                  position, slope, first_key, end_key),
+      const VF offset =
+          kOffset ? hn::Mul(hn::LoadU(df, key_offset + v * lanes), query_sum) : hn::Zero(df);
+      hn::Store(tile::shape_scores<kScale, kHide, kOffset>(shaping_, hn::Load(df, s + v * lanes),
+                                                           scale, offset, key, position, slope,
+                                                           first_key, end_key),
                 df, s + v * lanes);
     }
   }
@@ -597,10 +632,13 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  // Rows read with their scale per group (int4, and int8 with zero points: per row when
-  // there are no groups), and with an offset beside each scale.
-  const bool grouped_ = kInt4 || (kInt8 && (p_.keys.group > 0 || p_.keys.zero_point));
-  const bool zero_point_ = kScaled && p_.keys.zero_point;
+  // Rows read with their scale per group (int4, and int8 with groups on either side: per row
+  // where there are none), and with an offset beside each scale.
+  const bool grouped_ = kInt4 || (kInt8 && (p_.keys.group > 0 || p_.values.group > 0));
+  const bool zero_point_ = grouped_ && p_.keys.zero_point;
+  // int8 with a (scale, offset) pair per token: codes scored and accumulated as they are, the
+  // scales and offsets applied per key in the shaper and the softmax (see softmax_row).
+  const bool row_offsets_ = kInt8 && !grouped_ && p_.keys.zero_point;
   // Scores times each key's scale and weights times each value's: int8 with a scale per
   // token, fp8 where a pool has head scales (1 where the other has none).
   const bool row_scales_ =

@@ -51,17 +51,23 @@ struct ScoreShaping {
   float cap, inverse_cap;
 };
 
-// One vector of scores, shaped in float32 in this order: the key scale (kDequantise: int8, fp8),
-// softcap (cap tanh(x * (1 / cap))), ALiBi (- slope |position - key|), then -inf for keys outside
-// [first, end) (kHide). Lanes are whatever the layout puts there: rows-vectorised kernels
-// pass a broadcast key and per-row position, slope and range; keys-vectorised ones pass
-// per-lane keys and a broadcast row. The backward pass passes `derivative`, which gets
-// d score / d x (the softcap's 1 - tanh^2, from the same tanh; 1 without softcap).
-template <bool kDequantise, bool kHide>
-HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VI key, VI position,
-                           VF slope, VI first, VI end, VF* derivative = nullptr) {
+// One vector of scores, shaped in float32 in this order: the key scale (kDequantise: int8, fp8;
+// with kOffset, x * key_scale + key_offset in one multiply-add: int8 with zero points, whose
+// offset term is the key's offset times the sum of the query row), softcap (cap tanh(x * (1 /
+// cap))), ALiBi (- slope |position - key|), then -inf for keys outside [first, end) (kHide). Lanes
+// are whatever the layout puts there: rows-vectorised kernels pass a broadcast key and per-row
+// position, slope and range; keys-vectorised ones pass per-lane keys and a broadcast row. The
+// backward pass passes `derivative`, which gets d score / d x (the softcap's 1 - tanh^2, from the
+// same tanh; 1 without softcap).
+template <bool kDequantise, bool kHide, bool kOffset = false>
+HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VF key_offset, VI key,
+                           VI position, VF slope, VI first, VI end, VF* derivative = nullptr) {
   const DF df;
-  if constexpr (kDequantise) x = hn::Mul(x, key_scale);
+  if constexpr (kOffset) {
+    x = hn::MulAdd(x, key_scale, key_offset);
+  } else if constexpr (kDequantise) {
+    x = hn::Mul(x, key_scale);
+  }
   if (shaping.softcap) {
     const VF t = hn::Tanh(df, hn::Mul(x, hn::Set(df, shaping.inverse_cap)));
     x = hn::Mul(hn::Set(df, shaping.cap), t);
@@ -84,8 +90,8 @@ HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VI k
 template <bool kHide>
 HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VI key, VI position, VF slope,
                            VI first, VI end, VF* derivative = nullptr) {
-  return shape_scores<false, kHide>(shaping, x, hn::Set(DF(), 1.0f), key, position, slope, first,
-                                    end, derivative);
+  return shape_scores<false, kHide>(shaping, x, hn::Set(DF(), 1.0f), hn::Zero(DF()), key, position,
+                                    slope, first, end, derivative);
 }
 
 // The mask of one row over keys [first, end): scores[(j - first) * stride] for key j; the

@@ -3,6 +3,7 @@
 
 #include "attn/attention.hpp"
 #include "attn/backward.hpp"
+#include "attn/block_mask.hpp"
 #include "attn/contributions.hpp"
 #include "attn/decode.hpp"
 #include "attn/dropout.hpp"

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "attn/block_mask.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -55,6 +56,10 @@ struct Options {
   // [B or 1, Hq or 1, Lq, Lk]. boolean: true means "may attend" (PyTorch's convention);
   // f16/bf16/f32/f64: added to the score (-inf hides the key).
   std::optional<TensorView> mask;
+  // A boolean pattern by blocks (attn/block_mask.hpp), in place of mask: [B or 1, Hq or 1,
+  // Lq, Lk], or with cu_seqlens [sequences or 1, Hq or 1, at least the longest sequence's
+  // queries, at least its keys], each sequence read from its own first query and key.
+  std::optional<BlockMask> block_mask;
   // Packed variable-length batches (flash_attn_varlen): q is [1, Hq, total_q, D], k and v
   // [1, Hkv, total_k, D]; sequence s owns rows cu_seqlens_q[s] .. cu_seqlens_q[s + 1] of q
   // and cu_seqlens_k[s] .. cu_seqlens_k[s + 1] of k and v. Both empty means "not packed".

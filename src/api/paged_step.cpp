@@ -12,6 +12,9 @@ using core::fail;
 void set_step_options(cpu::DecodeProblem& p, const Options& options, Index heads_q, Index heads_kv,
                       Index dim, Index dim_v, const char* keys_from) {
   if (options.mask) fail("mask", std::string("none (") + keys_from + ")", "a mask");
+  if (options.block_mask) {
+    fail("block_mask", std::string("none (") + keys_from + ")", "a block mask");
+  }
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", std::string("none (") + keys_from + ")", "offsets");
   }

@@ -12,7 +12,7 @@
 
 namespace attn::core {
 
-enum class MaskKind : std::uint8_t { none, boolean, additive };
+enum class MaskKind : std::uint8_t { none, boolean, additive, blocks };
 
 // One independent attention problem inside the batch: queries
 // [q_begin, q_begin + len_q) against keys [k_begin, k_begin + len_k) of batch entry `batch`.
@@ -23,6 +23,7 @@ struct Segment {
   Index len_q = 0;
   Index k_begin = 0;
   Index len_k = 0;
+  Index sequence = 0;  // its batch entry, or its packed sequence: its entry of a block mask
 };
 
 struct Problem {
@@ -36,7 +37,8 @@ struct Problem {
   std::vector<float> sinks;  // empty or [Hq]
 
   MaskKind mask_kind = MaskKind::none;
-  TensorView mask;  // strides of broadcast dims set to 0
+  TensorView mask;                        // strides of broadcast dims set to 0
+  const BlockMask* block_mask = nullptr;  // mask_kind blocks: Options::block_mask
   Outputs outputs;
   int threads = 0;  // Options::threads: 0 means ATTN_NUM_THREADS, else every core
   PvPrecision pv_precision = PvPrecision::bf16;

@@ -1,5 +1,6 @@
 // Argument checking for attn::forward: every rejection names the argument, what was
 // expected and what was given.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -45,7 +46,7 @@ void add_segments(Problem& p, const Options& options) {
     fail(has_q ? "cu_seqlens_k" : "cu_seqlens_q", "offsets (both or neither are given)", "none");
   }
   if (!has_q) {
-    for (Index b = 0; b < p.batch; ++b) p.segments.push_back({b, 0, p.total_q, 0, p.total_k});
+    for (Index b = 0; b < p.batch; ++b) p.segments.push_back({b, 0, p.total_q, 0, p.total_k, b});
     return;
   }
   p.packed = true;
@@ -60,8 +61,8 @@ void add_segments(Problem& p, const Options& options) {
   }
   for (std::size_t s = 0; s + 1 < options.cu_seqlens_q.size(); ++s) {
     const Index q0 = options.cu_seqlens_q[s], k0 = options.cu_seqlens_k[s];
-    p.segments.push_back(
-        {0, q0, options.cu_seqlens_q[s + 1] - q0, k0, options.cu_seqlens_k[s + 1] - k0});
+    p.segments.push_back({0, q0, options.cu_seqlens_q[s + 1] - q0, k0,
+                          options.cu_seqlens_k[s + 1] - k0, static_cast<Index>(s)});
   }
 }
 
@@ -85,6 +86,38 @@ void add_mask(Problem& p, const Options& options) {
   }
   p.mask.shape = wanted;
   p.mask_kind = m.dtype == DType::boolean ? MaskKind::boolean : MaskKind::additive;
+}
+
+// A block mask covers every segment: its batch entries are the segments (batch entries, or
+// packed sequences), its rows and keys at least each segment's.
+void add_block_mask(Problem& p, const Options& options) {
+  if (!options.block_mask) return;
+  if (options.mask) fail("block_mask", "no block mask beside a mask", "both");
+  const BlockMask& m = *options.block_mask;
+  const auto entries = static_cast<Index>(p.segments.size());
+  if (m.batch() != entries && m.batch() != 1) {
+    fail("block_mask",
+         "a batch of " + std::to_string(entries) + (p.packed ? " (sequences)" : "") + " or 1",
+         std::to_string(m.batch()));
+  }
+  if (m.heads() != p.heads_q && m.heads() != 1) {
+    fail("block_mask", "heads " + std::to_string(p.heads_q) + " or 1", std::to_string(m.heads()));
+  }
+  Index len_q = 0, len_k = 0;
+  for (const Segment& segment : p.segments) {
+    len_q = std::max(len_q, segment.len_q);
+    len_k = std::max(len_k, segment.len_k);
+  }
+  const bool fits = p.packed ? m.len_q() >= len_q && m.len_k() >= len_k
+                             : m.len_q() == len_q && m.len_k() == len_k;
+  if (!fits) {
+    fail("block_mask",
+         std::string(p.packed ? "at least " : "") + std::to_string(len_q) + " queries and " +
+             (p.packed ? "at least " : "") + std::to_string(len_k) + " keys",
+         std::to_string(m.len_q()) + " queries and " + std::to_string(m.len_k()) + " keys");
+  }
+  p.block_mask = &m;
+  p.mask_kind = MaskKind::blocks;
 }
 
 }  // namespace
@@ -132,6 +165,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
 
   add_segments(p, options);
   add_mask(p, options);
+  add_block_mask(p, options);
   return p;
 }
 

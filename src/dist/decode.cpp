@@ -120,6 +120,10 @@ Decoded decode(MPI_Comm comm, const TensorView& q, const KVCache& cache,
     }
     if (options.mask)
       fail("mask", "none (decode reads which keys a sequence has from the cache)", "a mask");
+    if (options.block_mask) {
+      fail("block_mask", "none (decode reads which keys a sequence has from the cache)",
+           "a block mask");
+    }
     cache.read(seq_ids, "seq_ids");
   });
   const KVCacheConfig& config = cache.config();

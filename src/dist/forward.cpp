@@ -61,6 +61,10 @@ void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
   if (options.mask) {
     fail("mask", "none (an arbitrary dense mask cannot be split over ranks)", "a mask");
   }
+  if (options.block_mask) {
+    fail("block_mask", "none (ring attention splits keys by rank, not by mask blocks)",
+         "a block mask");
+  }
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", "none (packed sequences cannot be split over ranks)", "offsets");
   }

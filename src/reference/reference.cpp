@@ -24,8 +24,8 @@ using core::Segment;
 constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
 // Is key j (relative to the segment) visible to query row i, by causal, window, a boolean
-// mask or an additive mask of -inf? Decided before the score is computed: -inf + NaN is
-// NaN, so a NaN key that an additive mask hides must never enter the dot product.
+// mask, an additive mask of -inf or a block mask? Decided before the score is computed: -inf + NaN
+// is NaN, so a NaN key that an additive mask hides must never enter the dot product.
 bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j) {
   const Index position = p.query_position(seg, i);
   if (p.rule.causal && j > position) return false;
@@ -40,7 +40,7 @@ bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j)
       core::load_element(p.mask, seg.batch, head, mask_row, mask_col) == kMinusInfinity) {
     return false;
   }
-  return true;
+  return p.mask_kind != core::MaskKind::blocks || p.block_mask->shows(seg.sequence, head, i, j);
 }
 
 // The shaped score of key j, and in slope its derivative with respect to scale * q.k (the

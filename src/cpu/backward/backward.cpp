@@ -31,6 +31,7 @@
 #include "attn/half.hpp"
 #include "cache/huge_pages.hpp"
 #include "core/backward_problem.hpp"
+#include "core/block_masking.hpp"
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
 #include "core/rows.hpp"
@@ -307,6 +308,11 @@ class KeyBlockKernel {
       range_[t].first = std::max(range_[t].first, first_);
       range_[t].end = std::min(range_[t].end, end_);
       position_[t] = position;
+      if (p_.mask_kind == MaskKind::blocks &&
+          !core::blocks_show_any(*p_.block_mask, seg_->sequence, head_, i0 + t, range_[t].first,
+                                 range_[t].end)) {
+        range_[t].end = range_[t].first;
+      }
     }
     Index first_row = rows, end_row = 0;
     for (Index t = 0; t < rows; ++t) {
@@ -432,6 +438,13 @@ class KeyBlockKernel {
       }
     }
     if (p_.mask_kind == MaskKind::none) return;
+    if (p_.mask_kind == MaskKind::blocks) {
+      for (Index t = 0; t < rows; ++t) {
+        core::hide_by_blocks(*p_.block_mask, seg_->sequence, head_, i0 + t, first_, end_,
+                             s_.s.get() + t * block_, 1);
+      }
+      return;
+    }
     with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
       for (Index t = 0; t < rows; ++t) {

@@ -25,7 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "attn/block_mask.hpp"
 #include "attn/half.hpp"
+#include "core/block_masking.hpp"
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
 #include "core/problem.hpp"
@@ -93,6 +95,7 @@ struct Chunk {
   ScoreKernel scores = ScoreKernel::float_chain;
   Index first = 0, end = 0;
   bool every_row_sees_all = false;  // no per-key hiding needed in [first, end)
+  bool masked = false;              // the mask's per-key pass is needed in [first, end)
 
   bool narrow() const { return scores_by_dot(scores); }
   Index row_end() const { return first_row + rows; }
@@ -269,7 +272,12 @@ class Scorer {
         shape_chunk<true>(chunk);
       }
     }
-    if (p_.mask_kind != core::MaskKind::none) apply_mask(chunk);
+    if (!chunk.masked) return;
+    if (p_.mask_kind == core::MaskKind::blocks) {
+      apply_block_mask(chunk);
+    } else {
+      apply_mask(chunk);
+    }
   }
 
   // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =
@@ -422,13 +430,64 @@ class Scorer {
       chunk.end = std::max(chunk.end, end);
     }
     if (chunk.first >= chunk.end) return false;
-    bool sees_all = p_.mask_kind == core::MaskKind::none;
+    chunk.masked = p_.mask_kind != core::MaskKind::none;
+    if (p_.mask_kind == core::MaskKind::blocks && !cover_blocks(chunk)) return false;
+    bool sees_all = !chunk.masked;
     for (Index r = chunk.first_row; r < chunk.row_end() && sees_all; ++r) {
       sees_all = s_.first_key[r] <= chunk.first && s_.end_key[r] >= chunk.end;
     }
     // Narrow scores leave padding rows unwritten; hiding them needs the per-key pass.
     chunk.every_row_sees_all = sees_all && !chunk.narrow();
-    return p_.mask_kind == core::MaskKind::none || mask_shows_any(chunk);
+    return p_.mask_kind == core::MaskKind::none || p_.mask_kind == core::MaskKind::blocks ||
+           mask_shows_any(chunk);
+  }
+
+  // The block mask's block of row r and key block kb.
+  BlockMask::Block block_of(Index r, Index kb) const {
+    const Index i = s_.query_row[r] - seg_->q_begin;
+    return p_.block_mask->block(seg_->sequence, s_.head[r], i / p_.block_mask->block_size(), kb);
+  }
+
+  // The keys of the chunk's row r in key block kb of blocks of `size`, within the chunk.
+  std::pair<Index, Index> keys_in_block(const Chunk& chunk, Index r, Index kb, Index size) const {
+    return {std::max<Index>({s_.first_key[r], chunk.first, kb * size}),
+            std::min<Index>({s_.end_key[r], chunk.end, (kb + 1) * size})};
+  }
+
+  // Narrows the chunk to the key blocks where some row meets a block that is not empty
+  // (false: none, the chunk is skipped), and leaves the per-key pass off when every block
+  // its rows meet there is full.
+  bool cover_blocks(Chunk& chunk) const {
+    const Index size = p_.block_mask->block_size();
+    const Index kb_first = chunk.first / size, kb_end = (chunk.end - 1) / size + 1;
+    Index used_first = kb_end, used_end = kb_first;
+    bool all_full = true;
+    for (Index kb = kb_first; kb < kb_end; ++kb) {
+      bool used = false, full = true;
+      for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
+        const auto [first, end] = keys_in_block(chunk, r, kb, size);
+        if (first >= end) continue;
+        const BlockMask::Block block = block_of(r, kb);
+        used |= block != BlockMask::Block::empty;
+        full &= block == BlockMask::Block::full;
+      }
+      if (!used) continue;
+      used_first = std::min(used_first, kb);
+      used_end = kb + 1;
+      all_full &= full;
+    }
+    if (used_first >= used_end) return false;
+    chunk.first = std::max(chunk.first, used_first * size);
+    chunk.end = std::min(chunk.end, used_end * size);
+    // An empty block between two used ones is hidden by the per-key pass.
+    for (Index kb = used_first; kb < used_end && all_full; ++kb) {
+      for (Index r = chunk.first_row; r < chunk.row_end() && all_full; ++r) {
+        const auto [first, end] = keys_in_block(chunk, r, kb, size);
+        all_full = first >= end || block_of(r, kb) == BlockMask::Block::full;
+      }
+    }
+    chunk.masked = !all_full;
+    return true;
   }
 
   bool mask_shows_any(const Chunk& chunk) const {
@@ -615,6 +674,14 @@ class Scorer {
                           rows_padded_);
       }
     });
+  }
+
+  void apply_block_mask(const Chunk& chunk) {
+    for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
+      core::hide_by_blocks(*p_.block_mask, seg_->sequence, s_.head[r],
+                           s_.query_row[r] - seg_->q_begin, chunk.first, chunk.end,
+                           scores_at(chunk.first, r), rows_padded_);
+    }
   }
 
 #if HWY_TARGET == HWY_SCALAR

@@ -27,7 +27,8 @@ class BlockMask {
   static constexpr Index kDefaultBlockSize = 128;
 
   // fill(b, h, i, row) writes query i's row of len_k flags (non-zero: may attend) for batch
-  // entry b and head h; it is called once per row.
+  // entry b and head h; it is called once per row, a query block at a time (the rows of
+  // block qb for every b and h before those of block qb + 1).
   using RowFill = std::function<void(Index b, Index h, Index i, std::uint8_t* row)>;
 
   // Throws attn::Error naming the argument: sizes not positive, block_size not a power of

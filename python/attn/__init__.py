@@ -27,6 +27,7 @@ over an mpi4py communicator) is imported on its own: `import attn` loads no MPI.
 
 from ._attention import attention, describe_input, explain, scaled_dot_product_attention
 from ._backward import attention_backward
+from ._block_mask import BlockMask
 from ._attn import version as __version__
 from ._contributions import contributions
 from ._dropout import dropout_mask
@@ -43,6 +44,7 @@ if _torch_ops.torch_imported():
 
 __all__ = [
     "ArgumentTypeError",
+    "BlockMask",
     "Error",
     "FallbackWarning",
     "KVCache",

@@ -128,6 +128,46 @@ def context(weights: Array, v: Array, check: bool = True, tolerance: float = 1e-
 def describe_input(x: Array, layout: Literal["bhsd", "bshd"] = "bhsd") -> Dict[str, Any]:
     """The address, dtype, [B, H, L, D] shape and element strides the kernels read for x."""
 
+BlockKind = Literal["empty", "full", "partial"]
+
+class BlockMask:
+    """A boolean pattern [batch, heads, len_q, len_k] stored by blocks; the block_mask option."""
+    def __init__(self, ext: Any) -> None: ...
+    @classmethod
+    def from_predicate(
+        cls, predicate: Any, batch: int, heads: int, len_q: int, len_k: int,
+        block_size: int = 128,
+    ) -> "BlockMask": ...
+    @classmethod
+    def from_dense(cls, mask: Array, block_size: int = 128) -> "BlockMask": ...
+    @classmethod
+    def documents(
+        cls, query_documents: Array, key_documents: Optional[Array] = None,
+        block_size: int = 128,
+    ) -> "BlockMask": ...
+    @classmethod
+    def prefix_lm(
+        cls, prefix_lengths: Union[int, Sequence[int], Array], len_q: int, len_k: int,
+        block_size: int = 128,
+    ) -> "BlockMask": ...
+    @classmethod
+    def chunked(cls, chunk: int, len_q: int, len_k: int, block_size: int = 128) -> "BlockMask": ...
+    @classmethod
+    def window_and_global(
+        cls, window: int, global_tokens: Union[Sequence[int], Array], len_q: int, len_k: int,
+        block_size: int = 128,
+    ) -> "BlockMask": ...
+    @property
+    def shape(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def blocks(self) -> Tuple[int, int]: ...
+    def block(self, b: int, h: int, qb: int, kb: int) -> BlockKind: ...
+    def count(self, kind: BlockKind) -> int: ...
+    def visible_fraction(self) -> float: ...
+    def to_dense(self) -> Array: ...
+
 class State:
     """Attention state per query row: m, l [B, H, Lq] and acc [B, H, Lq, Dv] (NumPy)."""
     m: Any

@@ -25,6 +25,7 @@ _REFUSES = (
     ("cu_seqlens_q", "query_start and seq_lens say where each sequence's queries and keys are"),
     ("cu_seqlens_k", "query_start and seq_lens say where each sequence's queries and keys are"),
     ("causal_align", "each sequence's queries are its newest tokens (bottom-right)"),
+    ("block_mask", "seq_lens and the causal option say which keys each query sees"),
 )
 
 

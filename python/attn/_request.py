@@ -13,6 +13,7 @@ import numpy
 
 from . import _arrays
 from ._attn import Options
+from ._block_mask import BlockMask
 from ._errors import ArgumentTypeError, Error
 
 LAYOUTS = ("bhsd", "bshd")
@@ -37,6 +38,7 @@ class OptionKeywords(typing.TypedDict, total=False):
     dropout_p: float
     dropout_seed: typing.Optional[int]
     backend: str
+    block_mask: typing.Any
 
 
 OPTIONS_DOC = """
@@ -80,6 +82,11 @@ OPTIONS_DOC = """
             is a torch tensor, else from NumPy's global one (torch.manual_seed and
             numpy.random.seed make it repeatable); attn.attention_backward needs the
             forward's.
+        block_mask: an attn.BlockMask (a pattern stored by blocks: documents, prefix-LM,
+            chunks, a window with global tokens, any predicate), in place of mask: the
+            kernels skip its empty blocks and read bits only for its partial ones. With
+            cu_seqlens, its batch entry s is sequence s. Forward, weights and backward;
+            decode and paged attention refuse it.
         backend: "automatic" (attn's fast CPU kernels, or its float64 reference where they
             do not serve the call, with an attn.FallbackWarning once), "fast" (raise
             instead) or "reference" (the float64 reference, asked for).
@@ -148,6 +155,12 @@ def options(like, keywords, function, refused=()):
     if seed is not None:
         o.dropout_seed = _arrays.integer(seed, "dropout_seed", "an int", low=0, high=2**64 - 1)
     o.backend = keywords.get("backend", "automatic")
+    block_mask = keywords.get("block_mask")
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise ArgumentTypeError(f"block_mask: expected an attn.BlockMask or None, given "
+                                    f"{type(block_mask).__name__}")
+        o.block_mask = block_mask._ext
     return o
 
 

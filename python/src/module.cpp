@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "block_mask.hpp"
 #include "core/memory.hpp"
 #include "errors.hpp"
 #include "generation.hpp"
@@ -328,6 +329,7 @@ NB_MODULE(_attn, m) {
   m.attr("FallbackWarning") = nb::steal(warning_type);
   route_fallback_notices(warning_type);
 
+  bind_block_mask(m);
   bind_options(m);
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, nb::kw_only(), "out"_a, "lse"_a.none(),
         "weights"_a.none(), "mask"_a.none(), "options"_a,

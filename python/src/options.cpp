@@ -65,6 +65,7 @@ void bind_options(nb::module_& m) {
       .def_rw("cu_seqlens_q", &Options::cu_seqlens_q)
       .def_rw("cu_seqlens_k", &Options::cu_seqlens_k)
       .def_rw("threads", &Options::threads)
+      .def_rw("block_mask", &Options::block_mask)
       .def_rw("dropout_p", &Options::dropout_p)
       .def_rw("dropout_seed", &Options::dropout_seed)
       .def_prop_rw(

@@ -1,6 +1,6 @@
 // attn::BlockMask: a pattern classified block by block as it is built, a block-row stripe
-// (block_size query rows) at a time, so that building one holds a stripe of flags, never
-// the Lq x Lk array.
+// (block_size query rows of one batch entry and head) at a time, so that building one holds
+// a stripe of flags, never the Lq x Lk array.
 #include "attn/block_mask.hpp"
 
 #include <algorithm>
@@ -57,9 +57,9 @@ BlockMask BlockMask::from_rows(Index batch, Index heads, Index len_q, Index len_
   // A stripe of block_size rows of flags, and per key block its shown count.
   std::vector<std::uint8_t> stripe(static_cast<std::size_t>(block_size * len_k));
   std::vector<Index> shown(static_cast<std::size_t>(d.key_blocks));
-  for (Index b = 0; b < batch; ++b) {
-    for (Index h = 0; h < heads; ++h) {
-      for (Index qb = 0; qb < d.query_blocks; ++qb) {
+  for (Index qb = 0; qb < d.query_blocks; ++qb) {
+    for (Index b = 0; b < batch; ++b) {
+      for (Index h = 0; h < heads; ++h) {
         const Index i0 = qb * block_size, rows = std::min(block_size, len_q - i0);
         for (Index r = 0; r < rows; ++r) {
           std::uint8_t* row = stripe.data() + r * len_k;

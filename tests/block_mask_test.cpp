@@ -254,8 +254,14 @@ constexpr double kContextNmse = 1e-11;
 constexpr double kGradientNmse = 1e-9;
 
 TEST(BlockMaskKernels, ForwardWeightsAndBackwardMatchTheDenseMaskAndTheReference) {
-  for (const testing::Case& c : block_cases()) {
-    for (const Pattern& pattern : patterns(c.batch, c.heads_q, c.len_q, c.len_k)) {
+  const std::vector<testing::Case> cases = block_cases();
+  for (std::size_t index = 0; index < cases.size(); ++index) {
+    const testing::Case& c = cases[index];
+    const std::vector<Pattern> all = patterns(c.batch, c.heads_q, c.len_q, c.len_k);
+    // Every pattern on the first case; on the others one pattern in turn and random blocks.
+    std::vector<Pattern> chosen = all;
+    if (index > 0) chosen = {all[index % (all.size() - 1)], all.back()};
+    for (const Pattern& pattern : chosen) {
       SCOPED_TRACE(c.name() + " " + pattern.name);
       const testing::Inputs in = testing::make_inputs(c);
       const Tensor dense = dense_of(pattern.mask, c);

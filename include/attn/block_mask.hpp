@@ -9,6 +9,7 @@
 // query and key.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,8 @@ class BlockMask {
   enum class Block : std::uint8_t { empty, full, partial };
   // FlexAttention's default, and the forward kernel's key tile.
   static constexpr Index kDefaultBlockSize = 128;
+  // Block sizes are powers of two from 16 to 1024.
+  static constexpr Index kMinBlockSize = 16, kMaxBlockSize = 1024;
 
   // fill(b, h, i, row) writes query i's row of len_k flags (non-zero: may attend) for batch
   // entry b and head h; it is called once per row, a query block at a time (the rows of
@@ -96,6 +99,8 @@ class BlockMask {
   Index count(Block kind) const;
   // The share of blocks that are not empty.
   double visible_fraction() const;
+  // Bytes the mask holds: a kind and an index per block, and the partial blocks' bits.
+  std::size_t bytes() const;
   // The mask as boolean [batch, heads, len_q, len_k].
   Tensor to_dense() const;
 

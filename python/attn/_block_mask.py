@@ -157,6 +157,11 @@ class BlockMask:
         kernels do."""
         return self._ext.visible_fraction()
 
+    @property
+    def nbytes(self):
+        """Bytes the mask holds: a kind and an index per block, the partial blocks' bits."""
+        return self._ext.nbytes
+
     def to_dense(self):
         """The pattern as a bool NumPy array [batch, heads, len_q, len_k]."""
         return self._ext.to_dense()

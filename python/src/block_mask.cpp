@@ -126,6 +126,7 @@ void bind_block_mask(nb::module_& m) {
           [](const BlockMask& mask, const std::string& kind) { return mask.count(kind_of(kind)); },
           "kind"_a)
       .def("visible_fraction", &BlockMask::visible_fraction)
+      .def_prop_ro("nbytes", &BlockMask::bytes)
       .def("to_dense", [](const BlockMask& mask) { return to_numpy(mask.to_dense()); });
 }
 

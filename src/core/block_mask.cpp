@@ -23,7 +23,7 @@ void check_positive(const char* name, Index value) {
 }
 
 void check_block_size(Index block_size) {
-  if (block_size < 16 || block_size > 1024 ||
+  if (block_size < BlockMask::kMinBlockSize || block_size > BlockMask::kMaxBlockSize ||
       !std::has_single_bit(static_cast<std::uint64_t>(block_size))) {
     fail("block_size", "a power of two from 16 to 1024", std::to_string(block_size));
   }
@@ -215,6 +215,12 @@ Index BlockMask::count(Block kind) const {
 
 double BlockMask::visible_fraction() const {
   return 1.0 - static_cast<double>(count(Block::empty)) / static_cast<double>(data_->kinds.size());
+}
+
+std::size_t BlockMask::bytes() const {
+  const Data& d = *data_;
+  return d.kinds.size() * sizeof(std::uint8_t) + d.partial.size() * sizeof(std::int32_t) +
+         d.bits.size() * sizeof(std::uint64_t);
 }
 
 Tensor BlockMask::to_dense() const {

@@ -51,6 +51,10 @@ def test_each_builder_stores_its_pattern(name, mask, dense):
     again = attn.BlockMask.from_dense(got, block_size=mask.block_size)
     assert np.array_equal(again.to_dense(), got)
     assert again.count("partial") == mask.count("partial")
+    # A kind and an int32 index per block, and 128 bits per row of each partial block.
+    blocks = mask.shape[0] * mask.shape[1] * mask.blocks[0] * mask.blocks[1]
+    words = -(-mask.block_size // 64)
+    assert mask.nbytes == 5 * blocks + mask.count("partial") * mask.block_size * words * 8
 
 
 def test_from_predicate_is_called_once_per_query_block_on_index_arrays():

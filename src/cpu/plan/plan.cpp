@@ -1,6 +1,7 @@
 #include "cpu/plan/plan.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 #include "core/element_type.hpp"
@@ -116,6 +117,13 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
   const Index wanted =
       p.k.dtype == DType::f32 ? rows : std::max<Index>(rows, Traits::kWidenedRowsPerItem);
   positions_per_item_ = std::max<Index>(1, wanted / group_);
+  // Items of a masked call hold a power of two of positions: they never straddle a block
+  // mask's blocks (powers of two), which would score both blocks for all their rows, and a
+  // dense mask runs the items of the block mask of its pattern (the same bits).
+  if (p.mask_kind != core::MaskKind::none) {
+    positions_per_item_ =
+        static_cast<Index>(std::bit_ceil(static_cast<std::uint64_t>(positions_per_item_)));
+  }
   wide_scores_ = wide_kernel(p, target);
   narrow_scores_ = narrow_kernel(p, target);
   narrow_in_place_ = p.mask_kind == core::MaskKind::none && p.k.dtype == p.v.dtype &&

@@ -19,6 +19,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -175,6 +176,7 @@ class Scorer {
     if (chunk_rows_.empty() || chunks_of_rows_ != rows_) chunk_rows_ = plan_.chunks(rows_);
     chunks_of_rows_ = rows_;
     set_up_rows(item);
+    find_mask_rows();
     pack_queries();
   }
 
@@ -197,6 +199,7 @@ class Scorer {
     tile_first_ = tile_first;
     TileChunks out;
     out.chunks = s_.chunks.get();
+    if (!blocks_show_any(tile_first, tile_end)) return out;
     for (const ChunkRows& rows : chunk_rows_) {
       Chunk chunk{rows.first_row, rows.vectors, rows.rows, rows.scores};
       if (!plan_chunk(tile_first, tile_end, chunk)) continue;
@@ -206,6 +209,21 @@ class Scorer {
       s_.chunks[out.count++] = chunk;
     }
     return out;
+  }
+
+  // Whether a block of keys [first, end) that some row of the item reads is not empty
+  // (always, without a block mask): a tile the mask hides from every row is not planned,
+  // at the cost of a few lookups instead of a pass over the rows.
+  bool blocks_show_any(Index first, Index end) const {
+    if (p_.mask_kind != core::MaskKind::blocks) return true;
+    const BlockMask& mask = *p_.block_mask;
+    const Index size = mask.block_size();
+    for (const auto& [head, qb] : mask_rows_) {
+      for (Index kb = first / size; kb * size < end; ++kb) {
+        if (mask.block(seg_->sequence, head, qb, kb) != BlockMask::Block::empty) return true;
+      }
+    }
+    return false;
   }
 
   // K rows of the tile as float32 (the input itself for f32 K, else widened into scratch),
@@ -442,49 +460,65 @@ class Scorer {
            mask_shows_any(chunk);
   }
 
-  // The block mask's block of row r and key block kb.
-  BlockMask::Block block_of(Index r, Index kb) const {
-    const Index i = s_.query_row[r] - seg_->q_begin;
-    return p_.block_mask->block(seg_->sequence, s_.head[r], i / p_.block_mask->block_size(), kb);
-  }
-
-  // The keys of the chunk's row r in key block kb of blocks of `size`, within the chunk.
-  std::pair<Index, Index> keys_in_block(const Chunk& chunk, Index r, Index kb, Index size) const {
-    return {std::max<Index>({s_.first_key[r], chunk.first, kb * size}),
-            std::min<Index>({s_.end_key[r], chunk.end, (kb + 1) * size})};
+  // The (head, query block) pairs of the block mask that the item's rows read.
+  void find_mask_rows() {
+    mask_rows_.clear();
+    if (p_.mask_kind != core::MaskKind::blocks) return;
+    const BlockMask& mask = *p_.block_mask;
+    for (Index r = 0; r < rows_; ++r) {
+      const std::pair<Index, Index> key{mask.heads() == 1 ? 0 : s_.head[r],
+                                        (s_.query_row[r] - seg_->q_begin) / mask.block_size()};
+      if (std::find(mask_rows_.begin(), mask_rows_.end(), key) == mask_rows_.end()) {
+        mask_rows_.push_back(key);
+      }
+    }
   }
 
   // Narrows the chunk to the key blocks where some row meets a block that is not empty
   // (false: none, the chunk is skipped), and leaves the per-key pass off when every block
-  // its rows meet there is full.
+  // its rows see keys of there is full. Rows go in runs of one (mask head, query block),
+  // which read the same blocks: one lookup per run and key block, over the run's keys.
   bool cover_blocks(Chunk& chunk) const {
-    const Index size = p_.block_mask->block_size();
+    const BlockMask& mask = *p_.block_mask;
+    const Index size = mask.block_size();
     const Index kb_first = chunk.first / size, kb_end = (chunk.end - 1) / size + 1;
-    Index used_first = kb_end, used_end = kb_first;
-    bool all_full = true;
-    for (Index kb = kb_first; kb < kb_end; ++kb) {
-      bool used = false, full = true;
-      for (Index r = chunk.first_row; r < chunk.row_end(); ++r) {
-        const auto [first, end] = keys_in_block(chunk, r, kb, size);
-        if (first >= end) continue;
-        const BlockMask::Block block = block_of(r, kb);
-        used |= block != BlockMask::Block::empty;
-        full &= block == BlockMask::Block::full;
+    constexpr Index kMostBlocks = WalkTraits::kKeyTile / BlockMask::kMinBlockSize + 1;
+    // Per key block: some run sees keys there; one meets a block that is not empty; every
+    // one that sees keys there meets a full block.
+    std::array<bool, kMostBlocks> seen{}, used{}, full{};
+    full.fill(true);
+    const auto query_block = [&](Index r) { return (s_.query_row[r] - seg_->q_begin) / size; };
+    for (Index r = chunk.first_row; r < chunk.row_end();) {
+      const Index head = s_.head[r], qb = query_block(r);
+      Index first = chunk.end, end = chunk.first;
+      for (;
+           r < chunk.row_end() && (mask.heads() == 1 || s_.head[r] == head) && query_block(r) == qb;
+           ++r) {
+        first = std::min<Index>(first, std::max<Index>(s_.first_key[r], chunk.first));
+        end = std::max<Index>(end, std::min<Index>(s_.end_key[r], chunk.end));
       }
-      if (!used) continue;
+      for (Index kb = first / size; first < end && kb * size < end; ++kb) {
+        const BlockMask::Block block = mask.block(seg_->sequence, head, qb, kb);
+        const auto at = static_cast<std::size_t>(kb - kb_first);
+        seen[at] = true;
+        used[at] = used[at] || block != BlockMask::Block::empty;
+        full[at] = full[at] && block == BlockMask::Block::full;
+      }
+    }
+    Index used_first = kb_end, used_end = kb_first;
+    for (Index kb = kb_first; kb < kb_end; ++kb) {
+      if (!used[static_cast<std::size_t>(kb - kb_first)]) continue;
       used_first = std::min(used_first, kb);
       used_end = kb + 1;
-      all_full &= full;
     }
     if (used_first >= used_end) return false;
     chunk.first = std::max(chunk.first, used_first * size);
     chunk.end = std::min(chunk.end, used_end * size);
-    // An empty block between two used ones is hidden by the per-key pass.
-    for (Index kb = used_first; kb < used_end && all_full; ++kb) {
-      for (Index r = chunk.first_row; r < chunk.row_end() && all_full; ++r) {
-        const auto [first, end] = keys_in_block(chunk, r, kb, size);
-        all_full = first >= end || block_of(r, kb) == BlockMask::Block::full;
-      }
+    // A block seen but empty between two used ones is hidden by the per-key pass.
+    bool all_full = true;
+    for (Index kb = used_first; kb < used_end; ++kb) {
+      const auto at = static_cast<std::size_t>(kb - kb_first);
+      all_full = all_full && (!seen[at] || (used[at] && full[at]));
     }
     chunk.masked = !all_full;
     return true;
@@ -720,6 +754,7 @@ class Scorer {
   const core::Segment* seg_ = nullptr;
   Index kv_head_ = 0, rows_ = 0, rows_padded_ = 0, tile_first_ = 0;
   std::vector<ChunkRows> chunk_rows_;  // the plan's chunks of an item of chunks_of_rows_ rows
+  std::vector<std::pair<Index, Index>> mask_rows_;  // find_mask_rows
   Index chunks_of_rows_ = 0;
   const float* keys_ = nullptr;
   Index key_stride_ = 0;

@@ -180,7 +180,7 @@ testing::Case shaped(Index batch, Index hq, Index hkv, Index len_q, Index len_k,
 }
 
 // The cases: ragged tails of rows and keys, GQA, every dtype, and the options that shape
-// scores (causal, a window, softcap with ALiBi and sinks).
+// scores (causal, a window, softcap with ALiBi and sinks) and dropout.
 std::vector<testing::Case> block_cases() {
   std::vector<testing::Case> out;
   for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
@@ -195,6 +195,9 @@ std::vector<testing::Case> block_cases() {
   testing::Case window = shaped(1, 3, 1, 300, 300, 128, DType::f16);
   window.window = {64, 16};
   out.push_back(window);
+  testing::Case dropout = shaped(1, 2, 2, 300, 300, 32, DType::f32);
+  dropout.dropout = 0.2, dropout.causal = true;
+  out.push_back(dropout);
   return out;
 }
 

@@ -222,3 +222,20 @@ def test_a_packed_batch_of_documents_trains_as_the_documents_one_by_one():
     assert alone[-1] < 0.9 * alone[0]  # it learns
     for step, (a, b) in enumerate(zip(packed, alone), 1):
         assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: packed {a}, one by one {b}"
+
+
+def test_states_of_key_halves_merge_to_the_whole():
+    """attention_state takes a block mask; the states of two halves of the keys, each with
+    its half of the pattern, merge to the attention over all of them."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, 300, 32)).astype(np.float32) for _ in range(3))
+    mask = attn.BlockMask.documents(np.repeat(np.arange(6), 50), block_size=16)
+    whole, lse = attn.attention(q, k, v, block_mask=mask, return_lse=True)
+    out, state_lse = attn.finalize(attn.attention_state(q, k, v, block_mask=mask))
+    assert np.array_equal(out, whole) and np.array_equal(state_lse, lse)
+    dense = mask.to_dense()
+    halves = [attn.attention_state(q, k[:, :, keys], v[:, :, keys],
+                                   block_mask=attn.BlockMask.from_dense(dense[..., keys], 16))
+              for keys in (slice(0, 150), slice(150, 300))]
+    merged, merged_lse = attn.finalize(attn.merge(*halves))
+    assert np.abs(merged - whole).max() < 1e-5 and np.abs(merged_lse - lse).max() < 1e-5

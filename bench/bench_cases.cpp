@@ -1,6 +1,8 @@
 #include "bench_cases.hpp"
 
 #include <algorithm>
+#include <random>
+#include <vector>
 
 namespace attn::bench {
 
@@ -19,8 +21,34 @@ const char* work_name(Work work) {
 }
 
 std::string BenchCase::name() const {
-  const std::string suffix = work == Work::forward ? "" : std::string("_") + work_name(work);
+  std::string suffix = work == Work::forward ? "" : std::string("_") + work_name(work);
+  if (visible_blocks > 0.0) {
+    suffix += "_blocks" + std::to_string(static_cast<int>(visible_blocks * 100.0 + 0.5));
+  }
   return shape.name() + suffix + "/threads:" + std::to_string(threads);
+}
+
+std::vector<bool> random_block_layout(Index length, double share) {
+  const Index blocks = length / BlockMask::kDefaultBlockSize;
+  std::vector<bool> layout(static_cast<std::size_t>(blocks * blocks));
+  for (Index b = 0; b < blocks; ++b) layout[static_cast<std::size_t>(b * blocks + b)] = true;
+  std::mt19937_64 random(1);
+  Index visible = blocks;
+  const auto wanted = static_cast<Index>(share * static_cast<double>(blocks * blocks) + 0.5);
+  while (visible < wanted) {
+    const std::size_t at = random() % layout.size();
+    if (!layout[at]) ++visible;
+    layout[at] = true;
+  }
+  return layout;
+}
+
+BlockMask random_blocks(Index length, double share) {
+  const std::vector<bool> layout = random_block_layout(length, share);
+  const Index size = BlockMask::kDefaultBlockSize, blocks = length / size;
+  return BlockMask::from_predicate(1, 1, length, length, [&](Index, Index, Index i, Index j) {
+    return layout[static_cast<std::size_t>(i / size * blocks + j / size)];
+  });
 }
 
 std::string BenchCase::forward_name() const {
@@ -43,7 +71,13 @@ double BenchCase::flops() const {
   const double per_pair = work == Work::forward    ? 2.0 * (d + dv)
                           : work == Work::backward ? 2.0 * (3.0 * d + 2.0 * dv)
                                                    : 2.0 * d;
-  return per_pair * visible_pairs(shape) * static_cast<double>(shape.batch * shape.heads_q);
+  double share = 1.0;
+  if (visible_blocks > 0.0) {
+    const std::vector<bool> layout = random_block_layout(shape.len_q, visible_blocks);
+    share = static_cast<double>(std::count(layout.begin(), layout.end(), true)) /
+            static_cast<double>(layout.size());
+  }
+  return per_pair * visible_pairs(shape) * share * static_cast<double>(shape.batch * shape.heads_q);
 }
 
 nlohmann::json describe(const BenchCase& bench_case) {
@@ -55,7 +89,7 @@ nlohmann::json describe(const BenchCase& bench_case) {
       {"len_k", shape.len_k},          {"dim", shape.dim},
       {"causal", shape.causal},        {"dtype", dtype_name(shape.dtype)},
       {"threads", bench_case.threads}, {"work", work_name(bench_case.work)},
-      {"dropout", shape.dropout},
+      {"dropout", shape.dropout},      {"visible_blocks", bench_case.visible_blocks},
   };
 }
 
@@ -104,6 +138,13 @@ std::vector<BenchCase> bench_cases(bool quick) {
             out.push_back({dropout, threads, Work::backward});
           }
         }
+  // Block masks at L = 8192 (not quick), D = 64: 5%, 25% and 50% of 128-blocks visible,
+  // each right after its dense case's last thread count, whose time they are held against.
+  if (!quick) {
+    for (const int threads : thread_counts)
+      for (const double share : {0.05, 0.25, 0.5})
+        out.push_back({fp32_case(8192, 8192, 64, false), threads, Work::forward, share});
+  }
   // Decode: one new query against the whole cache, non-causal: bottom-right causal would hide
   // nothing, and top-left would hide every key but the first.
   for (const Index len : lengths)

@@ -20,6 +20,9 @@ struct BenchCase {
   testing::Case shape;  // [B, Hq, Lq, D] against [B, Hkv, Lk, D], in shape.dtype
   int threads = 1;
   Work work = Work::forward;
+  // > 0: a block mask (random_blocks) of about this share of 128 x 128 blocks visible;
+  // the name adds "_blocks" and the percentage, and the FLOPs count the visible blocks only.
+  double visible_blocks = 0.0;
 
   // "B1_H8x8_Lq2048_Lk2048_D64_causalTL/threads:2"; weights cases add "_weights" or "_top8"
   // to the shape: "B1_H8x8_Lq2048_Lk2048_D64_top8/threads:1".
@@ -35,6 +38,12 @@ struct BenchCase {
   std::string forward_name() const;
 };
 
+// The block layout of a masked case: [L / 128][L / 128] flags, the diagonal and then random
+// blocks (seeded) until `share` of them are visible, as bench/block_masks.py draws them.
+std::vector<bool> random_block_layout(Index length, double share);
+// That layout as an attn::BlockMask of 128 x 128 blocks.
+BlockMask random_blocks(Index length, double share);
+
 // name, flops, threads and the shape's fields, for --list and --json.
 nlohmann::json describe(const BenchCase& bench_case);
 
@@ -45,6 +54,8 @@ double visible_pairs(const testing::Case& shape);
 // non-causal and causal; decode: Lq = 1 against the same Lk; each at 1 and 2 threads, fp32.
 // bf16 and fp16 prefill at L = 2048; a decode step of Hq = 32 on Hkv = 8 against Lk = 32768,
 // D = 128, in fp32, bf16 and fp16.
+// Block masks (not quick): L = 8192, D = 64, 5%, 25% and 50% of random 128-blocks visible,
+// at 1 and 2 threads, reported against the dense case of their threads.
 // Weights: every weight and the top 8, at B = 1, H = 8, L = 2048, D = 64, non-causal, at 1
 // and 2 threads, each listed right after its forward case. Backward: at L = 2048, D in
 // {64, 128}, non-causal and causal, at 1 and 2 threads, right after its forward case.

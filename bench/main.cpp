@@ -114,6 +114,9 @@ void run_case(benchmark::State& state, const BenchCase& bench_case, PvPrecision 
   options.pv_precision = pv_precision;
   options.dropout_p = bench_case.shape.dropout;
   options.dropout_seed = 1;
+  if (bench_case.visible_blocks > 0.0) {
+    options.block_mask = random_blocks(bench_case.shape.len_q, bench_case.visible_blocks);
+  }
   const testing::Inputs& in = entry.inputs;
   if (bench_case.work == Work::weights || bench_case.work == Work::top8) {
     prepare_weights(bench_case, entry);

@@ -80,7 +80,8 @@ void MedianReporter::report_case(const std::string& name, const std::vector<doub
 void MedianReporter::report_ratios() {
   bool header = false;
   for (CaseResult& result : results_) {
-    if (result.bench_case.work == Work::forward) continue;
+    const BenchCase& c = result.bench_case;
+    if (c.work == Work::forward && c.visible_blocks == 0.0) continue;
     for (const CaseResult& forward : results_) {
       if (forward.bench_case.name() != result.bench_case.forward_name()) continue;
       result.vs_forward = result.seconds / forward.seconds;

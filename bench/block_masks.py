@@ -24,11 +24,11 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 import attn
+from peers import time_calls
 
 BLOCK = 128
 
@@ -62,16 +62,6 @@ def mask_mod_of(layout):
     except ImportError:
         pass
     return mask_mod
-
-
-def time_calls(run, min_time):
-    calls, start = 0, time.perf_counter()
-    while True:
-        run()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time:
-            return elapsed / calls
 
 
 def measure_memory(args):

@@ -192,6 +192,8 @@ std::vector<testing::Case> block_cases() {
   testing::Case shaped_scores = shaped(2, 3, 3, 300, 410, 48, DType::bf16);
   shaped_scores.softcap = 30.0, shaped_scores.alibi = true, shaped_scores.sinks = true;
   out.push_back(shaped_scores);
+  // Where AMX scores bf16 heads of 128, a key tile spans 256 keys: many blocks each.
+  out.push_back(shaped(1, 2, 1, 300, 600, 128, DType::bf16));
   testing::Case window = shaped(1, 3, 1, 300, 300, 128, DType::f16);
   window.window = {64, 16};
   out.push_back(window);

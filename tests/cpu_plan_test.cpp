@@ -225,6 +225,19 @@ TEST(Plan, KeyTilesAreNarrowerAtWideHeads) {
   EXPECT_EQ(Plan(problem_of(shaped(2, 2, 10, 10, 256)).problem, kAvx2).key_tile(), 64);
 }
 
+TEST(Plan, KeyTilesAreWiderWhereAmxScoresWideBf16Heads) {
+  const auto key_tile = [](Index dim, DType dtype, PlanTarget target) {
+    return Plan(problem_of(shaped(2, 2, 10, 10, dim, dtype)).problem, target).key_tile();
+  };
+  EXPECT_EQ(key_tile(128, DType::bf16, kSapphireRapids), 256);
+  EXPECT_EQ(key_tile(160, DType::bf16, kSapphireRapids), 256);
+  EXPECT_EQ(key_tile(64, DType::bf16, kSapphireRapids), 128);
+  EXPECT_EQ(key_tile(256, DType::bf16, kSapphireRapids), 64);
+  EXPECT_EQ(key_tile(128, DType::bf16, kZen4), 128);
+  EXPECT_EQ(key_tile(128, DType::f16, kSapphireRapids), 128);
+  EXPECT_EQ(key_tile(128, DType::f32, kSapphireRapids), 128);
+}
+
 TEST(Plan, DescribeNamesTheKernels) {
   const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
   const std::string text = Plan(p.problem, kSapphireRapids).describe();

@@ -99,8 +99,9 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
 }
 
 // The head dims with their own copy of the forward kernel (with_head_dim in
-// src/cpu/forward/forward.cpp), on a shape whose rows see keys in three key tiles (128 keys a
-// tile, 64 at d = 256): 37 query rows against 300 keys, or 150 at d = 256.
+// src/cpu/forward/forward.cpp), on a shape whose rows see keys in more than one key tile (128
+// keys a tile, 64 at d = 256, 256 where AMX scores bf16 at d = 128): 37 query rows against
+// 300 keys, or 150 at d = 256.
 constexpr Index kSpecialisedDims[] = {64, 80, 96, 128, 256};
 
 Shape specialised_shape(Index dim) {

@@ -269,8 +269,8 @@ class ItemKernel {
   // about as long as the rest of the step.
   template <class T>
   void attend_in_place(const TileChunks& chunks, Index tile_end, Index next_end) {
-    const T* keys[WalkTraits::kKeyTile];
-    const T* values[WalkTraits::kKeyTile];
+    const T* keys[WalkTraits::kMostTileKeys];
+    const T* values[WalkTraits::kMostTileKeys];
     scorer_.stored_key_rows(tile_end, keys);
     const core::Segment& seg = scorer_.segment();
     for (Index j = scorer_.tile_first(); j < tile_end; ++j) {
@@ -375,7 +375,7 @@ class ItemKernel {
   void context_by_rows(Index r0, std::pair<Index, Index> keys, const T* const* values) {
     if (keys.first >= keys.second) return;
     const Index tile_first = scorer_.tile_first();
-    alignas(64) float weights[NR][WalkTraits::kKeyTile];  // P of the tile's keys, by row
+    alignas(64) float weights[NR][WalkTraits::kMostTileKeys];  // P of the tile's keys, by row
     float* acc[NR];
     const float* p[NR];
     for (int r = 0; r < NR; ++r) {
@@ -402,7 +402,7 @@ class ItemKernel {
 #if ATTN_TILE_BF16_DOT
   // context_by_rows on AVX512-BF16 (Plan::narrow_context_on_pairs): P rounded to bf16, keys
   // in pairs from the tile's first.
-  static_assert(WalkTraits::kKeyTile <= tile::kMostPairedKeys, "a tile's keys in one call");
+  static_assert(WalkTraits::kMostTileKeys <= tile::kMostPairedKeys, "a tile's keys in one call");
   template <int NR>
   ATTN_BF16_TARGET void context_by_pairs(float* const* acc, const float* const* p,
                                          const bfloat16* const* values, Index first,

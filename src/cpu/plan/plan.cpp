@@ -64,6 +64,16 @@ ContextKernel packed_context(const core::Problem& p, ScoreKernel wide) {
   return ContextKernel::float_rows;
 }
 
+// Keys per tile (WalkTraits): fewer at the widest heads, whose rows fill the scratch; more
+// where AMX tiles score wide bf16 heads.
+Index key_tile_of(const core::Problem& p, ScoreKernel wide) {
+  if (p.dim_qk >= Traits::kWideDim) return Traits::kWideKeyTile;
+  if (wide == ScoreKernel::bf16_tiles && p.dim_qk >= Traits::kAmxWideDim) {
+    return Traits::kAmxKeyTile;
+  }
+  return Traits::kKeyTile;
+}
+
 // bf16 parts of a value in the packed V^T: 1 for bf16 V, 2 for fp16 V.
 Index value_parts(const core::Problem& p) {
   return p.v.dtype == DType::f16 ? 2 : 1;
@@ -109,7 +119,7 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
     : lanes_(target.lanes),
       group_(p.group_size()),
       heads_kv_(p.heads_kv),
-      key_tile_(p.dim_qk >= Traits::kWideDim ? Traits::kWideKeyTile : Traits::kKeyTile),
+      key_tile_(Traits::kKeyTile),
       chunk_rows_(Traits::kScoreRowVectors * target.lanes) {
   // Rows per item: more where K tiles are widened, so that more rows share each conversion.
   // K's dtype alone decides, so that a weights call (v = k) plans forward's items.
@@ -125,6 +135,7 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
         static_cast<Index>(std::bit_ceil(static_cast<std::uint64_t>(positions_per_item_)));
   }
   wide_scores_ = wide_kernel(p, target);
+  key_tile_ = key_tile_of(p, wide_scores_);
   narrow_scores_ = narrow_kernel(p, target);
   narrow_in_place_ = p.mask_kind == core::MaskKind::none && p.k.dtype == p.v.dtype &&
                      (p.k.dtype == DType::f16 || p.k.dtype == DType::bf16);

@@ -11,11 +11,17 @@ namespace attn::cpu {
 
 struct WalkTraits {
   // Keys per tile: the unit of tile skipping and of converting f16/bf16 K and V to f32;
-  // kWideKeyTile where the head dim is at least kWideDim.
+  // kWideKeyTile where the head dim is at least kWideDim; kAmxKeyTile where AMX tiles score
+  // bf16 heads of kAmxWideDim up to kWideDim. kMostTileKeys bounds them all.
   static constexpr int kKeyTile = 128;
   static constexpr int kWideKeyTile = 64;
   static constexpr Index kWideDim = 256;
   // 64 for all dims: 3-5% slower at d=64 and d=128. 256: equal non-causal, 9% slower causal.
+  static constexpr int kAmxKeyTile = 256;
+  static constexpr Index kAmxWideDim = 128;
+  // Emerald Rapids, bf16, 1 thread: 256 keys 2-8% faster at d=128 (fewer rescales of O^T
+  // and tile loads of it per key), 6-9% slower at d=64; 192 between (bench/README.md).
+  static constexpr int kMostTileKeys = 256;
   // Query rows per work item in SIMD vectors (rows = query heads sharing a KV head x
   // query positions); Qt and the context accumulators of one item stay in L2.
   static constexpr int kRowVectorsPerItem = 6;
@@ -34,9 +40,13 @@ struct WalkTraits {
   // 1.4% and 5.7% fewer, too little to make the plan's chunk height a per-target trait
   // before a clock on Arm says it pays.
 
-  static_assert(kKeyTile % kScoreKeys == 0 && kWideKeyTile % kScoreKeys == 0,
+  static_assert(kKeyTile % kScoreKeys == 0 && kWideKeyTile % kScoreKeys == 0 &&
+                    kAmxKeyTile % kScoreKeys == 0,
                 "a tile holds whole score micro-blocks");
-  static_assert(kWideKeyTile <= kKeyTile, "kKeyTile bounds every tile's scratch");
+  static_assert(kAmxKeyTile % 32 == 0, "an AMX tile holds whole key blocks (cpu/amx/context.hpp)");
+  static_assert(kWideKeyTile <= kMostTileKeys && kKeyTile <= kMostTileKeys &&
+                    kAmxKeyTile <= kMostTileKeys,
+                "kMostTileKeys bounds every tile's scratch");
   // 16 vector registers on AVX2: accumulators plus one operand vector per column and one
   // broadcast must fit, or the micro-kernel spills.
   static_assert(kScoreKeys * kScoreRowVectors + kScoreRowVectors + 1 <= 16);

@@ -93,7 +93,7 @@ ATTN_BF16_TARGET HWY_INLINE void scores_by_dot_bf16(const bfloat16* const* q,
 }
 
 // Most keys of one context_by_pairs_bf16 call: a tile of forward's walk (WalkTraits).
-inline constexpr Index kMostPairedKeys = 128;
+inline constexpr Index kMostPairedKeys = 256;
 
 // The accumulator order of context_by_pairs_bf16: value dims as they are, or in
 // paired_position's order (cheaper: no permutes where the accumulators are loaded and

@@ -254,7 +254,7 @@ class Scorer {
   // chunks by the variant's kernel.
   void score(const Chunk& chunk) {
     if (chunk.scores == ScoreKernel::dot_bf16) {
-      const bfloat16* keys[WalkTraits::kKeyTile];
+      const bfloat16* keys[WalkTraits::kMostTileKeys];
       stored_key_rows(chunk.end, keys);
       return score_by_dot_bf16(chunk, keys);
     }
@@ -482,7 +482,7 @@ class Scorer {
     const BlockMask& mask = *p_.block_mask;
     const Index size = mask.block_size();
     const Index kb_first = chunk.first / size, kb_end = (chunk.end - 1) / size + 1;
-    constexpr Index kMostBlocks = WalkTraits::kKeyTile / BlockMask::kMinBlockSize + 1;
+    constexpr Index kMostBlocks = WalkTraits::kMostTileKeys / BlockMask::kMinBlockSize + 1;
     // Per key block: some run sees keys there; one meets a block that is not empty; every
     // one that sees keys there meets a full block.
     std::array<bool, kMostBlocks> seen{}, used{}, full{};

@@ -149,7 +149,7 @@ class ItemKernel {
         with_float_type(p_.k.dtype, [&](auto tag) {
           using T = decltype(tag);
           if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-            const T* keys[WalkTraits::kKeyTile];
+            const T* keys[WalkTraits::kMostTileKeys];
             scorer_.stored_key_rows(tile_end, keys);
             for_requested_chunks(chunks, [&](const Chunk& chunk) {
               scorer_.score_in_place(chunk, keys);

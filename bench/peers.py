@@ -503,7 +503,7 @@ def worker(kind):
 
 class Worker:
     def __init__(self, kind, env, python=sys.executable):
-        self.kind = kind
+        self.kind, self.env, self.python = kind, env, python
         self.process = subprocess.Popen(
             [str(python), __file__, "--worker", kind], env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -523,6 +523,11 @@ class Worker:
     def close(self):
         self.process.stdin.close()
         self.process.wait()
+
+    def restarted(self):
+        """A fresh worker of the same peer, after this one's process ended."""
+        self.process.wait()
+        return Worker(self.kind, self.env, self.python)
 
 
 def attn_seconds(attn_bench, case, min_time):
@@ -616,9 +621,10 @@ def start_workers(zentorch_python):
 
 def measure(args, cases, workers):
     """seconds[case name][peer] -> list over rounds; per case, the highest FMA peak that
-    attn_bench measured over the rounds (each is already the best of its probes)."""
+    attn_bench measured over the rounds (each is already the best of its probes); the
+    (case name, peer) pairs whose worker crashed, left out of later rounds."""
     seconds = {case["name"]: {peer: [] for peer in PEERS} for case in cases}
-    peaks = {}
+    peaks, crashed = {}, set()
     for round_index in range(args.rounds):
         turn = round_index % len(PEERS)
         order = PEERS[turn:] + PEERS[:turn]
@@ -628,26 +634,32 @@ def measure(args, cases, workers):
                 if peer == "attn":
                     s, peak = attn_seconds(args.attn_bench, case, args.min_time)
                     peaks[case["name"]] = max(peak, peaks.get(case["name"], 0.0))
-                elif peer in workers:
+                elif peer in workers and (case["name"], peer) not in crashed:
                     try:
                         s = workers[peer].seconds(case, args.min_time)
-                    except RuntimeError as error:  # a peer that crashes ends only its column
-                        print(f"{peer}: {error} on {case['name']}; left out from here on")
-                        workers.pop(peer).process.wait()
+                    except RuntimeError as error:  # a crash costs the peer only this case
+                        print(f"{peer}: {error} on {case['name']}; left out of this case")
+                        crashed.add((case["name"], peer))
+                        try:
+                            workers[peer] = workers[peer].restarted()
+                        except RuntimeError as restart_error:
+                            print(f"{peer}: {restart_error} on restart; left out from here on")
+                            del workers[peer]
                         continue
                 else:
                     continue
                 if s is not None:
                     seconds[case["name"]][peer].append(s)
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
-    return seconds, peaks
+    return seconds, peaks, crashed
 
 
-def summarize(cases, seconds, peaks):
+def summarize(cases, seconds, peaks, crashed):
     rows = []
     for case in cases:
         row = {"name": case["name"], "flops": case["flops"], "threads": case["threads"],
-               "attn_peak_gflops": peaks[case["name"]]}
+               "attn_peak_gflops": peaks[case["name"]],
+               "crashed": sorted(peer for name, peer in crashed if name == case["name"])}
         for peer, times in seconds[case["name"]].items():
             if times:
                 row[f"{peer}_seconds"] = statistics.median(times)
@@ -664,8 +676,9 @@ def summarize(cases, seconds, peaks):
 
 
 def print_table(rows):
-    def cell(row, key, form):
-        return format(row[key], form) if key in row else format("-", ">" + form.split(".")[0])
+    def cell(row, key, form, peer=None):
+        text = "crash" if peer in row["crashed"] else "-"
+        return format(row[key], form) if key in row else format(text, ">" + form.split(".")[0])
 
     short = {"onnxruntime": "ort", "openvino": "ov", "zentorch": "zen"}
     names = [short.get(peer, peer) for peer in PEERS[1:]]
@@ -677,7 +690,7 @@ def print_table(rows):
     for row in rows:
         print(f"{row['name']:<55} {cell(row, 'attn_gflops', '8.2f')} "
               f"{format(100 * row['attn_peak_fraction'], '6.1f')}% "
-              + " ".join(cell(row, f"{peer}_gflops", "8.2f") for peer in PEERS[1:])
+              + " ".join(cell(row, f"{peer}_gflops", "8.2f", peer) for peer in PEERS[1:])
               + f" {cell(row, 'attn_over_best_peer', '9.2f')} "
               f"{short.get(row.get('best_peer', '-'), row.get('best_peer', '-')):>6}")
 
@@ -696,14 +709,14 @@ def main():
             return 2
         workers = start_workers(args.zentorch_python)
         info = {kind: w.hello["info"] for kind, w in workers.items()}
-        seconds, peaks = measure(args, cases, workers)
+        seconds, peaks, crashed = measure(args, cases, workers)
     except RuntimeError as error:
         print(f"peers.py: {error}", file=sys.stderr)
         return 1
     finally:
         for w in workers.values():
             w.close()
-    rows = summarize(cases, seconds, peaks)
+    rows = summarize(cases, seconds, peaks, crashed)
     print_table(rows)
     if args.json:
         partial = args.json.with_name(args.json.name + ".partial")

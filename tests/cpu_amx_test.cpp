@@ -183,7 +183,7 @@ TEST(AmxContext, WeightPairsAreWeightPartsBitsOnEveryTarget) {
     std::memcpy(&weights_t[i], &bits, 4);
   }
   weights_t[3] = 0.0f, weights_t[4] = 1.0f;
-  for (const int parts : {1, cpu::kWeightParts}) {
+  for (const int parts : {1, cpu::kFp16VWeightParts, cpu::kWeightParts}) {
     for (const std::pair<Index, Index>& keys :
          {std::pair<Index, Index>{0, kSpan}, {3, 67}, {4, 41}}) {
       const Index first = keys.first, end = keys.second;  // named: clang 14 captures no bindings
@@ -207,7 +207,7 @@ struct ContextCase {
   Index value_blocks = 1, span = 32, first = 0, end = 32;
   int vectors = 1;
   int value_parts = 1;                   // 2: fp16 V as its two bf16 parts (cpu/amx/fp16_parts.hpp)
-  int weight_parts = cpu::kWeightParts;  // 1: P rounded to bf16 (Options::pv_precision bf16)
+  int weight_parts = cpu::kWeightParts;  // 1: P rounded to bf16; 2: for fp16 V (pv_precision bf16)
   std::string name() const {
     return "value dims " + std::to_string(value_blocks * 16) + " span " + std::to_string(span) +
            " keys [" + std::to_string(first) + ", " + std::to_string(end) + ") vectors " +
@@ -231,11 +231,28 @@ ValueParts value_parts(float x, int parts) {
   return {value, {split.high, split.low}};
 }
 
+// w >= 0 cut to its leading `bits` significant bits.
+double truncated(double w, int bits) {
+  if (w == 0.0) return 0.0;
+  const int exponent = std::ilogb(w);
+  return std::ldexp(std::floor(std::ldexp(w, bits - 1 - exponent)), exponent - bits + 1);
+}
+
+// A weight as `parts` bf16 parts carry it: rounded to bf16 (1); its leading 8 bits and the
+// leading 8 of what they leave (2); whole (3).
+double weight_as_parts(float weight, int parts) {
+  if (parts == 1) return to_float(to_bfloat16(weight));
+  if (parts == cpu::kWeightParts) return weight;
+  const double high = truncated(weight, 8);
+  return high + truncated(weight - high, 8);
+}
+
 // out_t[d][r] = start + sum over k in [first, end) of P[k][r] V[k][d] by context_by_amx on
 // Tiles, checked against float64: NaN first, guards (padding rows of out_t, its rows past the
 // value dims), then per element within (3 parts span + 2) ulps of the sum of magnitudes, NMSE.
 // V^T holds NaN past the span, P^T NaN outside [first, end): a read of either shows. With one
-// weight part, float64 sums P rounded to bf16 (to_bfloat16: to nearest, ties to even).
+// weight part, float64 sums P rounded to bf16 (to_bfloat16: to nearest, ties to even); with
+// two, each weight's first two parts (weight_as_parts).
 template <class Tiles>
 void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
   constexpr Index kPadding = 3, kValuesGap = 32;
@@ -285,9 +302,7 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
       double want = start[at], magnitude = std::abs(start[at]);
       for (Index k = c.first; k < c.end; ++k) {
         const float weight = weights_t[k * rows + r];
-        const double term =
-            static_cast<double>(c.weight_parts == 1 ? to_float(to_bfloat16(weight)) : weight) *
-            values[d * c.span + k];
+        const double term = weight_as_parts(weight, c.weight_parts) * values[d * c.span + k];
         want += term;
         magnitude += std::abs(term);
       }
@@ -302,11 +317,11 @@ void expect_context_matches_float64(const ContextCase& c, std::uint32_t seed) {
 }
 
 // Value dims of 1 to 16 tiles (pairs and a lone one), spans of 1 to 4 key blocks with the
-// weights' keys starting and ending inside them, 1 to 3 row vectors; bf16 and fp16 V; P exact
-// and rounded.
+// weights' keys starting and ending inside them, 1 to 3 row vectors; bf16 and fp16 V; P exact,
+// in two parts and rounded.
 std::vector<ContextCase> context_cases() {
   std::vector<ContextCase> cases;
-  for (const int weight_parts : {cpu::kWeightParts, 1}) {
+  for (const int weight_parts : {cpu::kWeightParts, cpu::kFp16VWeightParts, 1}) {
     for (const int value_parts : {1, 2}) {
       for (const Index value_blocks : {1, 2, 3, 8, 16}) {
         for (const Index span : {32, 64, 128}) {
@@ -335,7 +350,7 @@ TEST(AmxContext, ModelRunsOneProductPerTileOfWork) {
   struct CountingTiles : ModelTiles {
     static void release() {}  // keeps the count of this call until read below
   };
-  for (const int weight_parts : {cpu::kWeightParts, 1}) {
+  for (const int weight_parts : {cpu::kWeightParts, cpu::kFp16VWeightParts, 1}) {
     for (const int value_parts : {1, 2}) {
       expect_context_matches_float64<CountingTiles>({3, 64, 0, 64, 3, value_parts, weight_parts},
                                                     11);

@@ -248,7 +248,7 @@ TEST(FastForwardBf16Dot, RoundedPMatchesReferenceWithinItsRounding) {
       };
       // Not exact P's bits where the dispatched target takes vdpbf16ps (a build of fewer
       // targets, as the TSan one, may dispatch to AVX2, where P stays float32).
-      if (explain(in.q, in.k, in.v, in.options).plan.find("P rounded to bf16") !=
+      if (explain(in.q, in.k, in.v, in.options).plan.find("pv_precision bf16") !=
           std::string::npos) {
         EXPECT_NE(bytes(rounded[0]), bytes(exact));
       }

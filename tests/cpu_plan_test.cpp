@@ -143,8 +143,8 @@ TEST(Plan, TheAmxContextServesItemsWithoutNarrowChunks) {
   EXPECT_FALSE(Plan(few.problem, kSapphireRapids).packs_values());
 }
 
-// Options::pv_precision bf16: one rounded part of each weight on AMX tiles, three exact
-// ones by default; the plan says which.
+// Options::pv_precision bf16: one rounded part of each weight on AMX tiles (two against fp16
+// V), three exact ones for exact; the plan says which.
 TEST(Plan, PvPrecisionChoosesTheWeightPartsOfTheAmxContext) {
   Planned p = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
   const Plan exact(p.problem, kSapphireRapids);
@@ -154,6 +154,11 @@ TEST(Plan, PvPrecisionChoosesTheWeightPartsOfTheAmxContext) {
   const Plan rounded(p.problem, kSapphireRapids);
   EXPECT_EQ(rounded.weight_parts(), 1);
   EXPECT_NE(rounded.describe().find("P rounded to bf16"), std::string::npos);
+  Planned fp16 = problem_of(shaped(8, 2, 98, 100, 64, DType::f16));
+  fp16.problem.pv_precision = PvPrecision::bf16;
+  const Plan two_parts(fp16.problem, kSapphireRapids);
+  EXPECT_EQ(two_parts.weight_parts(), cpu::kFp16VWeightParts);
+  EXPECT_NE(two_parts.describe().find("P in two bf16 parts"), std::string::npos);
 }
 
 // Without AMX, P rounded to bf16 takes vdpbf16ps for P V beside the AVX512-BF16 scores, on

@@ -2,13 +2,15 @@
 // is bf16: tile A is V^T (16 value dims x 32 keys, packed once per KV head by PackedValues,
 // cpu/amx/packed_values-inl.h), tile B the weights' pairs of keys [key / 2][rows][2] (the
 // layout of the query pairs, cpu/bf16_dot.hpp), tile C 16 value dims x 16 rows of the
-// transposed context. With one part (Options::pv_precision bf16, the default) each weight
-// is rounded to bf16 once; with pv_precision exact put_weight_parts cuts each weight into
-// three bf16 parts whose sum is the weight exactly, and each part is multiplied in turn, so
-// the context is float32 sums of exact products, as on the float path: three products where
-// rounded takes one. fp16 V goes in as its two exact bf16 parts (cpu/amx/fp16_parts.hpp), each a
-// V^T of its own, so six products per tile of work (two with one part). A template over the tile
-// instructions (cpu/amx/tiles.hpp), so that the tests run it on a model of them.
+// transposed context. With one part (Options::pv_precision bf16, the default, for bf16 V)
+// each weight is rounded to bf16 once; with pv_precision exact put_weight_parts cuts each
+// weight into three bf16 parts whose sum is the weight exactly, and each part is multiplied
+// in turn, so the context is float32 sums of exact products, as on the float path: three
+// products where rounded takes one. fp16 V goes in as its two exact bf16 parts
+// (cpu/amx/fp16_parts.hpp), each a V^T of its own, so six products per tile of work; with
+// pv_precision bf16 the weights then go in as their first two parts (kFp16VWeightParts), four.
+// A template over the tile instructions (cpu/amx/tiles.hpp), so that the tests run it on a
+// model of them.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,10 @@
 
 namespace attn::cpu {
 
-constexpr int kWeightParts = 3;        // bf16 parts of a float32 weight: 3 x 8 bits of significand
+constexpr int kWeightParts = 3;  // bf16 parts of a float32 weight: 3 x 8 bits of significand
+// Parts of a weight against fp16 V with pv_precision bf16: 16 of its bits, finer than an fp16
+// output, where one rounded part left fp16 outputs 17-27x PyTorch's NMSE on Emerald Rapids.
+constexpr int kFp16VWeightParts = 2;
 constexpr Index kAmxKeyBlock = 32;     // keys per tile row of A: the K of one TDPBF16PS
 constexpr Index kAmxRows = kTileRows;  // rows (or value dims) per tile
 
@@ -54,8 +59,8 @@ inline float float_of(std::uint32_t bits) {
 // The bf16 parts of w, high to low, as float patterns with a zero low half. Three (the
 // default): each truncates what the ones before left, so w = hi + mid + lo exactly (8 bits
 // of w's 24 each); AMX reads a part below float's normal range (2^-126) as 0: a change
-// below 2^-126 in a weight, against its row's largest weight of 1. One: w rounded
-// (rounded_half), for Options::pv_precision bf16.
+// below 2^-126 in a weight, against its row's largest weight of 1. Two: hi and mid, w less
+// lo. One: w rounded (rounded_half), for Options::pv_precision bf16.
 struct WeightParts {
   std::uint32_t part[kWeightParts];
 };
@@ -89,7 +94,7 @@ void put_pair_parts(const float* even, const float* odd, Index rows, Index plane
 // the weight of key k and row r, for keys [0, span) and `rows` rows, where the weights of
 // keys [first, end) are weights_t ([key][weights_stride] floats at key `first` and the first
 // row) and the others 0. span is even; parts: [weight_parts][span / 2][rows_stride], the
-// weights in kWeightParts exact parts or (weight_parts 1) rounded to bf16.
+// weights in their first weight_parts parts (weight_parts 1: rounded to bf16).
 inline void put_weight_parts(const float* weights_t, Index weights_stride, Index first, Index end,
                              Index span, Index rows, Index rows_stride, int weight_parts,
                              std::uint32_t* parts) {

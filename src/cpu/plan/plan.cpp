@@ -166,7 +166,9 @@ Plan::Plan(const core::Problem& p, PlanTarget target)
   if (enough_rows && packed_bytes <= kAmxPackedMaxBytes) {
     packed_context_ = packed_context(p, wide_scores_);
   }
-  weight_parts_ = p.pv_precision == PvPrecision::bf16 ? 1 : kWeightParts;
+  weight_parts_ = p.pv_precision == PvPrecision::exact ? kWeightParts
+                  : p.v.dtype == DType::f16            ? kFp16VWeightParts
+                                                       : 1;
 }
 
 std::vector<ChunkRows> Plan::chunks(Index rows) const {
@@ -215,8 +217,9 @@ std::string Plan::describe() const {
   out += "; context: ";
   out += kernel_name(packed_context_);
   if (packs_values()) {
-    out += weight_parts_ == 1 ? " (P rounded to bf16, pv_precision bf16)"
-                              : " (P in three exact bf16 parts)";
+    out += weight_parts_ == 1                   ? " (P rounded to bf16, pv_precision bf16)"
+           : weight_parts_ == kFp16VWeightParts ? " (P in two bf16 parts, pv_precision bf16)"
+                                                : " (P in three exact bf16 parts)";
     out += " for items without narrow chunks, ";
     out += kernel_name(ContextKernel::float_rows);
     out += " for the others";

@@ -104,8 +104,8 @@ class Plan {
   // Some item multiplies P V on bf16 products (AMX tiles or vdpbf16ps), and V^T is packed
   // before the items.
   bool packs_values() const { return packed_context_ != ContextKernel::float_rows; }
-  // bf16 parts of each weight in those products: kWeightParts (exact, AMX tiles only), or 1
-  // (rounded) for Options::pv_precision bf16.
+  // bf16 parts of each weight in those products: kWeightParts (exact, AMX tiles only), or for
+  // Options::pv_precision bf16 1 (rounded), kFp16VWeightParts for fp16 V (cpu/amx/context.hpp).
   int weight_parts() const { return weight_parts_; }
   // An item's context path: the packed context where V^T is packed and no chunk of the item
   // is narrow (narrow chunks read V by rows), else float rows.

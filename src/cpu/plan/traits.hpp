@@ -19,8 +19,8 @@ struct WalkTraits {
   // 64 for all dims: 3-5% slower at d=64 and d=128. 256: equal non-causal, 9% slower causal.
   static constexpr int kAmxKeyTile = 256;
   static constexpr Index kAmxWideDim = 128;
-  // Emerald Rapids, bf16, 1 thread: 256 keys 2-8% faster at d=128 (fewer rescales of O^T
-  // and tile loads of it per key), 6-9% slower at d=64; 192 between (bench/README.md).
+  // Emerald Rapids, bf16, 1 thread: 256 keys 3-8% faster at d=128 (fewer rescales of O^T
+  // and tile loads of it per key), 5-10% slower at d=64; 192 between (bench/README.md).
   static constexpr int kMostTileKeys = 256;
   // Query rows per work item in SIMD vectors (rows = query heads sharing a KV head x
   // query positions); Qt and the context accumulators of one item stay in L2.

@@ -12,9 +12,9 @@ namespace attn::cpu {
 // Each kernel's scaling pass is compiled for AVX-512 with it (flatten inlines it here).
 __attribute__((target("avx512f"), flatten)) void scores_rows_bf16_on_tiles(
     const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys, Index key_stride,
-    Index key_count, Index dim, float scale, int vectors, float* out) {
+    Index key_count, Index dim, float scale, int vectors, float* out, bool scaled) {
   scores_by_amx<HardwareTiles>(q_pairs, rows_stride, keys, key_stride, key_count, dim, scale,
-                               vectors, out);
+                               vectors, out, 1, scaled);
 }
 
 __attribute__((target("avx512f"), flatten)) void scores_rows_fp16(

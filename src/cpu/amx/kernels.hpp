@@ -11,10 +11,11 @@
 namespace attn::cpu {
 
 // bf16 scores on tiles: cpu/amx/scores.hpp's scores_by_amx, its arguments and layouts
-// (q_pairs as put_query_pairs lays them out, cpu/bf16_dot.hpp). amx_scores_fit(dim).
+// (q_pairs as put_query_pairs lays them out, cpu/bf16_dot.hpp), scaled or not.
+// amx_scores_fit(dim).
 void scores_rows_bf16_on_tiles(const std::uint16_t* q_pairs, Index rows_stride,
                                const std::uint16_t* keys, Index key_stride, Index key_count,
-                               Index dim, float scale, int vectors, float* out);
+                               Index dim, float scale, int vectors, float* out, bool scaled);
 
 // fp16 scores on tiles: cpu/amx/fp16_parts.hpp's fp16_scores_by_amx, its arguments and
 // layouts.

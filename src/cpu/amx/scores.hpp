@@ -55,11 +55,13 @@ void score_keys(const std::uint16_t* keys, long key_bytes, const std::uint16_t* 
 // q_pairs ([dim / 2][rows_stride][2], at the first row); out: [key_count][rows_stride] at the
 // first row. The last key_count % 16 keys go through zero-padded scratch. With passes > 1,
 // q_pairs holds that many such blocks one after the other, and each key row is multiplied
-// by all of them into one sum (cpu/amx/fp16_parts.hpp's four products).
+// by all of them into one sum (cpu/amx/fp16_parts.hpp's four products). With scaled false,
+// out is left unscaled, for a caller that multiplies each score by scale as it reads it (the
+// forward's online softmax, Scorer::score in cpu/walk/scorer-inl.h): a pass fewer over out.
 template <class Tiles>
 void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::uint16_t* keys,
                    Index key_stride, Index key_count, Index dim, float scale, int vectors,
-                   float* out, int passes = 1) {
+                   float* out, int passes = 1, bool scaled = true) {
   static constexpr TileConfig kConfig = full_tiles();
   Tiles::configure(kConfig);
   const long key_bytes = static_cast<long>(key_stride) * 2;
@@ -86,6 +88,7 @@ void scores_by_amx(const std::uint16_t* q_pairs, Index rows_stride, const std::u
     }
   }
   Tiles::release();
+  if (!scaled) return;
   const Index columns = vectors * kTileColumns;
   for (Index j = 0; j < key_count; ++j) {
     float* row = out + j * rows_stride;

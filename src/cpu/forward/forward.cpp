@@ -158,7 +158,7 @@ class ItemKernel {
   }
 
   void weigh(const Chunk& chunk) {
-    scorer_.score(chunk);
+    scorer_.score(chunk, !kKeep);
     after_scores(chunk);
   }
 

@@ -115,34 +115,60 @@ inline float lse_shift(float lse) {
 // The online softmax over one vector of rows (lanes are rows) and keys [0, keys) of the
 // tile, scores at p[j * stride]: the scores become the weights exp(s - shift) in place;
 // the rows' m and l (vectors at m, l) are updated, and the factor that rescales their acc
-// is left at rescale.
-HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride,
+// is left at rescale. With kScale the scores are still to be multiplied by `scale` (> 0),
+// as each is read: the bits of scaling them first, since rounding keeps order, so the
+// largest product is the product of the largest score.
+template <bool kScale>
+HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride, float scale,
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                     float* HWY_RESTRICT rescale) {
   const DF df;
+  const VF factor = hn::Set(df, scale);
+  const auto score = [&](Index j) ATTN_INLINE_LAMBDA {
+    const VF s = hn::Load(df, p + j * stride);
+    return kScale ? hn::Mul(s, factor) : s;
+  };
   const VF old_max = hn::Load(df, m);
-  const VF new_max = max_of_scores(
-      df, old_max, keys, [&](Index j) ATTN_INLINE_LAMBDA { return hn::Load(df, p + j * stride); });
+  VF new_max;
+  if constexpr (kScale) {
+    const VF tile_max = hn::Mul(
+        max_of_scores(df, hn::Set(df, kMinusInfinity), keys,
+                      [&](Index j) ATTN_INLINE_LAMBDA { return hn::Load(df, p + j * stride); }),
+        factor);
+    new_max = max_of_scores(df, old_max, 1, [&](Index) ATTN_INLINE_LAMBDA { return tile_max; });
+  } else {
+    new_max = max_of_scores(df, old_max, keys, score);
+  }
   const VF shift = softmax_shift(df, new_max);
   const VF rescale_rows = softmax_rescale(df, old_max, shift);
   VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
   Index j = 0;
   for (; j + 2 <= keys; j += 2) {
-    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), shift);
-    const VF p1 = softmax_weight(df, hn::Load(df, p + (j + 1) * stride), shift);
+    const VF p0 = softmax_weight(df, score(j), shift);
+    const VF p1 = softmax_weight(df, score(j + 1), shift);
     hn::Store(p0, df, p + j * stride);
     hn::Store(p1, df, p + (j + 1) * stride);
     sum0 = hn::Add(sum0, p0);
     sum1 = hn::Add(sum1, p1);
   }
   if (j < keys) {
-    const VF p0 = softmax_weight(df, hn::Load(df, p + j * stride), shift);
+    const VF p0 = softmax_weight(df, score(j), shift);
     hn::Store(p0, df, p + j * stride);
     sum0 = hn::Add(sum0, p0);
   }
   hn::Store(hn::MulAdd(hn::Load(df, l), rescale_rows, hn::Add(sum0, sum1)), df, l);
   hn::Store(new_max, df, m);
   hn::Store(rescale_rows, df, rescale);
+}
+
+// online_softmax_rows on scores already scaled, or (deferred_scale > 0) still to be.
+HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride,
+                                    float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                                    float* HWY_RESTRICT rescale, float deferred_scale = 0.0f) {
+  if (deferred_scale > 0.0f) {
+    return online_softmax_rows<true>(p, keys, stride, deferred_scale, m, l, rescale);
+  }
+  online_softmax_rows<false>(p, keys, stride, 1.0f, m, l, rescale);
 }
 
 // The online softmax over one row's scores (lanes are keys): `vectors` whole vectors at s,

@@ -251,8 +251,11 @@ class Scorer {
   }
 
   // S^T of the chunk by its kernel: dot chunks from the float32 K rows of load_keys, wide
-  // chunks by the variant's kernel.
-  void score(const Chunk& chunk) {
+  // chunks by the variant's kernel. With softmax_scales (a caller whose next read of S^T is
+  // softmax()), AMX tiles leave the scale of a chunk that shape() leaves alone to softmax(),
+  // which multiplies each score as it reads it: a pass fewer over S^T, the same bits.
+  void score(const Chunk& chunk, bool softmax_scales = false) {
+    deferred_scale_ = 0.0f;
     if (chunk.scores == ScoreKernel::dot_bf16) {
       const bfloat16* keys[WalkTraits::kMostTileKeys];
       stored_key_rows(chunk.end, keys);
@@ -264,6 +267,12 @@ class Scorer {
       if (chunk.vectors == 2) return score_float_chains<2>(chunk);
       score_float_chains<WalkTraits::kScoreRowVectors>(chunk);
     } else if constexpr (kWide == WideScores::bf16_pairs) {
+      const auto scale = static_cast<float>(p_.rule.scale);
+      // scale > 0: the max of the scaled scores is then the scaled max of the scores.
+      if (softmax_scales && plan_.wide_scores() == ScoreKernel::bf16_tiles && scale > 0.0f &&
+          !reshapes(chunk) && !chunk.masked) {
+        deferred_scale_ = scale;
+      }
       score_bf16_pairs(chunk);
     } else {
       score_fp16_parts(chunk);
@@ -282,8 +291,7 @@ class Scorer {
   // The shared shaper, lanes being rows: softcap, ALiBi, keys outside a row's causal/window
   // range, then the mask.
   void shape(const Chunk& chunk) {
-    const tile::ScoreShaping& shaping = shaping_;
-    if (shaping.softcap || shaping.alibi || !chunk.every_row_sees_all) {
+    if (reshapes(chunk)) {
       if (chunk.every_row_sees_all) {
         shape_chunk<false>(chunk);
       } else {
@@ -305,7 +313,7 @@ class Scorer {
       const Index row = chunk.first_row + c * lanes_;
       tile::online_softmax_rows(scores_at(chunk.first, row), chunk.end - chunk.first, rows_padded_,
                                 s_.row_max.get() + row, s_.row_sum.get() + row,
-                                s_.rescale.get() + row);
+                                s_.rescale.get() + row, deferred_scale_);
     }
   }
 
@@ -573,7 +581,7 @@ class Scorer {
     float* out = scores_at(chunk.first, chunk.first_row);
     if (plan_.wide_scores() == ScoreKernel::bf16_tiles) {
       return scores_rows_bf16_on_tiles(q, rows_padded_, k, p_.k.strides[2], chunk.end - chunk.first,
-                                       dim_, scale, vectors, out);
+                                       dim_, scale, vectors, out, deferred_scale_ == 0.0f);
     }
     scores_rows_bf16(q, rows_padded_, k, p_.k.strides[2], chunk.end - chunk.first, dim_, scale,
                      vectors, out);
@@ -700,6 +708,11 @@ class Scorer {
     }
   }
 
+  // Whether shape() changes scores other than by the mask.
+  bool reshapes(const Chunk& chunk) const {
+    return shaping_.softcap || shaping_.alibi || !chunk.every_row_sees_all;
+  }
+
   void apply_mask(const Chunk& chunk) {
     core::with_element_type(p_.mask.dtype, [&](auto tag) {
       using M = decltype(tag);
@@ -758,6 +771,7 @@ class Scorer {
   Index chunks_of_rows_ = 0;
   const float* keys_ = nullptr;
   Index key_stride_ = 0;
+  float deferred_scale_ = 0.0f;  // the scale score() left to softmax(), or 0
 };
 
 }  // namespace walk

@@ -216,6 +216,19 @@ TEST(FastForwardBf16Dot, MatchesReferenceOnEveryHeadDimCopy) {
   }
 }
 
+// One thread walks wide items, whose AMX scores leave their scale to the softmax where
+// nothing shapes them, then a narrow one (2 rows, scored in place): it must not inherit a
+// scale left over. bf16 without shaping, so that the wide items defer on a CPU with AMX.
+TEST(FastForwardBf16Dot, NarrowItemAfterWideOnesOnOneThread) {
+  Case c;
+  c.heads_q = 2, c.heads_kv = 2, c.len_q = 98, c.len_k = 300, c.dim = c.dim_v = 64;
+  c.dtype = DType::bf16;
+  testing::Inputs in = testing::make_inputs(c);
+  in.options.threads = 1;
+  const ReferenceResult want = run_reference(in);
+  for_each_target([&] { expect_fast_matches(in, want, kContextNmse); });
+}
+
 // pv_precision bf16 on the same cases: P V by vdpbf16ps on each weight rounded to bf16
 // (cpu/bf16_dot.hpp; for Lq 2, narrow chunks, on V rows in pairs: cpu/tile/bf16_pairs-inl.h)
 // on the AVX-512 targets, within bf16's rounding of P (worst NMSE seen 2.0e-6 on Zen 4), and

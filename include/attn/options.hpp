@@ -29,7 +29,7 @@ enum class Backend : std::uint8_t {
 // vdpbf16ps (bf16 V) on a CPU without AMX, and in decode and paged attention over a bf16
 // cache on a CPU with AVX512-BF16; each weight within 2^-8 of itself, at twice the float32
 // rate or more. Against fp16 V on AMX tiles, whose outputs are finer than that, each weight
-// as two bf16 parts (within 2^-16 of itself; 1.02-1.11x the exact forward on Emerald Rapids).
+// as two bf16 parts (within 2^-15 of itself; 1.02-1.11x the exact forward on Emerald Rapids).
 // Elsewhere, and for float32 V, P stays float32.
 // exact: float32 P everywhere (on AMX tiles as three exact bf16 parts). The weights and lse
 // outputs are exact either way.

@@ -69,7 +69,7 @@ OPTIONS_DOC = """
             AVX512-BF16 without AMX, a bf16 cache in decode and paged attention), as
             PyTorch's and FlashAttention's kernels round them, each weight within 2^-8 of
             itself, at twice the float32 rate or more; against fp16 V on AMX tiles, two
-            bfloat16 parts of each weight (within 2^-16 of itself), finer than fp16 outputs;
+            bfloat16 parts of each weight (within 2^-15 of itself), finer than fp16 outputs;
             elsewhere, and for float32 V, it changes nothing. "exact": float32 weights in
             P V everywhere. The weights and lse outputs are exact either way.
         dropout_p: dropout of the weights in P V, for training (PyTorch's and

@@ -22,8 +22,8 @@
 namespace attn::cpu {
 
 constexpr int kWeightParts = 3;  // bf16 parts of a float32 weight: 3 x 8 bits of significand
-// Parts of a weight against fp16 V with pv_precision bf16: 16 of its bits, finer than an fp16
-// output, where one rounded part left fp16 outputs 17-27x PyTorch's NMSE on Emerald Rapids.
+// Parts of a weight against fp16 V with pv_precision bf16: within 2^-15 of it, finer than an
+// fp16 output, where one rounded part left fp16 outputs 17-27x PyTorch's NMSE on Emerald Rapids.
 constexpr int kFp16VWeightParts = 2;
 constexpr Index kAmxKeyBlock = 32;     // keys per tile row of A: the K of one TDPBF16PS
 constexpr Index kAmxRows = kTileRows;  // rows (or value dims) per tile

@@ -70,6 +70,10 @@ struct KVCacheConfig {
   // k_scale and v_scale, per head), positive and finite; empty: 1. An element is stored as
   // the code of x / scale and reads as code * scale.
   std::vector<float> k_scale = {}, v_scale = {};
+
+  // The keys' (values false) or the values' head dim, and their fp8 scales per KV head.
+  Index dim_of(bool values) const { return values ? dim_v : dim; }
+  const std::vector<float>& head_scales(bool values) const { return values ? v_scale : k_scale; }
 };
 
 namespace cache {

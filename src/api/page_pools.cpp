@@ -31,13 +31,13 @@ CachePools cache_pools(KVCache& cache) {
     p.pages = config.max_blocks;
     p.page_size = config.page_size;
     p.heads_kv = config.heads_kv;
-    p.dim = values ? config.dim_v : config.dim;
+    p.dim = config.dim_of(values);
     if (cache::has_scales(config.dtype)) {
       p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
       p.group = config.group;
       p.zero_point = config.zero_point;
     }
-    const std::vector<float>& head_scales = values ? config.v_scale : config.k_scale;
+    const std::vector<float>& head_scales = config.head_scales(values);
     if (!head_scales.empty()) p.scales = const_cast<float*>(head_scales.data());
     return p;
   };

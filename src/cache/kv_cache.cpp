@@ -192,8 +192,7 @@ std::size_t KVCache::element_size() const {
 }
 
 Index KVCache::scales_per_row(bool values) const {
-  const Index groups =
-      config_.group > 0 ? (values ? config_.dim_v : config_.dim) / config_.group : 1;
+  const Index groups = config_.group > 0 ? config_.dim_of(values) / config_.group : 1;
   return config_.zero_point ? 2 * groups : groups;
 }
 
@@ -399,7 +398,7 @@ void KVCache::copy_block(std::int32_t from, std::int32_t to) {
 std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) const {
   const Place at = place(block);
   const Slab& slab = slabs_[static_cast<std::size_t>(at.slab)];
-  const Index dim = values ? config_.dim_v : config_.dim;
+  const Index dim = config_.dim_of(values);
   return (values ? slab.values : slab.keys).get() +
          static_cast<std::size_t>(at.index) * (values ? value_block_bytes_ : key_block_bytes_) +
          static_cast<std::size_t>(head * config_.page_size * cache::row_bytes(config_.dtype, dim));
@@ -498,7 +497,7 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
   const std::shared_ptr<Sequence> found = find(seq, "seq");
   const std::shared_lock lock(found->mutex);
   const Sequence& s = *found;
-  const Index dim = values ? config_.dim_v : config_.dim, page = config_.page_size;
+  const Index dim = config_.dim_of(values), page = config_.page_size;
   Tensor out(DType::f32, {1, config_.heads_kv, s.length, dim});
   float* to = out.data_as<float>();
   std::vector<double> row(static_cast<std::size_t>(dim));
@@ -522,7 +521,7 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       if (cache::is_fp8(config_.dtype)) {
         cache::fp8_widen(config_.dtype,
                          reinterpret_cast<const std::uint8_t*>(base) + (t % page) * dim, dim, dst);
-        const std::vector<float>& head_scales = values ? config_.v_scale : config_.k_scale;
+        const std::vector<float>& head_scales = config_.head_scales(values);
         if (!head_scales.empty()) {
           for (Index d = 0; d < dim; ++d) dst[d] *= head_scales[static_cast<std::size_t>(h)];
         }

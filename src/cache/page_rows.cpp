@@ -127,7 +127,7 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.dtype = config.dtype;
   rows.page_size = config.page_size;
   rows.heads_kv = config.heads_kv;
-  rows.dim = values ? config.dim_v : config.dim;
+  rows.dim = config.dim_of(values);
   rows.cache = &cache;
   rows.values = values;
   rows.group = config.group;
@@ -135,7 +135,7 @@ PageRows page_rows_of(const KVCache& cache, bool values) {
   rows.slot_bytes = row_bytes(config.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
   rows.slot_scales = rows.row_scales();
-  const std::vector<float>& head_scales = values ? config.v_scale : config.k_scale;
+  const std::vector<float>& head_scales = config.head_scales(values);
   if (is_fp8(config.dtype) && !head_scales.empty()) {
     // Read through the cache's config, never written.
     rows.scales = const_cast<float*>(head_scales.data());

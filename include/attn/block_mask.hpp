@@ -95,6 +95,10 @@ class BlockMask {
         data_->partial[static_cast<std::size_t>(block_index(b, h, i / bs, kb))];
     return data_->bits.data() + (static_cast<Index>(partial) * bs + i % bs) * data_->words;
   }
+  // Whether a partial row shows its key c (= j % block_size).
+  static bool row_shows(const std::uint64_t* row, Index c) {
+    return (row[c / 64] >> (c % 64) & 1) != 0;
+  }
   // Blocks of each kind, over every (batch entry, head) the mask stores.
   Index count(Block kind) const;
   // The share of blocks that are not empty.

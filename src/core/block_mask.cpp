@@ -203,9 +203,7 @@ bool BlockMask::shows(Index b, Index h, Index i, Index j) const {
     case Block::partial:
       break;
   }
-  const std::uint64_t* words = partial_row(b, h, i, j / bs);
-  const Index c = j % bs;
-  return (words[c / 64] >> (c % 64) & 1) != 0;
+  return row_shows(partial_row(b, h, i, j / bs), j % bs);
 }
 
 Index BlockMask::count(Block kind) const {

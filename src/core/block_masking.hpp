@@ -23,8 +23,7 @@ inline void hide_by_blocks(const BlockMask& mask, Index entry, Index head, Index
     const std::uint64_t* bits =
         block == BlockMask::Block::partial ? mask.partial_row(entry, head, i, kb) : nullptr;
     for (Index j = from; j < to; ++j) {
-      const Index c = j - kb * size;
-      if (bits == nullptr || (bits[c / 64] >> (c % 64) & 1) == 0) {
+      if (bits == nullptr || !BlockMask::row_shows(bits, j - kb * size)) {
         scores[(j - first) * stride] = -std::numeric_limits<float>::infinity();
       }
     }

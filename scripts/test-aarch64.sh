@@ -19,16 +19,20 @@ case "$mode" in
   *) echo "test-aarch64: expected the mode all or quick, given \"$mode\"" >&2; exit 2 ;;
 esac
 not_emulated='^(consumer_find_package|test_cli|test_viz_browser)$'
-kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_vector_exp|cpu_widen|float8|explain|state)(:|$)'
+kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_softmax|cpu_vector_exp|cpu_widen|float8|explain|state)(:|$)'
 
-# The quick selection: each test binary with its gtest filter.
+# The quick selection: each test binary with its gtest filter, the longest first (test_paged
+# in three parts), so that the last binaries to start are short ones.
 quick_tests=(
-  "test_cpu_forward Cases/*:FastForwardThreads.*"
-  "test_backward Cases/*:FastBackwardThreads.*"
+  "test_paged Paged.MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption"
+  "test_paged Paged.ScaledCodesMatchTheReferenceOnEveryTarget"
+  "test_paged Paged.EachSequencesBitsAreItsOwnOnEveryTarget:Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD"
   "test_weights Cases/*:WeightsThreads.*"
+  "test_backward Cases/*:FastBackwardThreads.*"
   "test_weights_forward Cases/*"
+  "test_cpu_forward Cases/*:FastForwardThreads.*"
   "test_decode Decode.EveryTargetDecodesEveryStorageDtype:Decode.SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree"
-  "test_paged Paged.MatchesTheReferenceForEveryLayoutDtypePageSizeAndOption:Paged.EachSequencesBitsAreItsOwnOnEveryTarget:Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD:Paged.ScaledCodesMatchTheReferenceOnEveryTarget"
+  "test_cpu_softmax *"
   "test_dropout DropoutKernels.*"
   "test_contraction *"
   "test_cpu_vector_exp *"

@@ -185,9 +185,13 @@ std::vector<Case> full_cases() {
   return out;
 }
 
-std::vector<Case> case_list() {
+bool full_sweep() {
   const char* full = std::getenv("ATTN_FULL_SWEEP");
-  return full != nullptr && full[0] == '1' ? full_cases() : quick_cases();
+  return full != nullptr && full[0] == '1';
+}
+
+std::vector<Case> case_list() {
+  return full_sweep() ? full_cases() : quick_cases();
 }
 
 std::vector<Case> dropout_cases() {

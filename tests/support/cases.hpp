@@ -32,6 +32,8 @@ struct Case {
 // gtest prints a failing parameter with this instead of its bytes.
 void PrintTo(const Case& c, std::ostream* out);
 
+// Whether ATTN_FULL_SWEEP=1 asks for every case, where CI runs a quick list.
+bool full_sweep();
 // The quick list that runs in CI, or every case when ATTN_FULL_SWEEP=1 is set.
 std::vector<Case> case_list();
 std::vector<Case> quick_cases();

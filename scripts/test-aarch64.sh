@@ -9,7 +9,7 @@
 # - `test-aarch64.sh BUILD quick` (`make test-aarch64-quick`, which CI runs): at each length,
 #   the kernels' quick case list against float64 and their bitwise promises (any thread count
 #   gives the same bits; weights are forward's): 17 minutes on 2 Zen 2 cores, where the
-#   whole suite takes about 35.
+#   whole suite takes about 35; 28 minutes on 2 Emerald Rapids cores.
 set -euo pipefail
 build=${1:-build/aarch64}
 mode=${2:-all}

@@ -153,7 +153,7 @@ std::vector<Case> larger_cases() {
     speculative.window = {group == 4 ? 400 : -1, -1}, speculative.alibi = group == 1;
     out.push_back(speculative);
   }
-  if (const char* full = std::getenv("ATTN_FULL_SWEEP"); full != nullptr && full[0] == '1') {
+  if (testing::full_sweep()) {
     for (const Index d : {64, 128, 256}) {
       for (const bool is_causal : {false, true}) {
         Case c = shaped(8, 2, 1025, 1025, d);

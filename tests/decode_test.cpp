@@ -70,7 +70,7 @@ Tensor reference_context(const Inputs& in, Options options) {
 
 std::vector<DecodeCase> step_cases() {
   std::vector<DecodeCase> cases;
-  const bool full = std::getenv("ATTN_FULL_SWEEP") != nullptr;
+  const bool full = full_sweep();
   for (const CacheDType storage : {CacheDType::f32, CacheDType::f16, CacheDType::bf16,
                                    CacheDType::int8, CacheDType::fp8_e4m3, CacheDType::fp8_e5m2}) {
     for (const Index page : {1, 3, 16, 100}) {

@@ -100,8 +100,9 @@ void prepare_backward(InputCache::Entry& entry, const Options& options) {
 
 void run_backward(InputCache::Entry& entry, const Options& options) {
   const testing::Inputs& in = entry.inputs;
-  backward_into({in.q, in.k, in.v, entry.output.view(), entry.lse.view(), in.q}, options,
-                {entry.dq.mutable_view(), entry.dk.mutable_view(), entry.dv.mutable_view(), {}});
+  backward_into(
+      {in.q, in.k, in.v, entry.output.view(), entry.lse.view(), in.q}, options,
+      {entry.dq.mutable_view(), entry.dk.mutable_view(), entry.dv.mutable_view(), {}, {}});
 }
 
 void run_case(benchmark::State& state, const BenchCase& bench_case, PvPrecision pv_precision,

@@ -88,6 +88,7 @@ MemoryReport measure_peak_memory(Index length, Index dim, int threads, bool back
                   {gradients[0].mutable_view(),
                    gradients[1].mutable_view(),
                    gradients[2].mutable_view(),
+                   {},
                    {}});
   } else {
     forward_into(inputs.q, inputs.k, inputs.v, options, {output.mutable_view(), {}, {}});

@@ -67,18 +67,28 @@ struct Request {
 };
 
 struct ReferenceGradients {
-  Tensor dq, dk, dv, dsinks;
+  Tensor dq, dk, dv, dsinks, dbias;
 };
+
+// [1, heads of the table, 1, columns]: the shape of a position bias table's gradient.
+Dims bias_gradient_shape(const Options& options) {
+  const PositionBias& bias = *options.position_bias;
+  return {1, static_cast<Index>(bias.table.size()) / bias.columns, 1, bias.columns};
+}
 
 ReferenceGradients run_reference(const Request& r) {
   ReferenceGradients want{Tensor(DType::f64, r.in.q.shape), Tensor(DType::f64, r.in.k.shape),
-                          Tensor(DType::f64, r.in.v.shape), Tensor()};
+                          Tensor(DType::f64, r.in.v.shape), Tensor(), Tensor()};
   Options options = r.in.options;
   options.backend = Backend::reference;
-  Gradients g{want.dq.mutable_view(), want.dk.mutable_view(), want.dv.mutable_view(), {}};
+  Gradients g{want.dq.mutable_view(), want.dk.mutable_view(), want.dv.mutable_view(), {}, {}};
   if (!options.sinks.empty()) {
     want.dsinks = Tensor(DType::f64, {1, r.in.q.shape[1], 1, 1});
     g.dsinks = want.dsinks.mutable_view();
+  }
+  if (options.position_bias) {
+    want.dbias = Tensor(DType::f64, bias_gradient_shape(options));
+    g.dposition_bias = want.dbias.mutable_view();
   }
   backward_into(r.inputs(), options, g);
   return want;
@@ -93,6 +103,8 @@ constexpr double kGradientNmse = 1e-10;
 constexpr double kAlibiGradientNmse = 1e-10;
 // dsinks sums P_sink D over every row in float64 from float32 D; worst seen 1.2e-6.
 constexpr double kSinkMaxAbs = 1e-5;
+// The position bias table's gradient sums float32 dS by offset, then by column in float64.
+constexpr double kBiasGradientNmse = 1e-9;
 
 double nmse_bound(const Case& c) {
   return c.alibi ? kAlibiGradientNmse : kGradientNmse;
@@ -114,9 +126,15 @@ void expect_fast_matches(const Request& r, const ReferenceGradients& want, doubl
   Options options = r.in.options;
   options.backend = Backend::fast;
   options.threads = threads;
-  Gradients g{dq.view(), dk.view(), dv.view(), {}};
+  std::optional<GuardedTensor> dbias;
+  Gradients g{dq.view(), dk.view(), dv.view(), {}, {}};
   if (!options.sinks.empty()) g.dsinks = dsinks.view();
+  if (options.position_bias) {
+    dbias.emplace(DType::f32, bias_gradient_shape(options));
+    g.dposition_bias = dbias->view();
+  }
   backward_into(r.inputs(), options, g);
+  if (dbias) expect_close("dposition_bias", *dbias, want.dbias, kBiasGradientNmse);
   expect_close("dq", dq, want.dq, bound);
   expect_close("dk", dk, want.dk, bound);
   expect_close("dv", dv, want.dv, bound);
@@ -235,7 +253,7 @@ TEST(FastBackwardOutputs, WritesEveryGradientDtype) {
     GuardedTensor dq(dtype, r.in.q.shape), dk(dtype, r.in.k.shape), dv(dtype, r.in.v.shape);
     Options options = r.in.options;
     options.backend = Backend::fast;
-    backward_into(r.inputs(), options, {dq.view(), dk.view(), dv.view(), {}});
+    backward_into(r.inputs(), options, {dq.view(), dk.view(), dv.view(), {}, {}});
     expect_close("dq", dq, want.dq, bound);
     expect_close("dk", dk, want.dk, bound);
     expect_close("dv", dv, want.dv, bound);
@@ -282,7 +300,8 @@ struct Valid {
     dk = Tensor(DType::f32, inputs.k.shape);
     dv = Tensor(DType::f32, inputs.v.shape);
     dsinks = Tensor(DType::f32, {1, 4, 1, 1});
-    gradients = {dq.mutable_view(), dk.mutable_view(), dv.mutable_view(), dsinks.mutable_view()};
+    gradients = {
+        dq.mutable_view(), dk.mutable_view(), dv.mutable_view(), dsinks.mutable_view(), {}};
   }
   std::string error() const {
     return testing::error_message([&] { backward_into(inputs, options, gradients); });

@@ -236,8 +236,10 @@ Result forward_floats(const testing::Inputs& in, const Options& options) {
 BackwardResult backward_floats(const BackwardInputs& inputs, const Options& options) {
   const DType out = options.backend == Backend::reference ? DType::f64 : DType::f32;
   BackwardResult r{Tensor(out, inputs.q.shape), Tensor(out, inputs.k.shape),
-                   Tensor(out, inputs.v.shape), Tensor(out, {1, inputs.q.shape[1], 1, 1})};
-  Gradients g{r.dq.mutable_view(), r.dk.mutable_view(), r.dv.mutable_view(), std::nullopt};
+                   Tensor(out, inputs.v.shape), Tensor(out, {1, inputs.q.shape[1], 1, 1}),
+                   Tensor()};
+  Gradients g{r.dq.mutable_view(), r.dk.mutable_view(), r.dv.mutable_view(), std::nullopt,
+              std::nullopt};
   if (!options.sinks.empty()) g.dsinks = r.dsinks.mutable_view();
   backward_into(inputs, options, g);
   return r;

@@ -115,6 +115,7 @@ Expected naive_attention(const TensorView& q, const TensorView& k, const TensorV
             if (!o.alibi_slopes.empty()) {
               score -= o.alibi_slopes[h] * static_cast<double>(std::abs(position - j));
             }
+            if (o.position_bias) score += bias_of(*o.position_bias, h, position - j);
             s[j] = score + mask;
           }
           double total = o.sinks.empty() ? 0.0 : std::exp(static_cast<double>(o.sinks[h]));

@@ -32,9 +32,12 @@ View slice(const View& view, Index batch, Index head, Index heads) {
   return part;
 }
 
-std::vector<float> per_head(const std::vector<float>& values, Index head, Index heads) {
-  if (values.empty()) return {};
-  return {values.begin() + head, values.begin() + head + heads};
+// Heads [head, head + heads) of per-head values of `width` each (all of them when they are
+// one row for every head).
+template <class T>
+std::vector<T> per_head(const std::vector<T>& values, Index head, Index heads, Index width = 1) {
+  if (values.empty() || static_cast<Index>(values.size()) == width) return values;
+  return {values.begin() + head * width, values.begin() + (head + heads) * width};
 }
 
 }  // namespace
@@ -60,6 +63,9 @@ void forward_in_pieces(const TensorView& q, const TensorView& k, const TensorVie
       Options part = options;
       part.alibi_slopes = per_head(options.alibi_slopes, head_q, heads_q);
       part.sinks = per_head(options.sinks, head_q, heads_q);
+      if (PositionBias* bias = part.position_bias ? &*part.position_bias : nullptr) {
+        bias->table = per_head(bias->table, head_q, heads_q, bias->columns);
+      }
       if (options.mask) part.mask = slice(*options.mask, b, head_q, heads_q);
       Outputs out{slice(outputs.context, b, head_q, heads_q), std::nullopt, std::nullopt};
       if (outputs.lse) out.lse = slice(*outputs.lse, b, head_q, heads_q);

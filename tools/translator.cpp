@@ -55,7 +55,8 @@ struct AttentionLayer {
     backward_into({heads_of(saved.q, heads), heads_of(saved.k, heads), heads_of(saved.v, heads),
                    heads_of(saved.context, heads), saved.lse.view(), heads_of(dcontext, heads)},
                   options,
-                  {heads_of(dq, heads), heads_of(dk, heads), heads_of(dv, heads), std::nullopt});
+                  {heads_of(dq, heads), heads_of(dk, heads), heads_of(dv, heads), std::nullopt,
+                   std::nullopt});
     q.backward(x, dq, dx);
     k.backward(memory, dk, dmemory);
     v.backward(memory, dv, dmemory);

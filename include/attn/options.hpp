@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attn/block_mask.hpp"
+#include "attn/position_bias.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -55,6 +56,10 @@ struct Options {
   double softcap = 0.0;             // > 0: score = softcap * tanh(score / softcap)
   std::vector<float> alibi_slopes;  // [Hq]: score -= slope * |query position - key position|
   std::vector<float> sinks;         // [Hq]: an extra logit per head that takes weight, no value
+  // A learned bias by relative position (attn/position_bias.hpp), added to the score after
+  // softcap and ALiBi: score += table[head][column(query position - key position)].
+  // attn::backward gives its table's gradient. Forward, weights and backward.
+  std::optional<PositionBias> position_bias;
   // [B or 1, Hq or 1, Lq, Lk]. boolean: true means "may attend" (PyTorch's convention);
   // f16/bf16/f32/f64: added to the score (-inf hides the key).
   std::optional<TensorView> mask;

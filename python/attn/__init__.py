@@ -35,6 +35,7 @@ from ._errors import ArgumentTypeError, Error, FallbackWarning
 from ._generation import KVCache, State, attention_state, decode, decode_state, finalize, merge
 from ._lesson import context, scores, softmax
 from ._paged import append_pages, paged_attention
+from ._position_bias import PositionBias
 from ._rollout import rollout
 from ._weights import weights
 from . import _torch_ops, viz
@@ -48,6 +49,7 @@ __all__ = [
     "Error",
     "FallbackWarning",
     "KVCache",
+    "PositionBias",
     "State",
     "__version__",
     "append_pages",

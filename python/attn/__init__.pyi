@@ -71,7 +71,8 @@ def attention_backward(
     mask: Optional[Array] = None, layout: Literal["bhsd", "bshd"] = "bhsd",
     **options: Unpack[OptionKeywords],
 ) -> Tuple[Array, ...]:
-    """(dq, dk, dv) in the shapes of q, k, v, or (dq, dk, dv, dsinks [Hq]) with sinks."""
+    """(dq, dk, dv) in the shapes of q, k, v, then dsinks [Hq] with sinks, then
+    dposition_bias (the table's shape) with position_bias."""
 
 def contributions(
     q: Array, k: Array, v: Array, *, output_projection: Optional[Array] = None,
@@ -127,6 +128,20 @@ def context(weights: Array, v: Array, check: bool = True, tolerance: float = 1e-
 
 def describe_input(x: Array, layout: Literal["bhsd", "bshd"] = "bhsd") -> Dict[str, Any]:
     """The address, dtype, [B, H, L, D] shape and element strides the kernels read for x."""
+
+class PositionBias:
+    """score += table[head, column(query position - key position)]; the position_bias option."""
+    table: Array
+    buckets: Literal["clipped", "t5", "t5_causal"]
+    offset: int
+    max_distance: int
+    columns: int
+    def __init__(
+        self, table: Array, buckets: Literal["clipped", "t5", "t5_causal"] = "clipped", *,
+        offset: int = 0, max_distance: int = 128,
+    ) -> None: ...
+    def columns_of(self, distances: Array) -> Array: ...
+    def values(self) -> list[float]: ...
 
 BlockKind = Literal["empty", "full", "partial"]
 

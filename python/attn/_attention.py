@@ -53,16 +53,17 @@ def attention(q, k, v, *, mask=None, layout="bhsd", return_lse=False, return_wei
     float64 inputs run attn's float64 reference, far slower, which attn.explain says
     before a call and a FallbackWarning once.
 
-    Autograd: when q, k, v or sinks are torch tensors that require grad while gradients
-    are recorded, out has a grad_fn whose backward is attn.attention_backward (lse and
-    weights carry no gradient; a float mask that requires grad gets its gradient, the
-    scores' dS summed over the dims it broadcasts over; alibi_slopes that requires grad is
-    refused).
+    Autograd: when q, k, v, sinks or a position bias's table are torch tensors that require
+    grad while gradients are recorded, out has a grad_fn whose backward is
+    attn.attention_backward (lse and weights carry no gradient; a float mask that requires
+    grad gets its gradient, the scores' dS summed over the dims it broadcasts over;
+    alibi_slopes that requires grad is refused).
 
     Returns out, or a tuple (out, lse, weights) holding the ones asked for.
     """
     options = _request.draw_dropout_seed(options, q)  # one seed for forward and backward
-    if _arrays.records_gradients(q, k, v, options.get("sinks"), mask):
+    bias_table = getattr(options.get("position_bias"), "table", None)
+    if _arrays.records_gradients(q, k, v, options.get("sinks"), mask, bias_table):
         return attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights,
                                         options)
     return _forward.attention(q, k, v, mask, layout, return_lse, return_weights, options)

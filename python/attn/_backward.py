@@ -4,6 +4,8 @@ attn.scaled_dot_product_attention take part in autograd."""
 
 import functools
 
+import numpy
+
 from . import _arrays, _forward, _request
 from ._attn import backward as _backward
 from ._errors import Error
@@ -11,7 +13,8 @@ from ._errors import Error
 
 def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **options):
     """The gradients of attn.attention(q, k, v, ...) = out with respect to q, k and v (and
-    the sinks), given dout, the gradient of a loss with respect to out.
+    the sinks and the position bias table), given dout, the gradient of a loss with respect
+    to out.
 
     q, k, v, mask, layout and every option are those the forward call was given; out and
     lse are what it returned (attn.attention(..., return_lse=True)), in its shapes and
@@ -19,9 +22,10 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **o
     stored, so the extra memory is O(L x D) per head. No gradient flows into mask,
     alibi_slopes or scale. With GQA / MQA, dk and dv sum over the query heads of each group.
 
-    Returns (dq, dk, dv) in the shapes and dtypes of q, k and v, or (dq, dk, dv, dsinks)
-    when sinks are given, dsinks: [Hq], float32 (float64 for float64 q), summed over batch
-    and rows. The results are the same bytes for any thread count. NumPy arrays in give
+    Returns (dq, dk, dv) in the shapes and dtypes of q, k and v, then dsinks when sinks are
+    given ([Hq], summed over batch and rows), then dposition_bias when position_bias is
+    given (the table's shape, summed over batch, rows and keys); both float32 (float64 for
+    float64 q). The results are the same bytes for any thread count. NumPy arrays in give
     NumPy arrays out, torch tensors give torch tensors.
     """
     q, (k, v, out, dout), o, layout_view = _request.prepare(
@@ -41,14 +45,22 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **o
     if o.sinks:
         dsinks = _arrays.empty(q, (heads,), _arrays.stats_dtype(q))
         dsinks4 = _arrays.reshape(dsinks, (1, heads, 1, 1))
+    dbias = dbias4 = None
+    if o.has_position_bias:
+        bias = options["position_bias"]
+        table_heads = len(bias.values()) // bias.columns
+        dbias = _arrays.empty(q, (table_heads, bias.columns), _arrays.stats_dtype(q))
+        dbias4 = _arrays.reshape(dbias, (1, table_heads, 1, bias.columns))
+        dbias = _arrays.reshape(dbias, _arrays.shape(bias.table) if hasattr(bias.table, "shape")
+                                else numpy.shape(bias.table))
     dq4, dk4, dv4 = (_request.to_bhsd(g, layout) for g in grads)
     ext = _request.ext
     _backward(
         ext(q4), ext(k4), ext(v4), ext(out4), ext(lse4), ext(dout4),
-        dq=ext(dq4), dk=ext(dk4), dv=ext(dv4), dsinks=ext(dsinks4),
+        dq=ext(dq4), dk=ext(dk4), dv=ext(dv4), dsinks=ext(dsinks4), dposition_bias=ext(dbias4),
         mask=ext(_request.mask_view(mask, (batch, heads), len_q, len_k)), options=o,
     )
-    return tuple(grads) if dsinks is None else (*grads, dsinks)
+    return (*grads, *(x for x in (dsinks, dbias) if x is not None))
 
 
 attention_backward.__doc__ += _request.OPTIONS_DOC
@@ -103,13 +115,15 @@ def _attention_function():
 
     class AttentionFunction(torch.autograd.Function):
         """attn.attention as one autograd node: forward saves q, k, v, out and lse (and the
-        sinks), backward calls attention_backward (and mask_gradient)."""
+        sinks), backward calls attention_backward (and mask_gradient). bias_table: the
+        position bias's table, an input here so that autograd gives it its gradient."""
 
         @staticmethod
-        def forward(ctx, q, k, v, sinks, mask, layout, keywords, return_weights):
+        def forward(ctx, q, k, v, sinks, mask, layout, keywords, return_weights, bias_table):
             results = _forward.attention(q, k, v, mask, layout, True, return_weights,
                                          dict(keywords, sinks=sinks))
             sinks_tensor = sinks if _arrays.is_torch(sinks) else None
+            ctx.bias_is_tensor = _arrays.is_torch(bias_table)
             ctx.save_for_backward(q, k, v, results[0], results[1], sinks_tensor)
             ctx.mark_non_differentiable(*results[1:])
             ctx.mask, ctx.layout, ctx.keywords = mask, layout, keywords
@@ -123,13 +137,16 @@ def _attention_function():
             sinks = ctx.sinks if sinks_tensor is None else sinks_tensor
             grads = attention_backward(q, k, v, out, lse, dout, mask=ctx.mask, layout=ctx.layout,
                                        sinks=sinks, **ctx.keywords)
-            dsinks = dmask = None
+            dsinks = dmask = dtable = None
             if sinks_tensor is not None and ctx.needs_input_grad[3]:
                 dsinks = grads[3].to(sinks_tensor.dtype).reshape(sinks_tensor.shape)
             if ctx.needs_input_grad[4]:
                 dmask = mask_gradient(q, k, v, out, dout, ctx.mask, ctx.layout,
                                       dict(ctx.keywords, sinks=sinks))
-            return grads[0], grads[1], grads[2], dsinks, dmask, None, None, None
+            if ctx.bias_is_tensor and ctx.needs_input_grad[8]:
+                table = ctx.keywords["position_bias"].table
+                dtable = grads[-1].to(table.dtype)
+            return grads[0], grads[1], grads[2], dsinks, dmask, None, None, None, dtable
 
     return AttentionFunction
 
@@ -141,7 +158,8 @@ def attention_with_gradients(q, k, v, mask, layout, return_lse, return_weights, 
     _arrays.refuse_gradients(options.get("alibi_slopes"), "alibi_slopes")
     return_lse = _arrays.flag(return_lse, "return_lse")
     keywords = {name: value for name, value in options.items() if name != "sinks"}
+    bias = options.get("position_bias")
     results = _attention_function().apply(q, k, v, options.get("sinks"), mask, layout, keywords,
-                                           return_weights)
+                                           return_weights, getattr(bias, "table", None))
     kept = [results[0]] + ([results[1]] if return_lse else []) + list(results[2:])
     return kept[0] if len(kept) == 1 else tuple(kept)

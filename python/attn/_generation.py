@@ -439,7 +439,8 @@ class KVCache:
 _DECODE_REFUSES = (("causal_align", "a decode step's queries are the newest tokens (bottom-right)"),
                    ("cu_seqlens_q", "each sequence of the cache is its own"),
                    ("cu_seqlens_k", "each sequence of the cache is its own"),
-                   ("block_mask", "the cache says which keys each sequence has"))
+                   ("block_mask", "the cache says which keys each sequence has"),
+                   ("position_bias", "decode does not take one"))
 
 
 def _decode_call(q, cache, seq_ids, as_state, options, function, refused=_DECODE_REFUSES):

@@ -26,6 +26,7 @@ _REFUSES = (
     ("cu_seqlens_k", "query_start and seq_lens say where each sequence's queries and keys are"),
     ("causal_align", "each sequence's queries are its newest tokens (bottom-right)"),
     ("block_mask", "seq_lens and the causal option say which keys each query sees"),
+    ("position_bias", "paged attention does not take one"),
 )
 
 

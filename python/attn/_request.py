@@ -14,6 +14,7 @@ import numpy
 from . import _arrays
 from ._attn import Options
 from ._block_mask import BlockMask
+from ._position_bias import PositionBias
 from ._errors import ArgumentTypeError, Error
 
 LAYOUTS = ("bhsd", "bshd")
@@ -39,6 +40,7 @@ class OptionKeywords(typing.TypedDict, total=False):
     dropout_seed: typing.Optional[int]
     backend: str
     block_mask: typing.Any
+    position_bias: typing.Any
 
 
 OPTIONS_DOC = """
@@ -88,6 +90,11 @@ OPTIONS_DOC = """
             kernels skip its empty blocks and read bits only for its partial ones. With
             cu_seqlens, its batch entry s is sequence s. Forward, weights and backward;
             decode and paged attention refuse it.
+        position_bias: an attn.PositionBias (a learned table by relative position: T5's
+            buckets or clipped distances, per head), added to each score inside the
+            kernels after softcap and ALiBi; its table's gradient comes back through
+            autograd and attn.attention_backward. Forward, weights and backward; decode and
+            paged attention refuse it.
         backend: "automatic" (attn's fast CPU kernels, or its float64 reference where they
             do not serve the call, with an attn.FallbackWarning once), "fast" (raise
             instead) or "reference" (the float64 reference, asked for).
@@ -162,6 +169,13 @@ def options(like, keywords, function, refused=()):
             raise ArgumentTypeError(f"block_mask: expected an attn.BlockMask or None, given "
                                     f"{type(block_mask).__name__}")
         o.block_mask = block_mask._ext
+    bias = keywords.get("position_bias")
+    if bias is not None:
+        if not isinstance(bias, PositionBias):
+            raise ArgumentTypeError(f"position_bias: expected an attn.PositionBias or None, "
+                                    f"given {type(bias).__name__}")
+        o.set_position_bias(bias.values(), bias.columns, bias.buckets, bias.offset,
+                            bias.max_distance)
     return o
 
 

@@ -55,15 +55,17 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
 void backward(const InputArray& q, const InputArray& k, const InputArray& v, const InputArray& out,
               const InputArray& lse, const InputArray& dout, const OutputArray& dq,
               const OutputArray& dk, const OutputArray& dv,
-              const std::optional<OutputArray>& dsinks, const std::optional<InputArray>& mask,
-              const Options& options) {
+              const std::optional<OutputArray>& dsinks,
+              const std::optional<OutputArray>& dposition_bias,
+              const std::optional<InputArray>& mask, const Options& options) {
   const Options with = with_mask(options, mask);
   const BackwardInputs inputs{input_view(q, "q"),     input_view(k, "k"),
                               input_view(v, "v"),     input_view(out, "out"),
                               input_view(lse, "lse"), input_view(dout, "dout")};
   Gradients gradients{output_view(dq, "dq"), output_view(dk, "dk"), output_view(dv, "dv"),
-                      std::nullopt};
+                      std::nullopt, std::nullopt};
   if (dsinks) gradients.dsinks = output_view(*dsinks, "dsinks");
+  if (dposition_bias) gradients.dposition_bias = output_view(*dposition_bias, "dposition_bias");
   {
     nb::gil_scoped_release unlocked;
     backward_into(inputs, with, gradients);
@@ -335,8 +337,12 @@ NB_MODULE(_attn, m) {
         "weights"_a.none(), "mask"_a.none(), "options"_a,
         "Attention of 4-D [B, H, S, D] views, written into out (and lse, weights).");
   m.def("backward", &backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, nb::kw_only(),
-        "dq"_a, "dk"_a, "dv"_a, "dsinks"_a.none(), "mask"_a.none(), "options"_a,
-        "Gradients of attention of 4-D [B, H, S, D] views, written into dq, dk, dv (and dsinks).");
+        "dq"_a, "dk"_a, "dv"_a, "dsinks"_a.none(), "dposition_bias"_a.none(), "mask"_a.none(),
+        "options"_a,
+        "Gradients of attention of 4-D [B, H, S, D] views, written into dq, dk, dv (and dsinks, "
+        "dposition_bias).");
+  m.def("bias_columns", &bias_columns, "buckets"_a, "columns"_a, "offset"_a, "max_distance"_a,
+        "distances"_a, "The position bias table's column of each distance (attn::bias_column).");
   m.def("weights", &weights, "q"_a, "k"_a, nb::kw_only(), "out"_a, "indices"_a.none(), "heads"_a,
         "rows"_a, "top_k"_a.none(), "mask"_a.none(), "options"_a,
         "Softmax weights of 4-D [B, H, S, D] views, written into out (and indices for top_k).");

@@ -9,8 +9,10 @@
 #include <tuple>
 
 #include "attn/error.hpp"
+#include "core/position_bias.hpp"
 
 namespace nb = nanobind;
+using namespace nb::literals;
 
 namespace attn::python {
 namespace {
@@ -30,6 +32,19 @@ PvPrecision pv_precision_of(const std::string& name) {
   if (name == "exact") return PvPrecision::exact;
   if (name == "bf16") return PvPrecision::bf16;
   throw Error("pv_precision: expected 'exact' or 'bf16', given '" + name + "'");
+}
+
+BiasBuckets buckets_of(const std::string& name) {
+  if (name == "clipped") return BiasBuckets::clipped;
+  if (name == "t5") return BiasBuckets::t5;
+  if (name == "t5_causal") return BiasBuckets::t5_causal;
+  throw Error("position_bias.buckets: expected 'clipped', 't5' or 't5_causal', given '" + name +
+              "'");
+}
+
+PositionBias position_bias_of(std::vector<double> table, Index columns, const std::string& buckets,
+                              Index offset, Index max_distance) {
+  return {std::move(table), columns, buckets_of(buckets), offset, max_distance};
 }
 
 Backend backend_of(const std::string& name) {
@@ -66,6 +81,17 @@ void bind_options(nb::module_& m) {
       .def_rw("cu_seqlens_k", &Options::cu_seqlens_k)
       .def_rw("threads", &Options::threads)
       .def_rw("block_mask", &Options::block_mask)
+      .def(
+          "set_position_bias",
+          [](Options& o, std::vector<double> table, Index columns, const std::string& buckets,
+             Index offset, Index max_distance) {
+            o.position_bias =
+                position_bias_of(std::move(table), columns, buckets, offset, max_distance);
+          },
+          "table"_a, "columns"_a, "buckets"_a, "offset"_a, "max_distance"_a,
+          "Sets attn::Options::position_bias (table: [heads][columns] row-major).")
+      .def_prop_ro("has_position_bias",
+                   [](const Options& o) { return o.position_bias.has_value(); })
       .def_rw("dropout_p", &Options::dropout_p)
       .def_rw("dropout_seed", &Options::dropout_seed)
       .def_prop_rw(
@@ -77,6 +103,18 @@ void bind_options(nb::module_& m) {
       .def_prop_rw(
           "backend", [](const Options& o) { return std::string(backend_name(o.backend)); },
           [](Options& o, const std::string& name) { o.backend = backend_of(name); });
+}
+
+std::vector<Index> bias_columns(const std::string& buckets, Index columns, Index offset,
+                                Index max_distance, const std::vector<Index>& distances) {
+  PositionBias bias = position_bias_of({}, columns, buckets, offset, max_distance);
+  // A table of zeros, for the checks of the other settings (columns first).
+  if (columns > 0 && columns < (Index{1} << 30)) bias.table.assign(columns, 0.0);
+  core::check_position_bias(bias, 1);
+  std::vector<Index> out;
+  out.reserve(distances.size());
+  for (Index d : distances) out.push_back(bias_column(bias, d));
+  return out;
 }
 
 Options with_mask(Options options, const std::optional<InputArray>& mask) {

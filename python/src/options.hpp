@@ -6,6 +6,8 @@
 #include <nanobind/nanobind.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "attn/options.hpp"
 #include "views.hpp"
@@ -13,6 +15,11 @@
 namespace attn::python {
 
 void bind_options(nanobind::module_& m);
+
+// The column of a position bias table (attn::bias_column) that each distance reads, after
+// the checks that options would make of these settings.
+std::vector<Index> bias_columns(const std::string& buckets, Index columns, Index offset,
+                                Index max_distance, const std::vector<Index>& distances);
 
 // The options with the mask read from `mask` ([B or 1, Hq or 1, Lq, Lk]), which must
 // outlive the call.

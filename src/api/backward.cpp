@@ -34,11 +34,17 @@ BackwardResult backward(const BackwardInputs& inputs, const Options& options) {
   result.dk = Tensor(inputs.k.dtype, inputs.k.shape);
   result.dv = Tensor(inputs.v.dtype, inputs.v.shape);
   Gradients gradients{result.dq.mutable_view(), result.dk.mutable_view(), result.dv.mutable_view(),
-                      std::nullopt};
+                      std::nullopt, std::nullopt};
   if (!shapes.sinks.empty()) {
     result.dsinks =
         Tensor(inputs.q.dtype == DType::f64 ? DType::f64 : DType::f32, {1, shapes.heads_q, 1, 1});
     gradients.dsinks = result.dsinks.mutable_view();
+  }
+  if (const std::optional<PositionBias>& bias = shapes.rule.position_bias) {
+    result.dposition_bias =
+        Tensor(inputs.q.dtype == DType::f64 ? DType::f64 : DType::f32,
+               {1, static_cast<Index>(bias->table.size()) / bias->columns, 1, bias->columns});
+    gradients.dposition_bias = result.dposition_bias.mutable_view();
   }
   run(core::make_backward_problem(inputs, options, gradients), options.backend);
   return result;

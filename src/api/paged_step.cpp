@@ -15,6 +15,9 @@ void set_step_options(cpu::DecodeProblem& p, const Options& options, Index heads
   if (options.block_mask) {
     fail("block_mask", std::string("none (") + keys_from + ")", "a block mask");
   }
+  if (options.position_bias) {
+    fail("position_bias", "none (decode and paged attention do not take one)", "a position bias");
+  }
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", std::string("none (") + keys_from + ")", "offsets");
   }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/position_bias.hpp"
+
 namespace attn::core {
 
 void fail(const std::string& argument, const std::string& expected, const std::string& given) {
@@ -74,6 +76,7 @@ void check_options(const Options& options, Index heads_q) {
   }
   check_per_head("alibi_slopes", options.alibi_slopes, heads_q, false);
   check_sinks(options.sinks, heads_q);
+  check_position_bias(options.position_bias, heads_q);
   if (options.threads < 0) {
     fail("threads", "0 (automatic) or a positive count", std::to_string(options.threads));
   }

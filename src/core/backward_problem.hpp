@@ -14,6 +14,8 @@ struct BackwardProblem {
   TensorView out, lse, dout;
   MutableTensorView dq, dk, dv;
   std::optional<MutableTensorView> dsinks;  // exactly when forward.sinks is not empty
+  // [1, heads of the table, 1, columns]: exactly when forward.rule.position_bias is given
+  std::optional<MutableTensorView> dposition_bias;
 };
 
 // Checks everything forward's make_problem does, then out, lse, dout and the gradients;

@@ -8,6 +8,7 @@
 #include "attn/options.hpp"
 #include "attn/tensor.hpp"
 #include "core/dropout.hpp"
+#include "core/position_bias.hpp"
 #include "core/score_rule.hpp"
 
 namespace attn::core {
@@ -33,8 +34,9 @@ struct Problem {
   std::vector<Segment> segments;
   bool packed = false;
 
-  ScoreRule rule;            // scale, causal and its alignment, offset, window, softcap, ALiBi
-  std::vector<float> sinks;  // empty or [Hq]
+  ScoreRule rule;  // scale, causal and its alignment, offset, window, softcap, ALiBi, bias
+  BiasByOffset bias_by_offset;  // rule.position_bias as the fast kernels read it, or empty
+  std::vector<float> sinks;     // empty or [Hq]
 
   MaskKind mask_kind = MaskKind::none;
   TensorView mask;                        // strides of broadcast dims set to 0

@@ -13,6 +13,7 @@ ScoreRule make_score_rule(const Options& options, Index dim) {
   rule.window = options.window;
   rule.softcap = options.softcap;
   rule.alibi_slopes = options.alibi_slopes;
+  rule.position_bias = options.position_bias;
   return rule;
 }
 

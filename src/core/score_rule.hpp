@@ -3,6 +3,7 @@
 // kernel and the reference read. core::make_score_rule fills it from the caller's Options.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "attn/options.hpp"
@@ -18,6 +19,7 @@ struct ScoreRule {
   Window window;
   double softcap = 0.0;
   std::vector<float> alibi_slopes;  // empty or [Hq]
+  std::optional<PositionBias> position_bias;
 
   // Key position of query row i of a sequence of len_q queries over len_k keys, for the
   // alignment and the position offset: the one place that places a query among the keys.

@@ -166,6 +166,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   add_segments(p, options);
   add_mask(p, options);
   add_block_mask(p, options);
+  if (p.rule.position_bias) p.bias_by_offset = bias_by_offset(*p.rule.position_bias, p.heads_q);
   return p;
 }
 

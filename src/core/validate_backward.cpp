@@ -49,6 +49,19 @@ BackwardProblem make_backward_problem(const BackwardInputs& inputs, const Option
     check_output("dsinks", *gradients.dsinks, {1, p.heads_q, 1, 1});
     check_statistics_dtype("dsinks", gradients.dsinks->dtype);
   }
+  const std::optional<PositionBias>& bias = p.rule.position_bias;
+  if (!bias && gradients.dposition_bias) {
+    fail("dposition_bias", "none (no position_bias in the options)",
+         "shape " + format_dims(gradients.dposition_bias->shape));
+  }
+  if (bias) {
+    const Dims shape{1, static_cast<Index>(bias->table.size()) / bias->columns, 1, bias->columns};
+    if (!gradients.dposition_bias) {
+      fail("dposition_bias", "shape " + format_dims(shape) + " (position_bias is given)", "none");
+    }
+    check_output("dposition_bias", *gradients.dposition_bias, shape);
+    check_statistics_dtype("dposition_bias", gradients.dposition_bias->dtype);
+  }
   b.out = inputs.out;
   b.lse = inputs.lse;
   b.dout = inputs.dout;
@@ -56,6 +69,7 @@ BackwardProblem make_backward_problem(const BackwardInputs& inputs, const Option
   b.dk = gradients.dk;
   b.dv = gradients.dv;
   b.dsinks = gradients.dsinks;
+  b.dposition_bias = gradients.dposition_bias;
   return b;
 }
 

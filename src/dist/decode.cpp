@@ -124,6 +124,9 @@ Decoded decode(MPI_Comm comm, const TensorView& q, const KVCache& cache,
       fail("block_mask", "none (decode reads which keys a sequence has from the cache)",
            "a block mask");
     }
+    if (options.position_bias) {
+      fail("position_bias", "none (decode does not take one)", "a position bias");
+    }
     cache.read(seq_ids, "seq_ids");
   });
   const KVCacheConfig& config = cache.config();

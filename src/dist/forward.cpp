@@ -65,6 +65,9 @@ void check_local(const TensorView& q, const TensorView& k, const TensorView& v,
     fail("block_mask", "none (ring attention splits keys by rank, not by mask blocks)",
          "a block mask");
   }
+  if (options.position_bias) {
+    fail("position_bias", "none (ring attention does not take one)", "a position bias");
+  }
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
     fail("cu_seqlens", "none (packed sequences cannot be split over ranks)", "offsets");
   }

@@ -5,6 +5,7 @@
 //   dq += scale dx_j k_j;  dk_j += scale dx_j q;  dv_j += P_j z_j dO
 // z_j is dropout's factor for the weight, as forward applied it (1 without dropout).
 //   dsink = -P_sink D      (the sink is a logit with no value: its dP is 0)
+//   dtable[head][column(p - j)] += dS_j   (the position bias is added to the score itself)
 // d score / d x is the softcap's 1 - tanh^2; ALiBi, masks and the scale take no gradient.
 // Hidden keys are skipped, so a NaN in a hidden k or v row never reaches a gradient.
 #include "reference/backward.hpp"
@@ -43,6 +44,9 @@ void backward(const core::BackwardProblem& bp) {
   const core::Problem& p = bp.forward;
   Sums dq(bp.dq.shape), dk(bp.dk.shape), dv(bp.dv.shape);
   std::vector<double> dsinks(static_cast<std::size_t>(p.heads_q), 0.0);
+  const std::optional<PositionBias>& bias = p.rule.position_bias;
+  const Index bias_heads = bias ? static_cast<Index>(bias->table.size()) / bias->columns : 0;
+  std::vector<double> dtable(bias ? bias->table.size() : 0, 0.0);
   std::vector<double> dout(p.dim_v), v_row(p.dim_v), k_row(p.dim_qk), dp;
   RowScratch scratch;
   for (const Segment& seg : p.segments) {
@@ -72,9 +76,13 @@ void backward(const core::BackwardProblem& bp) {
           dsinks[head] -= std::exp(static_cast<double>(p.sinks[head]) - lse) * d_sum;
         }
         double* dq_row = dq.row(b, head, row);
+        double* dtable_row =
+            bias ? dtable.data() + (bias_heads == 1 ? 0 : head) * bias->columns : nullptr;
         for (Index j = 0; j < seg.len_k; ++j) {
           if (!scratch.shown[j]) continue;
-          const double dx = weights[j] * (dp[j] - d_sum) * scratch.score_slopes[j] * p.rule.scale;
+          const double ds = weights[j] * (dp[j] - d_sum);
+          if (bias) dtable_row[bias_column(*bias, p.query_position(seg, i) - j)] += ds;
+          const double dx = ds * scratch.score_slopes[j] * p.rule.scale;
           core::load_row(p.k, b, kv_head, seg.k_begin + j, k_row.data());
           double* dk_row = dk.row(b, kv_head, seg.k_begin + j);
           for (Index d = 0; d < p.dim_qk; ++d) {
@@ -90,6 +98,9 @@ void backward(const core::BackwardProblem& bp) {
   dv.store(bp.dv);
   if (bp.dsinks) {
     for (Index h = 0; h < p.heads_q; ++h) core::store_row(*bp.dsinks, 0, h, 0, &dsinks[h]);
+  }
+  for (Index h = 0; h < bias_heads; ++h) {
+    core::store_row(*bp.dposition_bias, 0, h, 0, dtable.data() + h * bias->columns);
   }
 }
 

@@ -1,5 +1,6 @@
 // Reference attention, one query row at a time:
-//   s_j = softcap(scale * q.k_j) - slope * |p - j| + mask_ij   for each visible key j
+//   s_j = softcap(scale * q.k_j) - slope * |p - j| + bias(p - j) + mask_ij   for each
+//   visible key j, bias the position bias table's entry for the distance
 //   m = max(s_j, sink);  l = sum_j exp(s_j - m) + exp(sink - m)
 //   alpha_j = exp(s_j - m) / l;  C = sum_j alpha_j z_j v_j;  lse = m + log(l)
 // z_j is dropout's factor (core/dropout.hpp): 1 without dropout, else 0 or 1 / (1 - p); the
@@ -44,7 +45,8 @@ bool visible(const Problem& p, const Segment& seg, Index head, Index i, Index j)
 }
 
 // The shaped score of key j, and in slope its derivative with respect to scale * q.k (the
-// softcap's 1 - tanh^2; ALiBi and an additive mask do not depend on q or k).
+// softcap's 1 - tanh^2; ALiBi, the position bias and an additive mask do not depend on q
+// or k).
 double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
              const std::vector<double>& q_row, std::vector<double>& k_row, double& slope) {
   core::load_row(p.k, seg.batch, head / p.group_size(), seg.k_begin + j, k_row.data());
@@ -60,6 +62,9 @@ double score(const Problem& p, const Segment& seg, Index head, Index i, Index j,
   if (!p.rule.alibi_slopes.empty()) {
     const auto distance = static_cast<double>(std::abs(p.query_position(seg, i) - j));
     s -= static_cast<double>(p.rule.alibi_slopes[head]) * distance;
+  }
+  if (p.rule.position_bias) {
+    s += static_cast<double>(bias_of(*p.rule.position_bias, head, p.query_position(seg, i) - j));
   }
   if (p.mask_kind == core::MaskKind::additive) {
     s += core::load_element(p.mask, seg.batch, head, seg.q_begin + i, seg.k_begin + j);

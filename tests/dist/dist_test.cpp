@@ -131,7 +131,7 @@ std::vector<DistCase> dist_cases() {
   std::vector<DistCase> out;
   std::set<std::string> zigzag_names;
   for (const Case& c : case_list()) {
-    if (c.mask != MaskCase::none || c.packed) continue;
+    if (c.mask != MaskCase::none || c.packed || c.position_bias) continue;
     out.push_back({c, dist::Sharding::contiguous});
     // Zigzag changes which rows meet which keys: it matters where positions do.
     if (!c.causal && c.window.left < 0 && c.window.right < 0 && !c.alibi) continue;

@@ -103,6 +103,8 @@ struct ShapeArgs {
   std::int32_t position, first, end;
   float slope;
   double softcap;
+  const float* bias;  // a position bias's values by offset key - position, bias_span of them
+  std::int32_t bias_first, bias_span, bias_start;
 };
 
 // online_softmax_rows: one vector of rows over `keys` keys of P^T (stride floats apart); m,
@@ -175,10 +177,15 @@ extern "C" __attribute__((visibility("default"))) void emulated_scores_keys_vect
 extern "C" __attribute__((visibility("default"))) void emulated_shape_scores(const ShapeArgs* a) {
   const tile::DF df;
   const tile::DI di;
-  const tile::ScoreShaping shaping(a->softcap, true);
+  attn::core::BiasByOffset bias;
+  bias.values.assign(a->bias, a->bias + a->bias_span);
+  bias.first = a->bias_first;
+  bias.span = a->bias_span;
+  const tile::ScoreShaping shaping(a->softcap, true, bias);
   const tile::VF shaped = tile::shape_scores<true>(
       shaping, hn::LoadU(df, a->x), hn::LoadU(di, a->key), hn::Set(di, a->position),
-      hn::Set(df, a->slope), hn::Set(di, a->first), hn::Set(di, a->end));
+      hn::Set(df, a->slope), hn::Set(di, a->bias_start), hn::Set(di, a->first),
+      hn::Set(di, a->end));
   hn::StoreU(shaped, df, a->x);
 }
 

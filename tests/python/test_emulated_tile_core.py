@@ -227,21 +227,28 @@ def test_scores_keys_vectorised_matches_float64(emulator):
     assert np.all(np.abs(out[:, :32] - q64 @ k64) <= bound)
 
 
-def test_shape_scores_softcap_alibi_and_hiding(emulator):
-    """shape_scores<true>: cap tanh(x / cap), then - slope |position - key|, then -inf outside
-    [first, end), over one vector of keys."""
+def test_shape_scores_softcap_alibi_bias_and_hiding(emulator):
+    """shape_scores<true>: cap tanh(x / cap), then - slope |position - key|, then the position
+    bias gathered at the clamped offset key - position, then -inf outside [first, end), over
+    one vector of keys."""
     rng = np.random.default_rng(6)
     x = (20 * rng.standard_normal(16)).astype(np.float32)
     key = np.arange(100, 116, dtype=np.int32)
     position, first, end, slope, cap = 109, 102, 113, 0.125, 30.0
+    # Offsets -5 .. 6 laid out; the keys reach offsets -9 .. 6, so the low ones clamp.
+    bias = rng.standard_normal(12).astype(np.float32)
+    bias_first = -5
     emulator.reset_data()
     x_at, key_at = _put_floats(emulator, x), emulator.put(key.tobytes())
+    bias_at = _put_floats(emulator, bias)
     emulator.call("emulated_shape_scores",
-                  emulator.put(struct.pack("<QQiiifd", x_at, key_at, position, first, end, slope,
-                                           cap)))
+                  emulator.put(struct.pack("<QQiiifdQiii", x_at, key_at, position, first, end,
+                                           slope, cap, bias_at, bias_first, bias.size,
+                                           -bias_first)))
     got = _read_floats(emulator, x_at, 16).astype(np.float64)
     capped = np.float32(cap) * np.tanh(x.astype(np.float64) * np.float32(1 / cap))
-    want = capped - slope * np.abs(position - key)
+    offset = np.clip(key - position, bias_first, bias_first + bias.size - 1)
+    want = capped - slope * np.abs(position - key) + bias[offset - bias_first]
     shown = (key >= first) & (key < end)
     assert np.all(got[~shown] == -np.inf)
     assert np.all(np.abs(got[shown] - want[shown]) <= 8 * F32.eps * (cap + np.abs(want[shown])))

@@ -26,6 +26,9 @@ std::string Case::name() const {
   if (softcap > 0) out << "_softcap" << softcap;
   if (alibi) out << "_alibi";
   if (sinks) out << "_sinks";
+  if (position_bias == BiasBuckets::clipped) out << "_biasclipped";
+  if (position_bias == BiasBuckets::t5) out << "_biast5";
+  if (position_bias == BiasBuckets::t5_causal) out << "_biast5causal";
   if (mask == MaskCase::boolean) out << "_boolmask";
   if (mask == MaskCase::additive) out << "_addmask";
   if (packed) out << "_packed";
@@ -79,6 +82,7 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
   add([](Case& c) { c.softcap = 5.0; });
   add([](Case& c) { c.alibi = true; });
   add([](Case& c) { c.sinks = true; });
+  add([](Case& c) { c.position_bias = BiasBuckets::t5; });
   add([](Case& c) { c.mask = MaskCase::boolean; });
   add([](Case& c) { c.mask = MaskCase::additive; });
   add([](Case& c) { c.bshd = true; });
@@ -92,9 +96,11 @@ void add_option_cases(const Shape& shape, std::vector<Case>& out) {
   add([](Case& c) {
     c.causal = true, c.align = CausalAlign::bottom_right, c.window = {6, -1};
     c.softcap = 3.0, c.alibi = true, c.sinks = true, c.mask = MaskCase::additive;
+    c.position_bias = BiasBuckets::clipped;
   });
   add([](Case& c) {
     c.causal = true, c.softcap = 8.0, c.alibi = true, c.mask = MaskCase::boolean, c.bshd = true;
+    c.position_bias = BiasBuckets::t5_causal;
   });
 }
 
@@ -121,6 +127,7 @@ void add_rich_cases(const Shape& shape, std::vector<Case>& out) {
   add([&](Case& c) {
     c.causal = true, c.align = CausalAlign::bottom_right, c.window = {half, -1};
     c.softcap = 3.0, c.alibi = true, c.sinks = true, c.mask = MaskCase::additive;
+    c.position_bias = BiasBuckets::t5;
   });
   add([&](Case& c) {
     c.window = {half, 5}, c.align = CausalAlign::bottom_right, c.softcap = 8.0;
@@ -252,6 +259,16 @@ Inputs make_inputs(const Case& c, unsigned seed) {
   if (c.sinks) {
     for (Index h = 0; h < c.heads_q; ++h)
       o.sinks.push_back(static_cast<float>(uniform(rng) * 2.0 - 1.0));
+  }
+  if (c.position_bias) {
+    PositionBias& bias = o.position_bias.emplace();
+    bias.buckets = *c.position_bias;
+    const bool clipped = bias.buckets == BiasBuckets::clipped;
+    bias.columns = clipped ? 33 : bias.buckets == BiasBuckets::t5 ? 32 : 16;
+    bias.offset = clipped ? 16 : 0;
+    bias.max_distance = bias.buckets == BiasBuckets::t5 ? 40 : 24;
+    const Index rows = clipped ? 1 : c.heads_q;
+    for (Index i = 0; i < rows * bias.columns; ++i) bias.table.push_back(uniform(rng) * 4.0 - 2.0);
   }
   if (c.mask != MaskCase::none) {
     // Broadcast over heads; about one key in five hidden, some rows hidden entirely.

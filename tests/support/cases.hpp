@@ -2,6 +2,7 @@
 // fields. The same lists drive the reference tests, the fast-kernel tests and the benches.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ struct Case {
   double softcap = 0.0;
   bool alibi = false;
   bool sinks = false;
+  // A random table by relative position: clipped (one row shared by every head, clamping
+  // past 16 either way), t5 (32 columns to distance 40, a row per head) or t5_causal (16
+  // columns to distance 24, a row per head).
+  std::optional<BiasBuckets> position_bias;
   MaskCase mask = MaskCase::none;
   bool packed = false;  // split each batch entry's rows into uneven packed sequences
   DType dtype = DType::f32;

@@ -34,6 +34,7 @@
 #include "core/block_masking.hpp"
 #include "core/element_type.hpp"
 #include "core/mask.hpp"
+#include "core/position_bias.hpp"
 #include "core/rows.hpp"
 #include "core/visible_keys.hpp"
 #include "cpu/backward/backward.hpp"
@@ -182,13 +183,20 @@ void accumulate(const float* a, Index a_key_stride, Index a_row_stride, const fl
 // The shaped score's weight and dS for one vector: P = exp(s - shift) and
 // dS = P (z dP - D) d score / d x, exactly 0 where P is 0 (a hidden key's dP may be NaN);
 // s becomes P z, the weight dV takes. z: dropout's factor (1 without dropout: exact).
+// bias_sums (the position bias's sums by offset, or null) gains P (z dP - D), the gradient
+// of the score itself.
 HWY_INLINE void weights_and_ds(DF df, float* HWY_RESTRICT s, float* HWY_RESTRICT dp,
-                               const float* HWY_RESTRICT slope, VF shift, VF d, VF z) {
+                               const float* HWY_RESTRICT slope, VF shift, VF d, VF z,
+                               float* HWY_RESTRICT bias_sums) {
   const VF p = tile::softmax_weight(df, hn::Load(df, s), shift);
+  const auto hidden = hn::Eq(p, hn::Zero(df));
   VF ds = hn::Mul(p, hn::Sub(hn::Mul(z, hn::Load(df, dp)), d));
+  if (bias_sums != nullptr) {
+    hn::StoreU(hn::Add(hn::LoadU(df, bias_sums), hn::IfThenZeroElse(hidden, ds)), df, bias_sums);
+  }
   if (slope != nullptr) ds = hn::Mul(ds, hn::Load(df, slope));
   hn::Store(hn::Mul(p, z), df, s);
-  hn::Store(hn::IfThenZeroElse(hn::Eq(p, hn::Zero(df)), ds), df, dp);
+  hn::Store(hn::IfThenZeroElse(hidden, ds), df, dp);
 }
 
 template <class M>
@@ -199,8 +207,9 @@ const M* mask_row(const Problem& p, const Segment& seg, Index head, Index i) {
 // ---- The pass over key blocks ----------------------------------------------------------
 
 struct KeyBlockScratch {
-  KeyBlockScratch(Index keys, Index dim_p, Index dim_vp)
-      : kt(scratch_buffer<float>(dim_p * keys)),
+  KeyBlockScratch(Index keys, Index dim_p, Index dim_vp, Index bias_sums_size)
+      : bias_sums(static_cast<std::size_t>(bias_sums_size)),
+        kt(scratch_buffer<float>(dim_p * keys)),
         vt(scratch_buffer<float>(dim_vp * keys)),
         row(scratch_buffer<float>(std::max(dim_p, dim_vp))),
         q(scratch_buffer<float>(Traits::kQueryTile * dim_p)),
@@ -211,6 +220,8 @@ struct KeyBlockScratch {
         k_rows(scratch_buffer<float>(keys * dim_p)),
         dk(scratch_buffer<float>(keys * dim_p)),
         dv(scratch_buffer<float>(keys * dim_vp)) {}
+  // [group][BiasLayout::stride]: an item's dS sums by offset key - position (position bias)
+  std::vector<float> bias_sums;
   Buffer kt, vt;   // [dim_p][keys], [dim_vp][keys]: the block's K^T and V^T, zero-padded
   Buffer row;      // one input row in f32
   Buffer q, dout;  // [kQueryTile][dim_p]: scale * q;  [kQueryTile][dim_vp]: dO when converted
@@ -224,18 +235,26 @@ template <int kDim>
 class KeyBlockKernel {
  public:
   KeyBlockKernel(const BackwardProblem& bp, const RowStatistics& stats, KeyBlockScratch& scratch,
-                 float* dq_parts, Index part_size)
+                 float* dq_parts, Index part_size, Index bias_stride)
       : bp_(bp),
         p_(bp.forward),
         stats_(stats),
         s_(scratch),
         dq_parts_(dq_parts),
-        part_size_(part_size) {}
+        part_size_(part_size),
+        bias_stride_(bias_stride) {}
 
-  // The key blocks part, part + parts, ... of segment seg's keys for one KV head.
-  void run(const Segment& seg, Index kv_head, Index part, Index parts) {
+  // The key blocks part, part + parts, ... of segment seg's keys for one KV head. With a
+  // position bias, bias_columns [group][columns] gains this item's gradient of each query
+  // head's table row.
+  void run(const Segment& seg, Index kv_head, Index part, Index parts, double* bias_columns) {
     seg_ = &seg;
     kv_head_ = kv_head;
+    bias_sums_ = bias_columns != nullptr ? s_.bias_sums.data() : nullptr;
+    if (bias_sums_ != nullptr) {
+      std::fill(s_.bias_sums.begin(), s_.bias_sums.end(), 0.0f);
+      bias_first_ = seg.len_q > 0 ? -p_.query_position(seg, seg.len_q - 1) : 0;
+    }
     dq_ = dq_parts_ + part * part_size_;
     // This item's rows of its partial dQ, zeroed here: the segments cover every row, so the
     // items together zero every part, in parallel, each row first touched by its summer.
@@ -248,6 +267,12 @@ class KeyBlockKernel {
     }
     for (Index first = part * block_; first < seg.len_k; first += parts * block_) {
       key_block(first);
+    }
+    if (bias_sums_ == nullptr) return;
+    for (Index g = 0; g < group; ++g) {
+      core::add_by_column(*p_.rule.position_bias, bias_sums_ + g * bias_stride_, bias_first_,
+                          seg.len_q + seg.len_k - 1,
+                          bias_columns + g * p_.rule.position_bias->columns);
     }
   }
 
@@ -342,6 +367,11 @@ class KeyBlockKernel {
           p_.dropout.on() ? core::dropout_row(p_.dropout.seed, seg_->batch, head_, row)
                           : core::DropoutRow{};
       const tile::VU low = hn::Set(du, drop.low), high = hn::Set(du, drop.high);
+      // The row's sums by offset, at this block's first key.
+      float* bias_sums = bias_sums_ == nullptr
+                             ? nullptr
+                             : bias_sums_ + (head_ - kv_head_ * p_.group_size()) * bias_stride_ +
+                                   first_ - position_[t] - bias_first_;
       for (Index c = 0; c < block_; c += n) {
         const Index x = t * block_ + c;
         const auto key = static_cast<std::uint32_t>(seg_->k_begin + first_ + c);
@@ -349,7 +379,8 @@ class KeyBlockKernel {
                                            low, high, hn::Add(lanes, hn::Set(du, key)), p_.dropout)
                                      : hn::Set(df_, 1.0f);
         weights_and_ds(df_, s_.s.get() + x, s_.dp.get() + x,
-                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d, z);
+                       shaping_.softcap ? s_.slope.get() + x : nullptr, shift, d, z,
+                       bias_sums == nullptr ? nullptr : bias_sums + c);
       }
     }
     // dV += P^T dO and dK += dS^T (scale q): keys are the output rows, query rows the sum.
@@ -427,12 +458,14 @@ class KeyBlockKernel {
       const auto end = hn::Set(di, static_cast<std::int32_t>(range_[t].end));
       const VF slope =
           hn::Set(df_, p_.rule.alibi_slopes.empty() ? 0.0f : p_.rule.alibi_slopes[head_]);
+      const auto bias_start =
+          hn::Set(di, static_cast<std::int32_t>(p_.bias_by_offset.start(head_)));
       for (Index c = 0; c < block_; c += n) {
         const auto key = hn::Add(lanes, hn::Set(di, static_cast<std::int32_t>(first_ + c)));
         float* at = s_.s.get() + t * block_ + c;
         VF derivative = hn::Zero(df_);
-        hn::Store(tile::shape_scores<true>(shaping_, hn::Load(df_, at), key, position, slope, first,
-                                           end, &derivative),
+        hn::Store(tile::shape_scores<true>(shaping_, hn::Load(df_, at), key, position, slope,
+                                           bias_start, first, end, &derivative),
                   df_, at);
         if (shaping_.softcap) hn::Store(derivative, df_, s_.slope.get() + t * block_ + c);
       }
@@ -460,8 +493,10 @@ class KeyBlockKernel {
   KeyBlockScratch& s_;
   float* const dq_parts_;
   const Index part_size_;
+  const Index bias_stride_;  // of s_.bias_sums: a segment's offsets, and a block more
   const DF df_;
-  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
+  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty(),
+                                    p_.bias_by_offset};
   const Index block_ = kKeyVectors * tile::lanes();
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const Index dim_v_ = kDim > 0 ? kDim : p_.dim_v;
@@ -472,9 +507,34 @@ class KeyBlockKernel {
   FloatRows dout_{nullptr, 0};  // the query tile's dO rows as f32
   bool keys_finite_ = true;
   Index kv_head_ = 0, head_ = 0, first_ = 0, end_ = 0;
+  float* bias_sums_ = nullptr;  // s_.bias_sums with a position bias, else null
+  Index bias_first_ = 0;        // the offset key - position of bias_sums_[0]: the segment's least
   core::KeyRange range_[Traits::kQueryTile];
   Index position_[Traits::kQueryTile] = {};
 };
+
+// The table's gradient: per table row, the items' sums of the heads it serves, in item
+// order (an item covers one KV head's group of query heads).
+template <class Item>
+void store_bias_gradient(const BackwardProblem& bp, const std::vector<Item>& items,
+                         const std::vector<double>& bias_columns) {
+  const Problem& p = bp.forward;
+  const PositionBias& bias = *p.rule.position_bias;
+  const Index columns = bias.columns, group = p.group_size();
+  const bool shared = static_cast<Index>(bias.table.size()) == columns;
+  std::vector<double> table(bias.table.size(), 0.0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (Index g = 0; g < group; ++g) {
+      const Index head = items[i].kv_head * group + g;
+      double* row = table.data() + (shared ? 0 : head) * columns;
+      const double* add = bias_columns.data() + (static_cast<Index>(i) * group + g) * columns;
+      for (Index c = 0; c < columns; ++c) row[c] += add[c];
+    }
+  }
+  for (Index h = 0; h * columns < static_cast<Index>(table.size()); ++h) {
+    core::store_row(*bp.dposition_bias, 0, h, 0, table.data() + h * columns);
+  }
+}
 
 struct HugePagesFree {
   void operator()(float* p) const { cache::free_huge_pages(p); }
@@ -500,21 +560,33 @@ void run_kernel(const BackwardProblem& bp, int threads) {
   for (std::size_t s = 0; s < p.segments.size(); ++s)
     for (Index h = 0; h < p.heads_kv; ++h)
       for (Index part = 0; part < parts; ++part) items.push_back({static_cast<Index>(s), h, part});
+  const Index block = kKeyVectors * n, group = p.group_size();
+  // With a position bias: each item's gradient of its heads' table rows, summed in item
+  // order at the end, as dQ's parts are.
+  const Index columns = p.rule.position_bias ? p.rule.position_bias->columns : 0;
+  std::vector<double> bias_columns(items.size() * static_cast<std::size_t>(group * columns));
+  Index bias_stride = 0;
+  if (columns > 0) {
+    for (const Segment& seg : p.segments) {
+      bias_stride = std::max(bias_stride, seg.len_q + seg.len_k - 1 + block);
+    }
+  }
   if (!items.empty()) {
     const int t = tile::threads_for(static_cast<Index>(items.size()), threads);
-    const Index block = kKeyVectors * n;
     std::vector<KeyBlockScratch> scratch;
     scratch.reserve(static_cast<std::size_t>(t));
-    for (int i = 0; i < t; ++i) scratch.emplace_back(block, dim_p, dim_vp);
+    for (int i = 0; i < t; ++i) scratch.emplace_back(block, dim_p, dim_vp, group * bias_stride);
     tile::run_items(static_cast<Index>(items.size()), t, [&](int thread) {
       return [&, kernel = KeyBlockKernel<kDim>(bp, stats, scratch[static_cast<std::size_t>(thread)],
-                                               dq_parts.get(), part_size)](Index i) mutable {
+                                               dq_parts.get(), part_size,
+                                               bias_stride)](Index i) mutable {
         const Item& item = items[static_cast<std::size_t>(i)];
         kernel.run(p.segments[static_cast<std::size_t>(item.segment)], item.kv_head, item.part,
-                   parts);
+                   parts, columns > 0 ? bias_columns.data() + i * group * columns : nullptr);
       };
     });
   }
+  if (columns > 0) store_bias_gradient(bp, items, bias_columns);
 
   // dq = scale * the parts' sum, in part order, a (batch, head) per item.
   const auto scale = static_cast<float>(p.rule.scale);

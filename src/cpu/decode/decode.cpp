@@ -559,7 +559,7 @@ class TaskKernel {
           kOffset ? hn::Mul(hn::LoadU(df, key_offset + v * lanes), query_sum) : hn::Zero(df);
       hn::Store(tile::shape_scores<kScale, kHide, kOffset>(shaping_, hn::Load(df, s + v * lanes),
                                                            scale, offset, key, position, slope,
-                                                           first_key, end_key),
+                                                           hn::Zero(di), first_key, end_key),
                 df, s + v * lanes);
     }
   }

@@ -12,6 +12,10 @@ std::string unsupported(const core::Problem& problem) {
   if (problem.total_q >= kMaxRows || problem.total_k >= kMaxRows) {
     return "sequences of 2^30 rows or more";
   }
+  // The position bias's values are indexed in int32 lanes.
+  if (static_cast<Index>(problem.bias_by_offset.values.size()) >= (Index{1} << 31)) {
+    return "a position bias of 2^31 values or more by offset";
+  }
   return {};
 }
 

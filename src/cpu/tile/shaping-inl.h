@@ -1,6 +1,6 @@
 // What turns q and k into a score, in float32, in one order for every kernel: the query
-// rule (scale * q), then the shaper (int8 key scale, softcap, ALiBi, the visible range, the
-// mask).
+// rule (scale * q), then the shaper (int8 key scale, softcap, ALiBi, the position bias, the
+// visible range, the mask).
 #if defined(ATTN_CPU_TILE_SHAPING_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_CPU_TILE_SHAPING_INL_H_
 #undef ATTN_CPU_TILE_SHAPING_INL_H_
@@ -14,6 +14,7 @@
 
 #include "attn/tensor.hpp"
 #include "core/mask.hpp"
+#include "core/position_bias.hpp"
 
 #include <hwy/contrib/math/math-inl.h>
 #include "cpu/tile/target-inl.h"
@@ -40,28 +41,37 @@ void scaled_query(const T* HWY_RESTRICT q, Index dim, float scale, float* HWY_RE
 // ---- The score shaper ------------------------------------------------------------------
 
 // What turns q.k into a score, beyond the scale already in q. Built once per problem.
+// by_offset: the position bias (empty without one).
 struct ScoreShaping {
-  ScoreShaping(double softcap_value, bool has_alibi)
+  ScoreShaping(double softcap_value, bool has_alibi, const core::BiasByOffset& by_offset = {})
       : softcap(softcap_value > 0.0),
         alibi(has_alibi),
         cap(static_cast<float>(softcap_value)),
-        inverse_cap(softcap ? static_cast<float>(1.0 / softcap_value) : 0.0f) {}
+        inverse_cap(softcap ? static_cast<float>(1.0 / softcap_value) : 0.0f),
+        bias(by_offset.values.empty() ? nullptr : by_offset.values.data()),
+        bias_first(static_cast<std::int32_t>(by_offset.first)),
+        bias_last(static_cast<std::int32_t>(by_offset.last())) {}
 
   bool softcap, alibi;
   float cap, inverse_cap;
+  const float* bias;
+  std::int32_t bias_first, bias_last;  // the offsets key - position that bias lays out
 };
 
 // One vector of scores, shaped in float32 in this order: the key scale (kDequantise: int8, fp8;
 // with kOffset, x * key_scale + key_offset in one multiply-add: int8 with zero points, whose
 // offset term is the key's offset times the sum of the query row), softcap (cap tanh(x * (1 /
-// cap))), ALiBi (- slope |position - key|), then -inf for keys outside [first, end) (kHide). Lanes
-// are whatever the layout puts there: rows-vectorised kernels pass a broadcast key and per-row
-// position, slope and range; keys-vectorised ones pass per-lane keys and a broadcast row. The
-// backward pass passes `derivative`, which gets d score / d x (the softcap's 1 - tanh^2, from the
-// same tanh; 1 without softcap).
+// cap))), ALiBi (- slope |position - key|), the position bias (bias[bias_start + key -
+// position], the offset clamped; bias_start is core::BiasByOffset::start of the lane's head),
+// then -inf for keys outside [first, end) (kHide). Lanes are whatever the layout puts there:
+// rows-vectorised kernels pass a broadcast key and per-row position, slope, bias start and
+// range; keys-vectorised ones pass per-lane keys and a broadcast row. The backward pass passes
+// `derivative`, which gets d score / d x (the softcap's 1 - tanh^2, from the same tanh; 1
+// without softcap).
 template <bool kDequantise, bool kHide, bool kOffset = false>
 HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VF key_offset, VI key,
-                           VI position, VF slope, VI first, VI end, VF* derivative = nullptr) {
+                           VI position, VF slope, VI bias_start, VI first, VI end,
+                           VF* derivative = nullptr) {
   const DF df;
   if constexpr (kOffset) {
     x = hn::MulAdd(x, key_scale, key_offset);
@@ -79,6 +89,12 @@ HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VF k
     const VF distance = hn::Abs(hn::ConvertTo(df, hn::Sub(position, key)));
     x = hn::NegMulAdd(slope, distance, x);
   }
+  if (shaping.bias != nullptr) {
+    const DI di;
+    const VI offset = hn::Min(hn::Max(hn::Sub(key, position), hn::Set(di, shaping.bias_first)),
+                              hn::Set(di, shaping.bias_last));
+    x = hn::Add(x, hn::GatherIndex(df, shaping.bias, hn::Add(bias_start, offset)));
+  }
   if constexpr (kHide) {
     const auto shown = hn::AndNot(hn::Lt(key, first), hn::Lt(key, end));
     x = hn::IfThenElse(hn::RebindMask(df, shown), x, hn::Set(df, kMinusInfinity));
@@ -89,9 +105,9 @@ HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VF key_scale, VF k
 // shape_scores for keys that need no int8 dequantisation.
 template <bool kHide>
 HWY_INLINE VF shape_scores(const ScoreShaping& shaping, VF x, VI key, VI position, VF slope,
-                           VI first, VI end, VF* derivative = nullptr) {
+                           VI bias_start, VI first, VI end, VF* derivative = nullptr) {
   return shape_scores<false, kHide>(shaping, x, hn::Set(DF(), 1.0f), hn::Zero(DF()), key, position,
-                                    slope, first, end, derivative);
+                                    slope, bias_start, first, end, derivative);
 }
 
 // The mask of one row over keys [first, end): scores[(j - first) * stride] for key j; the

@@ -129,6 +129,7 @@ struct ScorerScratch {
         first_key(scratch_buffer<std::int32_t>(plan.rows_per_item())),
         end_key(scratch_buffer<std::int32_t>(plan.rows_per_item())),
         position(scratch_buffer<std::int32_t>(plan.rows_per_item())),
+        bias_start(scratch_buffer<std::int32_t>(plan.rows_per_item())),
         head(scratch_buffer<Index>(plan.rows_per_item())),
         query_row(scratch_buffer<Index>(plan.rows_per_item())),
         chunks(scratch_buffer<Chunk>(plan.rows_per_item())) {}
@@ -155,8 +156,9 @@ struct ScorerScratch {
   hwy::AlignedFreeUniquePtr<float[]> keys;           // [key_tile][dim]: K tile in f32 (f16/bf16 k)
   hwy::AlignedFreeUniquePtr<float[]> row_max, row_sum, rescale, slope;     // [rows]
   hwy::AlignedFreeUniquePtr<std::int32_t[]> first_key, end_key, position;  // [rows]
-  hwy::AlignedFreeUniquePtr<Index[]> head, query_row;                      // [rows]
-  hwy::AlignedFreeUniquePtr<Chunk[]> chunks;                               // of the current tile
+  hwy::AlignedFreeUniquePtr<std::int32_t[]> bias_start;  // [rows]: core::BiasByOffset::start
+  hwy::AlignedFreeUniquePtr<Index[]> head, query_row;    // [rows]
+  hwy::AlignedFreeUniquePtr<Chunk[]> chunks;             // of the current tile
 };
 
 template <int kDim, WideScores kWide>
@@ -288,8 +290,8 @@ class Scorer {
     score_by_dot(chunk, [&](Index j) { return keys[j - tile_first_]; });
   }
 
-  // The shared shaper, lanes being rows: softcap, ALiBi, keys outside a row's causal/window
-  // range, then the mask.
+  // The shared shaper, lanes being rows: softcap, ALiBi, the position bias, keys outside a
+  // row's causal/window range, then the mask.
   void shape(const Chunk& chunk) {
     if (reshapes(chunk)) {
       if (chunk.every_row_sees_all) {
@@ -382,6 +384,7 @@ class Scorer {
         s_.end_key[r] = static_cast<std::int32_t>(keys.end);
         s_.position[r] = static_cast<std::int32_t>(position);
         s_.slope[r] = p_.rule.alibi_slopes.empty() ? 0.0f : p_.rule.alibi_slopes[head];
+        s_.bias_start[r] = static_cast<std::int32_t>(p_.bias_by_offset.start(head));
         const float sink = p_.sinks.empty() ? kMinusInfinity : p_.sinks[head];
         s_.row_max[r] = sink;
         s_.row_sum[r] = sink == kMinusInfinity ? 0.0f : 1.0f;
@@ -392,6 +395,7 @@ class Scorer {
       s_.query_row[r] = seg_->q_begin;
       s_.first_key[r] = s_.end_key[r] = s_.position[r] = 0;
       s_.slope[r] = 0.0f;
+      s_.bias_start[r] = static_cast<std::int32_t>(p_.bias_by_offset.start(s_.head[r]));
       s_.row_max[r] = kMinusInfinity;
       s_.row_sum[r] = 0.0f;
     }
@@ -699,19 +703,21 @@ class Scorer {
       const auto end = hn::Load(di, s_.end_key.get() + row);
       const auto position = hn::Load(di, s_.position.get() + row);
       const VF slope = hn::Load(df, s_.slope.get() + row);
+      const auto bias_start = hn::Load(di, s_.bias_start.get() + row);
       for (Index j = chunk.first; j < chunk.end; ++j) {
         float* at = scores_at(j, row);
         const auto key = hn::Set(di, static_cast<std::int32_t>(j));
-        hn::Store(
-            tile::shape_scores<kHide>(shaping_, hn::Load(df, at), key, position, slope, first, end),
-            df, at);
+        hn::Store(tile::shape_scores<kHide>(shaping_, hn::Load(df, at), key, position, slope,
+                                            bias_start, first, end),
+                  df, at);
       }
     }
   }
 
   // Whether shape() changes scores other than by the mask.
   bool reshapes(const Chunk& chunk) const {
-    return shaping_.softcap || shaping_.alibi || !chunk.every_row_sees_all;
+    return shaping_.softcap || shaping_.alibi || shaping_.bias != nullptr ||
+           !chunk.every_row_sees_all;
   }
 
   void apply_mask(const Chunk& chunk) {
@@ -762,7 +768,8 @@ class Scorer {
   const Plan& plan_;
   ScorerScratch& s_;
   const KeyParts& key_parts_;  // fp16 K's parts where the plan splits keys, else empty
-  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
+  const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty(),
+                                    p_.bias_by_offset};
   const Index lanes_ = tile::lanes();
   const Index dim_ = kDim > 0 ? kDim : p_.dim_qk;
   const core::Segment* seg_ = nullptr;

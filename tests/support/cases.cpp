@@ -132,13 +132,14 @@ void add_rich_cases(const Shape& shape, std::vector<Case>& out) {
   add([&](Case& c) {
     c.window = {half, 5}, c.align = CausalAlign::bottom_right, c.softcap = 8.0;
     c.mask = MaskCase::boolean, c.bshd = true, c.dtype = DType::f16;
+    c.position_bias = BiasBuckets::t5_causal;
   });
   // Packing splits the keys into sequences of 2/5, 2/5 and 1/5 of them: twice the keys
   // leave the first two sequences more than one tile.
   add([](Case& c) {
     c.len_k *= 2;
     c.packed = true, c.causal = true, c.align = CausalAlign::bottom_right, c.sinks = true;
-    c.dtype = DType::bf16;
+    c.dtype = DType::bf16, c.position_bias = BiasBuckets::clipped;
   });
 }
 

@@ -132,6 +132,7 @@ def describe_input(x: Array, layout: Literal["bhsd", "bshd"] = "bhsd") -> Dict[s
 class PositionBias:
     """score += table[head, column(query position - key position)]; the position_bias option."""
     table: Array
+    shape: Tuple[int, ...]
     buckets: Literal["clipped", "t5", "t5_causal"]
     offset: int
     max_distance: int

@@ -4,8 +4,6 @@ attn.scaled_dot_product_attention take part in autograd."""
 
 import functools
 
-import numpy
-
 from . import _arrays, _forward, _request
 from ._attn import backward as _backward
 from ._errors import Error
@@ -48,11 +46,9 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, layout="bhsd", **o
     dbias = dbias4 = None
     if o.has_position_bias:
         bias = options["position_bias"]
-        table_heads = len(bias.values()) // bias.columns
-        dbias = _arrays.empty(q, (table_heads, bias.columns), _arrays.stats_dtype(q))
-        dbias4 = _arrays.reshape(dbias, (1, table_heads, 1, bias.columns))
-        dbias = _arrays.reshape(dbias, _arrays.shape(bias.table) if hasattr(bias.table, "shape")
-                                else numpy.shape(bias.table))
+        dbias = _arrays.empty(q, bias.shape, _arrays.stats_dtype(q))
+        rows = 1 if len(bias.shape) == 1 else bias.shape[0]
+        dbias4 = _arrays.reshape(dbias, (1, rows, 1, bias.columns))
     dq4, dk4, dv4 = (_request.to_bhsd(g, layout) for g in grads)
     ext = _request.ext
     _backward(

@@ -39,6 +39,7 @@ class PositionBias:
             raise Error(f"position_bias.table: expected [columns] or [Hq, columns] with "
                         f"columns >= 1, given shape {list(shape)}")
         self.table = table
+        self.shape = shape
         self.buckets = buckets
         self.offset = _arrays.integer(offset, "position_bias.offset", "an int")
         self.max_distance = _arrays.integer(max_distance, "position_bias.max_distance", "an int")

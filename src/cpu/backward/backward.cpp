@@ -220,7 +220,7 @@ struct KeyBlockScratch {
         k_rows(scratch_buffer<float>(keys * dim_p)),
         dk(scratch_buffer<float>(keys * dim_p)),
         dv(scratch_buffer<float>(keys * dim_vp)) {}
-  // [group][BiasLayout::stride]: an item's dS sums by offset key - position (position bias)
+  // [group][bias stride]: an item's dS sums by offset key - position (position bias)
   std::vector<float> bias_sums;
   Buffer kt, vt;   // [dim_p][keys], [dim_vp][keys]: the block's K^T and V^T, zero-padded
   Buffer row;      // one input row in f32

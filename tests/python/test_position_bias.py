@@ -156,3 +156,19 @@ def test_errors_name_the_argument():
     seq = cache.add_sequence()
     with pytest.raises(attn.ArgumentTypeError, match="position_bias: not an option of decode"):
         attn.decode(q[None, :, :1], cache, [seq], position_bias=attn.PositionBias(table[0]))
+
+
+def test_states_over_key_halves_merge_into_the_whole():
+    """attention_state over each half of the keys (the second half placed by position_offset)
+    merges into attention over all of them, and weights carry the bias too."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, 2, 50, 16)).astype(np.float32) for _ in range(3))
+    bias = attn.PositionBias(rng.standard_normal((2, 32)), "t5", max_distance=20)
+    first = attn.attention_state(q, k[:, :, :20], v[:, :, :20], position_bias=bias)
+    second = attn.attention_state(q, k[:, :, 20:], v[:, :, 20:], position_bias=bias,
+                                  position_offset=-20)
+    out, lse = attn.finalize(attn.merge(first, second))
+    want, want_lse = attn.attention(q, k, v, position_bias=bias, return_lse=True)
+    assert np.allclose(out, want, atol=1e-5) and np.allclose(lse, want_lse, atol=1e-5)
+    weights = attn.weights(q, k, position_bias=bias)
+    assert np.allclose(attn.context(weights, v), want, atol=1e-5)

@@ -104,15 +104,21 @@ HWY_INLINE void scores_keys_vectorised(const float* HWY_RESTRICT q, Index q_stri
 // ---- Micro-kernels: dot (query and key rows dotted along d) -----------------------------
 
 #if HWY_TARGET != HWY_SCALAR
-// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector.
-template <class D>
+// out4[0 .. 4) = the sums over the 128-bit blocks of a 4-lane-per-block vector. The halving
+// stops on the vector's lanes at run time: a scalable SVE vector may hold 4 to 64 floats,
+// and Highway's MaxLanes of a halved scalable tag is no bound on them (it counts the halving
+// twice), so a compile-time stop summed 2 or 1 lanes at 128 and 256 bits.
+template <int kHalvingsLeft = hwy::CeilLog2(HWY_MAX_BYTES / 16), class D>
 HWY_INLINE void store_block_sums(D d, hn::Vec<D> v, float* out4) {
-  if constexpr (hn::MaxLanes(D()) > 4) {
-    const hn::Half<D> dh;
-    store_block_sums(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out4);
-  } else {
-    hn::StoreU(v, d, out4);
+  if constexpr (kHalvingsLeft > 0) {
+    if (hn::Lanes(d) > 4) {
+      const hn::Half<D> dh;
+      store_block_sums<kHalvingsLeft - 1>(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)),
+                                          out4);
+      return;
+    }
   }
+  hn::StoreU(v, d, out4);
 }
 #endif
 

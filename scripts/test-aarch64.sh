@@ -24,6 +24,18 @@ esac
 not_emulated='^(consumer_find_package|test_cli|test_viz_browser)$'
 kernel_tests='^test_(cpu_forward|backward|dropout|decode|paged|weights|weights_forward|contraction|cpu_softmax|cpu_vector_exp|cpu_widen|float8|explain|state)(:|$)'
 
+# The binaries that every selection runs whole: decode's two tests, then the short ones.
+whole_tests=(
+  "test_decode Decode.EveryTargetDecodesEveryStorageDtype:Decode.SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree"
+  "test_cpu_softmax *"
+  "test_dropout DropoutKernels.*"
+  "test_contraction *"
+  "test_cpu_vector_exp *"
+  "test_cpu_widen *"
+  "test_float8 *"
+  "test_state *"
+)
+
 # The quick selection: each test binary with its gtest filter, the longest first (test_paged
 # in three parts), so that the last binaries to start are short ones.
 quick_tests=(
@@ -34,14 +46,7 @@ quick_tests=(
   "test_backward Cases/*:FastBackwardThreads.*"
   "test_weights_forward Cases/*"
   "test_cpu_forward Cases/*:FastForwardThreads.*"
-  "test_decode Decode.EveryTargetDecodesEveryStorageDtype:Decode.SpeculativeStepsOverSplitSequencesAreExactAndThreadCountFree"
-  "test_cpu_softmax *"
-  "test_dropout DropoutKernels.*"
-  "test_contraction *"
-  "test_cpu_vector_exp *"
-  "test_cpu_widen *"
-  "test_float8 *"
-  "test_state *"
+  "${whole_tests[@]}"
 )
 
 # At 512 bits, where SVE alone runs (A64FX is the one CPU that runs it there, and the 128-bit
@@ -55,7 +60,7 @@ sampled_tests=(
   "test_paged Paged.PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD"
   "test_weights_forward Cases/* 3"
   "test_cpu_forward Cases/*:FastForwardThreads.* 3"
-  "${quick_tests[@]:7}"
+  "${whole_tests[@]}"
 )
 
 emulate() {

@@ -6,6 +6,7 @@
 
 #include "core/problem.hpp"
 #include "cpu/amx/context.hpp"
+#include "cpu/cpu_model.hpp"
 #include "cpu/plan/plan.hpp"
 #include "support/cases.hpp"
 
@@ -38,8 +39,13 @@ testing::Case shaped(Index heads_q, Index heads_kv, Index len_q, Index len_k, In
 
 constexpr PlanTarget kAvx2{8, false, false, false};
 constexpr PlanTarget kSse4{4, false, false, false};
+// AVX512-BF16 where vdpbf16ps pays (Zen 4); AMX, with a vdpbf16ps at half the FMA's rate that
+// does not (Sapphire Rapids); AVX-512 without either (Intel's without AMX); AMX where vdpbf16ps
+// pays too (no CPU yet: the plan takes each where it can).
 constexpr PlanTarget kZen4{16, true, true, false};
-constexpr PlanTarget kSapphireRapids{16, true, true, true};
+constexpr PlanTarget kSapphireRapids{16, true, false, true};
+constexpr PlanTarget kAvx512{16, true, false, false};
+constexpr PlanTarget kAmxAndDot{16, true, true, true};
 
 TEST(Plan, AChunkOfAtMostHalfAVectorOfRowsIsScoredByDotProducts) {
   const Planned p = problem_of(shaped(2, 2, 3, 97, 24));  // 3 rows per KV head
@@ -98,14 +104,16 @@ TEST(Plan, ItemOfFindsEveryPositionsItem) {
   }
 }
 
-TEST(Plan, Bf16TakesTheDotInstructionOrTilesWhereTheCpuHasThem) {
+TEST(Plan, Bf16TakesTilesOrTheDotInstructionWhereTheyPay) {
   const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
   EXPECT_EQ(Plan(p.problem, kAvx2).wide_scores(), ScoreKernel::float_chain);
-  EXPECT_EQ(Plan(p.problem, {16, true, false, false}).wide_scores(), ScoreKernel::float_chain);
+  EXPECT_EQ(Plan(p.problem, kAvx512).wide_scores(), ScoreKernel::float_chain);
   EXPECT_EQ(Plan(p.problem, kZen4).wide_scores(), ScoreKernel::bf16_pairs);
   EXPECT_EQ(Plan(p.problem, kSapphireRapids).wide_scores(), ScoreKernel::bf16_tiles);
+  EXPECT_EQ(Plan(p.problem, kAmxAndDot).wide_scores(), ScoreKernel::bf16_tiles);
   const Planned odd = problem_of(shaped(8, 2, 100, 100, 40, DType::bf16));  // not 32 | dim
-  EXPECT_EQ(Plan(odd.problem, kSapphireRapids).wide_scores(), ScoreKernel::bf16_pairs);
+  EXPECT_EQ(Plan(odd.problem, kSapphireRapids).wide_scores(), ScoreKernel::float_chain);
+  EXPECT_EQ(Plan(odd.problem, kAmxAndDot).wide_scores(), ScoreKernel::bf16_pairs);
 }
 
 TEST(Plan, Fp16GoesOnTilesAsItsPartsOnlyWhereTheCpuHasAmx) {
@@ -182,7 +190,7 @@ TEST(Plan, PvPrecisionBf16TakesTheDotInstructionWithoutAmx) {
                       "(P rounded to bf16"),
             std::string::npos)
       << text;
-  EXPECT_FALSE(Plan(p.problem, {16, true, false, false}).packs_values());  // no AVX512-BF16
+  EXPECT_FALSE(Plan(p.problem, kAvx512).packs_values());  // vdpbf16ps does not pay
   Planned mixed = problem_of(shaped(8, 2, 98, 100, 64, DType::bf16));
   mixed.problem.v.dtype = DType::f16;
   mixed.problem.pv_precision = PvPrecision::bf16;
@@ -198,8 +206,8 @@ TEST(Plan, NarrowTilesReadSixteenBitKAndVInPlaceWithoutAMask) {
   EXPECT_FALSE(Plan(problem_of(shaped(2, 2, 1, 300, 64)).problem, kAvx2).narrow_tiles_in_place());
 }
 
-// Narrow chunks of bf16 q and k take vdpbf16ps on an AVX-512 target of a CPU with
-// AVX512-BF16 (any head dim); their in-place tiles' P V too for bf16 V with P rounded and
+// Narrow chunks of bf16 q and k take vdpbf16ps on an AVX-512 target of a CPU where it pays
+// (any head dim); their in-place tiles' P V too for bf16 V with P rounded and
 // dim_v a multiple of 32.
 TEST(Plan, NarrowChunksOfBf16TakeTheDotInstruction) {
   Planned bf16 = problem_of(shaped(8, 2, 1, 300, 64, DType::bf16));
@@ -211,8 +219,9 @@ TEST(Plan, NarrowChunksOfBf16TakeTheDotInstruction) {
   EXPECT_NE(zen4.describe().find("on V rows paired key by key"), std::string::npos);
   EXPECT_EQ(Plan(bf16.problem, kAvx2).narrow_scores(), ScoreKernel::dot);
   EXPECT_FALSE(Plan(bf16.problem, kAvx2).narrow_context_on_pairs());
-  EXPECT_EQ(Plan(bf16.problem, PlanTarget{16, true, false, false}).narrow_scores(),
-            ScoreKernel::dot);
+  EXPECT_EQ(Plan(bf16.problem, kAvx512).narrow_scores(), ScoreKernel::dot);
+  EXPECT_EQ(Plan(bf16.problem, kSapphireRapids).narrow_scores(), ScoreKernel::dot);
+  EXPECT_FALSE(Plan(bf16.problem, kSapphireRapids).narrow_context_on_pairs());
   bf16.problem.pv_precision = PvPrecision::exact;
   EXPECT_FALSE(Plan(bf16.problem, kZen4).narrow_context_on_pairs());
   Planned odd = problem_of(shaped(8, 2, 1, 300, 41, DType::bf16));
@@ -243,12 +252,34 @@ TEST(Plan, KeyTilesAreWiderWhereAmxScoresWideBf16Heads) {
   EXPECT_EQ(key_tile(128, DType::f32, kSapphireRapids), 128);
 }
 
+// CPUID leaf 1 signatures as these CPUs report them: Emerald and Sapphire Rapids issue
+// vdpbf16ps at half the FMA's rate and widen bf16 instead; Zen 4 and Zen 5 take it.
+TEST(CpuModel, Bf16ProductsTakeVdpbf16psOffIntelsHalfRateModels) {
+  const cpu::CpuModel emerald = cpu::cpu_model_of(true, 0x000C06F2);
+  EXPECT_EQ(emerald.family, 6u);
+  EXPECT_EQ(emerald.model, 207u);
+  EXPECT_FALSE(cpu::bf16_dot_at_fma_rate(emerald));
+  EXPECT_FALSE(cpu::bf16_dot_at_fma_rate(cpu::cpu_model_of(true, 0x000806F8)));  // model 143
+  EXPECT_TRUE(cpu::bf16_dot_at_fma_rate(cpu::cpu_model_of(false, 0x000C06F2)));  // not Intel's
+  const cpu::CpuModel zen4 = cpu::cpu_model_of(false, 0x00A10F11);
+  EXPECT_EQ(zen4.family, 25u);
+  EXPECT_EQ(zen4.model, 17u);
+  EXPECT_TRUE(cpu::bf16_dot_at_fma_rate(zen4));
+  const cpu::CpuModel zen5 = cpu::cpu_model_of(false, 0x00B00F20);
+  EXPECT_EQ(zen5.family, 26u);
+  EXPECT_EQ(zen5.model, 2u);
+  EXPECT_TRUE(cpu::bf16_dot_at_fma_rate(zen5));
+}
+
 TEST(Plan, DescribeNamesTheKernels) {
   const Planned p = problem_of(shaped(8, 2, 100, 100, 64, DType::bf16));
-  const std::string text = Plan(p.problem, kSapphireRapids).describe();
+  const std::string text = Plan(p.problem, kAmxAndDot).describe();
   EXPECT_NE(text.find("AMX bf16 tiles for chunks of more than 8 rows"), std::string::npos) << text;
   EXPECT_NE(text.find("AVX512-BF16 dot products along d (vdpbf16ps) for fewer"), std::string::npos)
       << text;
+  const std::string widened = Plan(p.problem, kSapphireRapids).describe();
+  EXPECT_NE(widened.find("AMX bf16 tiles for chunks"), std::string::npos) << widened;
+  EXPECT_NE(widened.find(", dot products along d for fewer"), std::string::npos) << widened;
   EXPECT_NE(text.find("V^T packed per KV head"), std::string::npos) << text;
 }
 

@@ -545,7 +545,8 @@ Subset subset(const Paged& p, const Tokens& tokens, const std::vector<Index>& pi
 constexpr double kRoundedPContextNmse = 1e-5;
 
 // A bf16 cache with bf16 q, d 40 (a tail of 8 past the last 32 pairs) and dim_v 64: on an
-// AVX-512 target of a CPU with AVX512-BF16 the scores and P V run on vdpbf16ps
+// AVX-512 target where vdpbf16ps pays (for_each_target: one target or more on every CPU with
+// AVX512-BF16) the scores and P V run on vdpbf16ps
 // (cpu/tile/bf16_pairs-inl.h), elsewhere in float32. Exact P holds float32's bound and
 // rounded P bf16's; rounded P's bits differ from exact P's exactly where P V runs on
 // vdpbf16ps.
@@ -568,7 +569,7 @@ TEST(Paged, Bf16ProductsMatchTheReferenceOnEveryTarget) {
           const PagedOutput rounded = run(p, tokens, options);
           expect_matches(p, rounded, want, kRoundedPContextNmse);
           const Index rows = exact.context.shape()[1];
-          const bool on_pairs = target <= HWY_AVX3 && cpu::has_bf16_dot();
+          const bool on_pairs = target <= HWY_AVX3 && cpu::bf16_dot_pays();
           EXPECT_EQ(same_bytes(row_bits(rounded, 0, rows), row_bits(exact, 0, rows)), !on_pairs);
         });
       }

@@ -28,7 +28,8 @@ enum class Backend : std::uint8_t {
 // per weight (to nearest, ties to even) where P V runs on bf16 products, as PyTorch's,
 // OpenVINO's and FlashAttention's kernels round it: AMX tiles (bf16 V), or AVX512-BF16's
 // vdpbf16ps (bf16 V) on a CPU without AMX, and in decode and paged attention over a bf16
-// cache on a CPU with AVX512-BF16; each weight within 2^-8 of itself, at twice the float32
+// cache, where the CPU's vdpbf16ps runs at the float32 FMA's rate or more (AMD's Zen 4 and 5;
+// docs/architecture.md, "The plan"); each weight within 2^-8 of itself, at twice the float32
 // rate or more. Against fp16 V on AMX tiles, whose outputs are finer than that, each weight
 // as two bf16 parts (within 2^-15 of itself; 1.02-1.11x the exact forward on Emerald Rapids).
 // Elsewhere, and for float32 V, P stays float32.

@@ -67,8 +67,9 @@ OPTIONS_DOC = """
             ATTN_NUM_THREADS from the environment, else every core; an int bounds the
             kernel's threads. Results do not depend on it.
         pv_precision: "bf16" (the default): the weights rounded to bfloat16 once for the
-            product P V where it runs on bf16 products (bf16 V on AMX tiles, bf16 V by
-            AVX512-BF16 without AMX, a bf16 cache in decode and paged attention), as
+            product P V where it runs on bf16 products (bf16 V on AMX tiles; where the
+            CPU's vdpbf16ps runs at the float32 FMA's rate, as on AMD's Zen 4 and 5, bf16 V
+            without AMX and a bf16 cache in decode and paged attention), as
             PyTorch's and FlashAttention's kernels round them, each weight within 2^-8 of
             itself, at twice the float32 rate or more; against fp16 V on AMX tiles, two
             bfloat16 parts of each weight (within 2^-15 of itself), finer than fp16 outputs;

@@ -1,6 +1,9 @@
 #include "cpu/bf16_dot.hpp"
 
+#include <atomic>
 #include <cstring>
+
+#include "cpu/cpu_model.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -152,5 +155,20 @@ bool has_bf16_dot() {
 }
 
 #endif
+
+namespace {
+// -1: the model's table decides; 0 or 1: a test's choice.
+std::atomic<int> bf16_dot_choice{-1};
+}  // namespace
+
+bool bf16_dot_pays() {
+  if (!has_bf16_dot()) return false;
+  const int choice = bf16_dot_choice.load(std::memory_order_relaxed);
+  return choice < 0 ? bf16_dot_at_fma_rate() : choice == 1;
+}
+
+void set_bf16_dot_pays_for_test(std::optional<bool> pays) {
+  bf16_dot_choice.store(pays ? static_cast<int>(*pays) : -1, std::memory_order_relaxed);
+}
 
 }  // namespace attn::cpu

@@ -4,10 +4,11 @@
 // d), the bf16 twin of tile::scores_rows_vectorised (src/cpu/tile/); and O^T += V^T P^T on
 // bf16 V with P rounded to bf16 (pairs along keys), the twin of the AMX context
 // (cpu/amx/context.hpp). Lanes are 16 query rows; compiled once, for x86-64, and called only
-// where has_bf16_dot() says the CPU runs it.
+// where bf16_dot_pays() says they pay on this CPU.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
@@ -16,6 +17,17 @@ namespace attn::cpu {
 
 // Does this CPU run AVX512-BF16 (its OS saving AVX-512 state)?
 bool has_bf16_dot();
+
+// Do bf16 products pay on vdpbf16ps here: the CPU runs it (has_bf16_dot), at least at the
+// float32 FMA's rate (bf16_dot_at_fma_rate, cpu/cpu_model.hpp), unless a test chose
+// otherwise? Where they do not, bf16 is widened to float32 for the FMAs; AMX tiles do not
+// ask.
+bool bf16_dot_pays();
+
+// Tests: makes bf16_dot_pays() answer `pays` on a CPU with AVX512-BF16, whatever its model,
+// so that both the vdpbf16ps kernels and their float32 twins run on every such CPU; nullopt
+// hands the answer back to the model's table.
+void set_bf16_dot_pays_for_test(std::optional<bool> pays);
 
 // Query rows as the dot instruction pairs them: [d / 2][rows_stride][2] bf16 bits, q[row]
 // at rows_stride rows per pair of d (dim even).

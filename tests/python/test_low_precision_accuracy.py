@@ -57,12 +57,12 @@ def test_exact_p_no_less_accurate_than_torch(dtype, shape, causal):
                          ids=lambda x: str(x).replace("torch.", ""))
 def test_default_p_rounded_to_bf16_as_accurate_as_torch(dtype, shape, causal):
     """The default, pv_precision="bf16", rounds each weight to bfloat16 for P V where it runs
-    on bf16 products (AMX tiles; vdpbf16ps for bf16 V without AMX), as PyTorch's kernel
-    rounds P: for bf16 inputs the same algorithm's accuracy, NMSE within 1.05x torch's (at
-    most 1.007x over 48 runs on Zen 4, 1.010x on Emerald Rapids); fp16 V on AMX tiles takes
-    two bf16 parts of each weight, since one left NMSE 17-27x torch's there (0.54-0.64x with
-    two). Max abs error within 1.5x torch's (one more rounding of the same size as the
-    output's own). Where P V does not run on bf16 products it changes no bit."""
+    on bf16 products (AMX tiles; vdpbf16ps for bf16 V without AMX where it pays), as
+    PyTorch's kernel rounds P: for bf16 inputs the same algorithm's accuracy, NMSE within
+    1.05x torch's (at most 1.007x over 48 runs on Zen 4, 1.010x on Emerald Rapids); fp16 V
+    on AMX tiles takes two bf16 parts of each weight, since one left NMSE 17-27x torch's
+    there (0.54-0.64x with two). Max abs error within 1.5x torch's (one more rounding of the
+    same size as the output's own). Where P V does not run on bf16 products it changes no bit."""
     (q, k, v), ours, (ours_nmse, ours_max), (theirs_nmse, theirs_max) = _inputs_and_errors(
         dtype, shape, causal, seed=shape[3] * 5 + shape[4])
     if "pv_precision bf16" not in attn.explain(q, k, v, causal=causal)["plan"]:

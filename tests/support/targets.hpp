@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "cpu/bf16_dot.hpp"
 #include "cpu/forward/forward.hpp"
 
 namespace attn::testing {
@@ -26,22 +28,30 @@ inline bool target_wanted(std::int64_t target) {
 }
 
 // Runs the body once per compiled target this CPU supports (and target_wanted), forcing
-// that target; a body taking an argument is given the target (an HWY_* bit).
+// that target; a body taking an argument is given the target (an HWY_* bit). On a CPU with
+// AVX512-BF16 the plain AVX-512 target (HWY_AVX3) takes the other answer to "does vdpbf16ps
+// pay?" than the CPU's model gives (cpu::bf16_dot_pays), the better targets the model's own:
+// both the vdpbf16ps kernels and their float32 twins run on every such CPU.
 template <class Body>
 void for_each_target(Body&& body) {
   const std::vector<std::int64_t> targets = cpu::compiled_targets();
   ASSERT_FALSE(targets.empty());
+  const bool model_pays = cpu::bf16_dot_pays();
   int ran = 0;
   for (const std::int64_t target : targets) {
     if (!target_wanted(target)) continue;
     ++ran;
-    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    const bool pays = target == HWY_AVX3 ? !model_pays : model_pays;
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target) +
+                 (cpu::has_bf16_dot() ? (pays ? ", vdpbf16ps" : ", no vdpbf16ps") : ""));
     hwy::SetSupportedTargetsForTest(target);
+    cpu::set_bf16_dot_pays_for_test(pays);
     if constexpr (std::is_invocable_v<Body&, std::int64_t>) {
       body(target);
     } else {
       body();
     }
+    cpu::set_bf16_dot_pays_for_test(std::nullopt);
     hwy::SetSupportedTargetsForTest(0);
   }
   ASSERT_GT(ran, 0) << "ATTN_TEST_TARGETS names no target this CPU runs";

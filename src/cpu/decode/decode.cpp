@@ -105,8 +105,8 @@ struct Scratch {
 };
 
 // Which products run on AVX512-BF16's vdpbf16ps (cpu/tile/bf16_pairs-inl.h): a bf16 cache
-// on an AVX-512 target of a CPU that has it, the scores where q is bf16 as given (rotary
-// rounds rotated rows to float32) and a KV head serves several query heads, P V where P is
+// on an AVX-512 target of a CPU where it pays (bf16_dot_pays), the scores where q is bf16 as given
+// (rotary rounds rotated rows to float32) and a KV head serves several query heads, P V where P is
 // rounded (pv_precision bf16) and dim_v a multiple of 32. One query head per KV head is
 // bound by memory, where the bf16 scores measured 5-10% slower (bench/README.md). Chosen per
 // call, never by row count, so that a row's bits stay its own.
@@ -116,7 +116,7 @@ struct Bf16Products {
 
 template <class T>
 Bf16Products bf16_products(const DecodeProblem& p) {
-  if (!ATTN_TILE_BF16_DOT || !std::is_same_v<T, bfloat16> || !has_bf16_dot()) return {};
+  if (!ATTN_TILE_BF16_DOT || !std::is_same_v<T, bfloat16> || !bf16_dot_pays()) return {};
   return {p.q_dtype == DType::bf16 && p.rotary == nullptr && p.group_size() > 1,
           p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
 }

@@ -21,16 +21,15 @@ using Traits = WalkTraits;
 // products it serves.
 constexpr Index kAmxContextMinRows = 64;
 
-// The kernel of wide chunks: the float chain, or for bf16 q and k with an even head dim on an
-// AVX-512 target of a CPU with AVX512-BF16 the bf16 products (on AMX tiles where the CPU has
-// them and the head dim fits), or for fp16 q and k on a CPU with AMX (head dims up to 128 in
-// steps of 16, K's parts within the packing cap) AMX tiles on their exact bf16 parts.
+// The kernel of wide chunks: the float chain, or for bf16 q and k on an AVX-512 target AMX
+// tiles where the CPU has them and the head dim fits, else (an even head dim) vdpbf16ps where
+// it pays on the CPU; or for fp16 q and k on a CPU with AMX (head dims up to 128 in steps of
+// 16, K's parts within the packing cap) AMX tiles on their exact bf16 parts.
 ScoreKernel wide_kernel(const core::Problem& p, const PlanTarget& target) {
   if (!target.avx512) return ScoreKernel::float_chain;
-  if (p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.dim_qk % 2 == 0 &&
-      target.bf16_dot) {
-    return amx_scores_fit(p.dim_qk) && target.amx ? ScoreKernel::bf16_tiles
-                                                  : ScoreKernel::bf16_pairs;
+  if (p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16) {
+    if (amx_scores_fit(p.dim_qk) && target.amx) return ScoreKernel::bf16_tiles;
+    if (p.dim_qk % 2 == 0 && target.bf16_dot) return ScoreKernel::bf16_pairs;
   }
   if (p.q.dtype == DType::f16 && p.k.dtype == DType::f16 && amx_scores_fit(2 * p.dim_qk) &&
       4 * p.batch * p.heads_kv * p.total_k * p.dim_qk <= kAmxPackedMaxBytes && target.amx) {
@@ -40,7 +39,7 @@ ScoreKernel wide_kernel(const core::Problem& p, const PlanTarget& target) {
 }
 
 // The kernel of narrow chunks: dot products, on bf16 pairs for bf16 q and k on an AVX-512
-// target of a CPU with AVX512-BF16 (any head dim: the last pairs past it read as zero).
+// target of a CPU where vdpbf16ps pays (any head dim: the last pairs past it read as zero).
 ScoreKernel narrow_kernel(const core::Problem& p, const PlanTarget& target) {
   return target.avx512 && target.bf16_dot && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16
              ? ScoreKernel::dot_bf16
@@ -82,7 +81,7 @@ Index value_parts(const core::Problem& p) {
 }  // namespace
 
 PlanTarget PlanTarget::of_this_cpu(Index lanes, bool avx512) {
-  return {lanes, avx512, avx512 && has_bf16_dot(), avx512 && has_amx()};
+  return {lanes, avx512, avx512 && bf16_dot_pays(), avx512 && has_amx()};
 }
 
 const char* kernel_name(ScoreKernel kernel) {

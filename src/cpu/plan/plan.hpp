@@ -50,7 +50,7 @@ const char* kernel_name(ContextKernel kernel);
 struct PlanTarget {
   Index lanes = 1;        // float32 lanes of a vector
   bool avx512 = false;    // an x86 AVX-512 target: bf16 dot products and AMX may serve
-  bool bf16_dot = false;  // the CPU runs AVX512-BF16 (has_bf16_dot)
+  bool bf16_dot = false;  // bf16 products pay on the CPU's vdpbf16ps (bf16_dot_pays)
   bool amx = false;       // the CPU runs AMX tiles and Linux granted them (has_amx)
 
   static PlanTarget of_this_cpu(Index lanes, bool avx512);

@@ -1,19 +1,23 @@
 // The walk's online softmax (src/cpu/tile/softmax-inl.h) with the scale left to it, as AMX
 // scores leave S^T unscaled (src/cpu/walk/scorer-inl.h): the bits of scores scaled first, on
 // every compiled target this CPU runs, over tiles that raise and keep the rows' max, with
-// NaN, infinities, signed zeros and ties.
+// NaN, infinities, signed zeros and ties; and its weights put straight into the pairs of
+// forward's bf16 contexts.
 #include <gtest/gtest.h>
 #include <hwy/aligned_allocator.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cpu/amx/context.hpp"
 #include "cpu/tile/online_softmax.hpp"
+#include "cpu/tile/weight_pairs.hpp"
 #include "support/targets.hpp"
 
 namespace attn {
@@ -91,6 +95,58 @@ TEST(OnlineSoftmax, DeferredScaleGivesTheBitsOfScoresScaledFirst) {
       EXPECT_TRUE(std::isnan(m_deferred[1]) && std::isnan(l_deferred[1]));
       EXPECT_TRUE(l_deferred[0] > 0.0f && std::isfinite(l_deferred[0]));
     });
+  }
+}
+
+// The weights put straight into their pairs (tile::WeightPairSink, forward's bf16 contexts),
+// the span's other pairs zeroed (cpu::zero_pairs_outside), are the pairs put_weight_pairs
+// lays from the weights stored in place, to the bit, with the same m, l and rescale: for an
+// odd and an even number of keys, keys starting inside a span of AMX key blocks, each number
+// of parts and a deferred scale; the scores stay as they were.
+TEST(OnlineSoftmax, WeightsPutInPairsAreThePairsOfTheWeightsInPlace) {
+  struct Span {
+    Index first, end, span;
+  };
+  const std::vector<std::vector<float>> tiles = tiles_of_scores();
+  for (const Span at : {Span{0, kKeys, kKeys + 1}, Span{0, kKeys - 1, kKeys - 1},
+                        Span{4, kKeys, 64}, Span{2, 34, 64}}) {
+    const Index keys = at.end - at.first, plane = at.span / 2 * kRows;
+    for (const int parts : {1, 2, 3}) {
+      for (const float scale : {0.0f, 0.125f}) {
+        SCOPED_TRACE("keys [" + std::to_string(at.first) + ", " + std::to_string(at.end) + ") of " +
+                     std::to_string(at.span) + ", parts " + std::to_string(parts) +
+                     ", deferred scale " + std::to_string(scale));
+        testing::for_each_target([&] {
+          const float inf = std::numeric_limits<float>::infinity();
+          const Aligned m_in_place(kRows, -inf), l_in_place(kRows, 0.0f), r_in_place(kRows, 0.0f);
+          const Aligned m_paired(kRows, -inf), l_paired(kRows, 0.0f), r_paired(kRows, 0.0f);
+          for (std::size_t t = 0; t < tiles.size(); ++t) {
+            SCOPED_TRACE("tile " + std::to_string(t));
+            const Aligned in_place(tiles[t]), scores(tiles[t]);
+            std::vector<std::uint32_t> want(parts * plane), got(parts * plane, 0xDEADBEEFu);
+            for (Index r = 0; r < kRows;) {
+              const Index rows = cpu::online_softmax_rows_dispatched(
+                  in_place.get() + r, keys, kRows, m_in_place.get() + r, l_in_place.get() + r,
+                  r_in_place.get() + r, scale);
+              ASSERT_EQ(cpu::online_softmax_rows_to_pairs_dispatched(
+                            scores.get() + r, keys, kRows, m_paired.get() + r, l_paired.get() + r,
+                            r_paired.get() + r, scale, got.data() + at.first / 2 * kRows + r, kRows,
+                            plane, parts),
+                        rows);
+              r += rows;
+            }
+            cpu::zero_pairs_outside(at.first, at.end, at.span, kRows, parts, got.data());
+            cpu::put_weight_pairs_dispatched(in_place.get(), kRows, at.first, at.end, at.span,
+                                             kRows, parts, want.data());
+            EXPECT_EQ(got, want) << "pairs";
+            EXPECT_TRUE(same_bits(scores, Aligned(tiles[t]))) << "scores";
+            EXPECT_TRUE(same_bits(m_paired, m_in_place)) << "max";
+            EXPECT_TRUE(same_bits(l_paired, l_in_place)) << "sum";
+            EXPECT_TRUE(same_bits(r_paired, r_in_place)) << "rescale";
+          }
+        });
+      }
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 // model of them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -113,6 +114,19 @@ inline void put_weight_parts(const float* weights_t, Index weights_stride, Index
     } else {
       put_pair_parts<false, false>(even, odd, rows, plane, weight_parts, pair);
     }
+  }
+}
+
+// The words of put_weight_parts' layout (rows_stride == rows) for the pairs of keys [0, span)
+// outside [first, end), first even, zeroed: what is left to lay when the pairs of
+// [first, end) come from elsewhere (forward's softmax, tile::WeightPairSink).
+inline void zero_pairs_outside(Index first, Index end, Index span, Index rows, int weight_parts,
+                               std::uint32_t* parts) {
+  const Index plane = span / 2 * rows, first_pair = first / 2, end_pair = (end + 1) / 2;
+  for (int q = 0; q < weight_parts; ++q) {
+    std::uint32_t* part = parts + q * plane;
+    std::fill(part, part + first_pair * rows, 0u);
+    std::fill(part + end_pair * rows, part + plane, 0u);
   }
 }
 

@@ -165,10 +165,14 @@ class ItemKernel {
   // Shaping, the scores kept for a weights output, then the softmax (P overwrites S), then
   // dropout.
   void after_scores(const Chunk& chunk) {
-    scorer_.shape(chunk);
-    if constexpr (kKeep) keep_scores(chunk);
+    shape_and_keep(chunk);
     scorer_.softmax(chunk);
     if (p_.dropout.on()) drop(chunk);
+  }
+
+  void shape_and_keep(const Chunk& chunk) {
+    scorer_.shape(chunk);
+    if constexpr (kKeep) keep_scores(chunk);
   }
 
   // The item's rows' dropout bits; padding rows get zeros (their weights are never read).
@@ -257,9 +261,17 @@ class ItemKernel {
   template <ContextKernel kContext>
   void attend_transposed(const TileChunks& chunks) {
     for (Index c = 0; c < chunks.count; ++c) {
-      weigh(chunks.chunks[c]);
-      rescale_transposed(chunks.chunks[c]);
-      context_on_bf16<kContext>(chunks.chunks[c]);
+      const Chunk& chunk = chunks.chunks[c];
+      const PairSpan span = pair_span<kContext>(chunk);
+      if (span.weights_to_pairs) {
+        scorer_.score(chunk, !kKeep);
+        shape_and_keep(chunk);
+        softmax_to_pairs(chunk, span);
+      } else {
+        weigh(chunk);
+      }
+      rescale_transposed(chunk);
+      context_on_bf16<kContext>(chunk, span);
     }
   }
 
@@ -454,33 +466,68 @@ class ItemKernel {
     }
   }
 
-  // O^T += V^T P^T over the keys around the chunk's, P 0 outside them: whole key blocks on
-  // AMX tiles, whole pairs by vdpbf16ps. A span holding a value that is not finite goes key
-  // by key instead.
+  // The keys around a chunk's that a bf16 context takes (P 0 outside the chunk): whole key
+  // blocks on AMX tiles, whole pairs by vdpbf16ps. values_finite: no value of the span is NaN
+  // or infinite; weights_to_pairs: the softmax may put the weights straight into their
+  // pairs (tile::WeightPairSink), a pass over P fewer, when the chunk starts a pair and no
+  // dropout needs P as floats first.
+  struct PairSpan {
+    Index first = 0, end = 0;
+    bool values_finite = false, weights_to_pairs = false;
+  };
+
   template <ContextKernel kContext>
-  void context_on_bf16([[maybe_unused]] const Chunk& chunk) {
+  PairSpan pair_span([[maybe_unused]] const Chunk& chunk) const {
+    PairSpan span;
 #if HWY_ARCH_X86
     constexpr Index kAlign = kContext == ContextKernel::amx_tiles ? kAmxKeyBlock : 2;
-    const Index span_first = chunk.first / kAlign * kAlign;
-    const Index span_end = round_up(chunk.end, kAlign);
-    if (!packed_->finite_over(slot_, span_first, span_end)) {
-      return context_skipping_hidden_transposed(chunk);
-    }
+    span.first = chunk.first / kAlign * kAlign;
+    span.end = round_up(chunk.end, kAlign);
+    span.values_finite = packed_->finite_over(slot_, span.first, span.end);
+    span.weights_to_pairs =
+        span.values_finite && (chunk.first - span.first) % 2 == 0 && !p_.dropout.on();
+#endif
+    return span;
+  }
+
+  // The softmax with each vector of rows' weights put in pairs (tile::WeightPairSink), the
+  // span's other pairs zeroed: what put_weight_pairs would lay from P.
+  void softmax_to_pairs(const Chunk& chunk, const PairSpan& span) {
+    const Index rows = chunk.vectors * lanes_, plane = (span.end - span.first) / 2 * rows;
+    const Index first = chunk.first - span.first;
+    std::uint32_t* pairs = s_.weight_parts.get();
+    scorer_.softmax(chunk, [&](Index row) {
+      return tile::WeightPairSink{pairs + first / 2 * rows + (row - chunk.first_row), rows, plane,
+                                  plan_.weight_parts()};
+    });
+    zero_pairs_outside(first, chunk.end - span.first, span.end - span.first, rows,
+                       plan_.weight_parts(), pairs);
+  }
+
+  // O^T += V^T P^T over the chunk's span, the weights in pairs (from the softmax, or laid
+  // from P here). A span holding a value that is not finite goes key by key instead.
+  template <ContextKernel kContext>
+  void context_on_bf16([[maybe_unused]] const Chunk& chunk, [[maybe_unused]] const PairSpan& span) {
+#if HWY_ARCH_X86
+    if (!span.values_finite) return context_skipping_hidden_transposed(chunk);
     const Index rows = chunk.vectors * lanes_;
     const PackedValues::Slot& at = packed_->slots[static_cast<std::size_t>(slot_)];
-    tile::put_weight_pairs(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
-                           chunk.first - span_first, chunk.end - span_first, span_end - span_first,
-                           rows, plan_.weight_parts(), s_.weight_parts.get());
-    const std::uint16_t* values_t = &packed_->values_t[at.offset + span_first].bits;
+    if (!span.weights_to_pairs) {
+      tile::put_weight_pairs(scores_at(chunk.first, chunk.first_row), scorer_.rows_padded(),
+                             chunk.first - span.first, chunk.end - span.first,
+                             span.end - span.first, rows, plan_.weight_parts(),
+                             s_.weight_parts.get());
+    }
+    const std::uint16_t* values_t = &packed_->values_t[at.offset + span.first].bits;
     float* out_t = s_.context.get() + chunk.first_row;
     if constexpr (kContext == ContextKernel::amx_tiles) {
       context_rows_bf16_on_tiles(values_t, at.stride, dim_v_padded_ / kAmxRows,
                                  s_.weight_parts.get(), plan_.weight_parts(), rows,
-                                 span_end - span_first, static_cast<int>(chunk.vectors), out_t,
+                                 span.end - span.first, static_cast<int>(chunk.vectors), out_t,
                                  scorer_.rows_padded(), packed_->parts, at.plane);
     } else {
       context_rows_bf16(values_t, at.stride, dim_v_padded_, s_.weight_parts.get(), rows,
-                        span_end - span_first, static_cast<int>(chunk.vectors), out_t,
+                        span.end - span.first, static_cast<int>(chunk.vectors), out_t,
                         scorer_.rows_padded());
     }
 #endif

@@ -113,15 +113,16 @@ inline float lse_shift(float lse) {
 }
 
 // The online softmax over one vector of rows (lanes are rows) and keys [0, keys) of the
-// tile, scores at p[j * stride]: the scores become the weights exp(s - shift) in place;
-// the rows' m and l (vectors at m, l) are updated, and the factor that rescales their acc
-// is left at rescale. With kScale the scores are still to be multiplied by `scale` (> 0),
-// as each is read: the bits of scaling them first, since rounding keeps order, so the
-// largest product is the product of the largest score.
-template <bool kScale>
-HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride, float scale,
+// tile, scores at p[j * stride]: the weights exp(s - shift) go to put, a pair of keys at a
+// time (put(j, w_j, w_j+1), and put(j, w_j) for an odd last key); the rows' m and l
+// (vectors at m, l) are updated, and the factor that rescales their acc is left at rescale.
+// With kScale the scores are still to be multiplied by `scale` (> 0), as each is read: the
+// bits of scaling them first, since rounding keeps order, so the largest product is the
+// product of the largest score.
+template <bool kScale, class Put>
+HWY_INLINE void online_softmax_rows(const float* p, Index keys, Index stride, float scale,
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
-                                    float* HWY_RESTRICT rescale) {
+                                    float* HWY_RESTRICT rescale, const Put& put) {
   const DF df;
   const VF factor = hn::Set(df, scale);
   const auto score = [&](Index j) ATTN_INLINE_LAMBDA {
@@ -146,14 +147,13 @@ HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index str
   for (; j + 2 <= keys; j += 2) {
     const VF p0 = softmax_weight(df, score(j), shift);
     const VF p1 = softmax_weight(df, score(j + 1), shift);
-    hn::Store(p0, df, p + j * stride);
-    hn::Store(p1, df, p + (j + 1) * stride);
+    put(j, p0, p1);
     sum0 = hn::Add(sum0, p0);
     sum1 = hn::Add(sum1, p1);
   }
   if (j < keys) {
     const VF p0 = softmax_weight(df, score(j), shift);
-    hn::Store(p0, df, p + j * stride);
+    put(j, p0);
     sum0 = hn::Add(sum0, p0);
   }
   hn::Store(hn::MulAdd(hn::Load(df, l), rescale_rows, hn::Add(sum0, sum1)), df, l);
@@ -161,14 +161,34 @@ HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index str
   hn::Store(rescale_rows, df, rescale);
 }
 
-// online_softmax_rows on scores already scaled, or (deferred_scale > 0) still to be.
+// online_softmax_rows on scores already scaled, or (deferred_scale > 0) still to be, the
+// weights to put.
+template <class Put>
+HWY_INLINE void online_softmax_rows(const float* p, Index keys, Index stride, float* HWY_RESTRICT m,
+                                    float* HWY_RESTRICT l, float* HWY_RESTRICT rescale,
+                                    float deferred_scale, const Put& put) {
+  if (deferred_scale > 0.0f) {
+    return online_softmax_rows<true>(p, keys, stride, deferred_scale, m, l, rescale, put);
+  }
+  online_softmax_rows<false>(p, keys, stride, 1.0f, m, l, rescale, put);
+}
+
+// The weights in place of the scores (P overwrites S).
+struct WeightsInPlace {
+  float* p;
+  Index stride;
+
+  HWY_INLINE void operator()(Index j, VF even, VF odd) const {
+    hn::Store(even, DF(), p + j * stride);
+    hn::Store(odd, DF(), p + (j + 1) * stride);
+  }
+  HWY_INLINE void operator()(Index j, VF even) const { hn::Store(even, DF(), p + j * stride); }
+};
+
 HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index stride,
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                     float* HWY_RESTRICT rescale, float deferred_scale = 0.0f) {
-  if (deferred_scale > 0.0f) {
-    return online_softmax_rows<true>(p, keys, stride, deferred_scale, m, l, rescale);
-  }
-  online_softmax_rows<false>(p, keys, stride, 1.0f, m, l, rescale);
+  online_softmax_rows(p, keys, stride, m, l, rescale, deferred_scale, WeightsInPlace{p, stride});
 }
 
 // The online softmax over one row's scores (lanes are keys): `vectors` whole vectors at s,

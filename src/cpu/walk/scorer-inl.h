@@ -311,12 +311,21 @@ class Scorer {
   // The shared online softmax, lanes being rows; P overwrites S, and rescale[r] =
   // exp(m_old - m_new) is left for the context. A scale that score() left is used up here.
   void softmax(const Chunk& chunk) {
+    softmax(chunk, [&](Index row) {
+      return tile::WeightsInPlace{scores_at(chunk.first, row), rows_padded_};
+    });
+  }
+
+  // softmax() with P put where put_of(row) says for the vector of rows at `row`
+  // (tile::online_softmax_rows' Put), S left as it was.
+  template <class PutOf>
+  void softmax(const Chunk& chunk, const PutOf& put_of) {
     const float deferred_scale = std::exchange(deferred_scale_, 0.0f);
     for (Index c = 0; c < chunk.vectors; ++c) {
       const Index row = chunk.first_row + c * lanes_;
       tile::online_softmax_rows(scores_at(chunk.first, row), chunk.end - chunk.first, rows_padded_,
                                 s_.row_max.get() + row, s_.row_sum.get() + row,
-                                s_.rescale.get() + row, deferred_scale);
+                                s_.rescale.get() + row, deferred_scale, put_of(row));
     }
   }
 

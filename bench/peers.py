@@ -357,11 +357,16 @@ class OpenVinoPeer:
                 {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,
                  "PERFORMANCE_HINT": "LATENCY"})}
         request = self.compiled[key].create_infer_request()
+        # A Tensor made from an array, a shape and a type shares the array's memory without
+        # holding it: the bf16 bits are held here for as long as the request is timed (freed,
+        # the inputs were garbage, NaN, and the worker crashed with SIGSEGV).
+        self.held_inputs = []
         for i, x in enumerate(folded):
             if dtype == "bfloat16":
                 import ml_dtypes
 
                 bits = np.ascontiguousarray(x.astype(ml_dtypes.bfloat16)).view(np.uint16)
+                self.held_inputs.append(bits)
                 request.set_input_tensor(i, ov.Tensor(bits, list(x.shape), ov.Type.bf16))
             else:
                 request.set_input_tensor(i, ov.Tensor(np.ascontiguousarray(x.astype(dtype))))

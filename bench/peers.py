@@ -20,7 +20,10 @@ threads; bf16 and fp16 prefill; a grouped-query decode step), each round times
          heads into query rows (causal cases repeat K and V per query head),
 one after the other, rotating who goes first, so that a noisy machine slows all of them
 alike. A peer that does not import is left out; every peer's output is checked against a
-float64 oracle before it is timed. The figure per peer is the median over rounds of the mean time of one call in a
+float64 oracle before it is timed: in float32 (a peer off by 1e-4 stops the run), and in
+fp16 and bf16 on inputs those hold exactly, whose NMSE is printed beside the peer's
+versions (`nmse`): it tells a peer that computes a 16-bit case in a lower precision, and one
+off by more than 1e-3 is left out of that dtype's cases ("wrong"). The figure per peer is the median over rounds of the mean time of one call in a
 round (calls repeat for at least --min-time seconds). GFLOP/s use attn_bench's count
 (4 * Lq * Lk * D per head forward, 10 * Lq * Lk * D backward, only the unmasked part for
 causal) for every peer alike, so a peer that computes the masked half too is charged for it.
@@ -457,6 +460,62 @@ def self_check(peer):
     return float(max(errors))
 
 
+# A 16-bit output further than this from float64 (NMSE) is wrong, not imprecise: computing in
+# bf16 gives about 1e-5 on low_precision_errors' case.
+WRONG_NMSE = 1e-3
+
+
+def held_as(x, dtype):
+    """float32 x rounded to dtype (to nearest, ties to even) and back: the values every peer
+    then holds exactly."""
+    import numpy as np
+
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    bits = x.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
+
+
+def output_as_float64(result, dtype):
+    """What a prepared call returned, as float64: a torch tensor, ONNX Runtime's list of
+    outputs, OpenVINO's results (bf16 as its bits, typed float16) or an array."""
+    import numpy as np
+
+    if hasattr(result, "detach"):
+        return result.detach().double().numpy()
+    if isinstance(result, (list, tuple)):
+        result = result[0]
+    elif hasattr(result, "values"):
+        result = next(iter(result.values()))
+    result = np.asarray(result)
+    if dtype == "bfloat16" and result.dtype == np.float16:
+        result = (result.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return result.astype(np.float64)
+
+
+def low_precision_errors(peer):
+    """NMSE against float64 of the peer's forward at each 16-bit dtype, as it is timed (None:
+    no kernel), on inputs the dtype holds exactly: peers may meet a 16-bit case by computing
+    in a lower precision than its dtype's, or wrongly."""
+    import numpy as np
+
+    case = {"batch": 1, "heads": 2, "heads_kv": 2, "len_q": 128, "len_k": 128, "dim": 64,
+            "causal": False, "work": "forward", "threads": 1}
+    errors = {}
+    for dtype in ("float16", "bfloat16"):
+        q, k, v = (held_as(x, dtype) for x in make_inputs(case))
+        run = peer.prepare({**case, "dtype": dtype}, q, k, v)
+        if run is None:
+            errors[dtype] = None
+            continue
+        with peer.with_threads(1):
+            got = output_as_float64(run(), dtype).reshape(q.shape)
+        want = reference_attention(q, k, v, False)
+        errors[dtype] = float(np.sum((got - want) ** 2) / np.sum(want**2))
+    return errors
+
+
 def time_calls(run, min_time):
     """Mean seconds of one call, over as many calls as fit in min_time (at least one)."""
     calls, start = 0, time.perf_counter()
@@ -482,7 +541,8 @@ def worker(kind):
     except (ImportError, OSError) as error:  # OSError: a shared library torch links is missing
         answer({"available": False, "reason": str(error)})
         return
-    answer({"available": True, "info": peer.describe(), "max_abs_error": self_check(peer)})
+    answer({"available": True, "info": {**peer.describe(), "nmse": low_precision_errors(peer)},
+            "max_abs_error": self_check(peer)})
 
     shape_key, inputs, warmed = None, None, set()
     for line in sys.stdin:
@@ -621,7 +681,17 @@ def start_workers(zentorch_python):
         if not w.hello["max_abs_error"] < 1e-4:
             raise RuntimeError(f"{kind} disagrees with the float64 oracle by "
                                f"{w.hello['max_abs_error']:.3g}: its timings would mean nothing")
+        for dtype, error in w.hello["info"]["nmse"].items():
+            if error is not None and not error < WRONG_NMSE:
+                print(f"{kind}: its {dtype} output is off float64 by NMSE {error:.3g}; "
+                      f"left out of the {dtype} cases (\"wrong\")")
     return workers
+
+
+def wrong(workers, peer, case):
+    """Whether the peer's output at the case's dtype failed low_precision_errors."""
+    error = workers[peer].hello["info"]["nmse"].get(case["dtype"])
+    return error is not None and not error < WRONG_NMSE
 
 
 def measure(args, cases, workers):
@@ -630,6 +700,8 @@ def measure(args, cases, workers):
     (case name, peer) pairs whose worker crashed, left out of later rounds."""
     seconds = {case["name"]: {peer: [] for peer in PEERS} for case in cases}
     peaks, crashed = {}, set()
+    wrong_pairs = {(case["name"], peer) for case in cases for peer in workers
+                   if wrong(workers, peer, case)}
     for round_index in range(args.rounds):
         turn = round_index % len(PEERS)
         order = PEERS[turn:] + PEERS[:turn]
@@ -639,7 +711,7 @@ def measure(args, cases, workers):
                 if peer == "attn":
                     s, peak = attn_seconds(args.attn_bench, case, args.min_time)
                     peaks[case["name"]] = max(peak, peaks.get(case["name"], 0.0))
-                elif peer in workers and (case["name"], peer) not in crashed:
+                elif peer in workers and (case["name"], peer) not in crashed | wrong_pairs:
                     try:
                         s = workers[peer].seconds(case, args.min_time)
                     except RuntimeError as error:  # a crash costs the peer only this case
@@ -656,15 +728,16 @@ def measure(args, cases, workers):
                 if s is not None:
                     seconds[case["name"]][peer].append(s)
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
-    return seconds, peaks, crashed
+    return seconds, peaks, crashed, wrong_pairs
 
 
-def summarize(cases, seconds, peaks, crashed):
+def summarize(cases, seconds, peaks, crashed, wrong_pairs):
     rows = []
     for case in cases:
         row = {"name": case["name"], "flops": case["flops"], "threads": case["threads"],
                "attn_peak_gflops": peaks[case["name"]],
-               "crashed": sorted(peer for name, peer in crashed if name == case["name"])}
+               "crashed": sorted(peer for name, peer in crashed if name == case["name"]),
+               "wrong": sorted(peer for name, peer in wrong_pairs if name == case["name"])}
         for peer, times in seconds[case["name"]].items():
             if times:
                 row[f"{peer}_seconds"] = statistics.median(times)
@@ -682,7 +755,7 @@ def summarize(cases, seconds, peaks, crashed):
 
 def print_table(rows):
     def cell(row, key, form, peer=None):
-        text = "crash" if peer in row["crashed"] else "-"
+        text = "crash" if peer in row["crashed"] else "wrong" if peer in row["wrong"] else "-"
         return format(row[key], form) if key in row else format(text, ">" + form.split(".")[0])
 
     short = {"onnxruntime": "ort", "openvino": "ov", "zentorch": "zen"}
@@ -714,14 +787,14 @@ def main():
             return 2
         workers = start_workers(args.zentorch_python)
         info = {kind: w.hello["info"] for kind, w in workers.items()}
-        seconds, peaks, crashed = measure(args, cases, workers)
+        seconds, peaks, crashed, wrong_pairs = measure(args, cases, workers)
     except RuntimeError as error:
         print(f"peers.py: {error}", file=sys.stderr)
         return 1
     finally:
         for w in workers.values():
             w.close()
-    rows = summarize(cases, seconds, peaks, crashed)
+    rows = summarize(cases, seconds, peaks, crashed, wrong_pairs)
     print_table(rows)
     if args.json:
         partial = args.json.with_name(args.json.name + ".partial")

@@ -23,8 +23,9 @@ alike. A peer that does not import is left out; every peer's output is checked a
 float64 oracle before it is timed: in float32 (a peer off by 1e-4 stops the run), and in
 fp16 and bf16 on inputs those hold exactly, whose NMSE is printed beside the peer's
 versions (`nmse`): it tells a peer that computes a 16-bit case in a lower precision, and one
-off by more than 1e-3 is left out of that dtype's cases ("wrong"). The figure per peer is the median over rounds of the mean time of one call in a
-round (calls repeat for at least --min-time seconds). GFLOP/s use attn_bench's count
+off by more than 1e-3 is left out of that dtype's cases ("wrong"). The figure per peer is
+the median over rounds of the mean time of one call in a round (calls repeat for at least
+--min-time seconds). GFLOP/s use attn_bench's count
 (4 * Lq * Lk * D per head forward, 10 * Lq * Lk * D backward, only the unmasked part for
 causal) for every peer alike, so a peer that computes the masked half too is charged for it.
 Backward cases time the backward alone, from the forward's saved results; dout = q, as in

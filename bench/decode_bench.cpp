@@ -160,12 +160,13 @@ int main(int argc, char** argv) {
       "then one decode repetition per Hq, so the probe and decode see the same load.\n"
       "GB/s: K/V bytes per step / the fastest repetition's time per step (best of N, as the\n"
       "probe); stream: the probe's best copy or triad at the same threads (the figure decode\n"
-      "is held against); read: its best read.\n",
+      "is held against); read: its best read; x f16: f16's best time per step over this\n"
+      "format's at the same Hq (issue 39's int8 1.8x and int4 3x), where f16 is timed too.\n",
       static_cast<long long>(kHeadsKv), static_cast<long long>(kDim),
       static_cast<long long>(kPage));
-  std::printf("%-12s %-6s %4s %7s %10s %10s %10s %8s %8s %9s %8s %8s\n", "case", "format", "Hq",
-              "threads", "median ms", "best ms", "K/V MB", "GB/s", "stream", "of stream", "read",
-              "of read");
+  std::printf("%-12s %-11s %4s %7s %10s %10s %10s %8s %8s %9s %8s %8s %6s\n", "case", "format",
+              "Hq", "threads", "median ms", "best ms", "K/V MB", "GB/s", "stream", "of stream",
+              "read", "of read", "x f16");
   for (const DecodeCase& c : cases) {
     std::vector<KVCache::SequenceId> ids;  // the same ids in every format's cache
     std::vector<KVCache> caches;
@@ -206,15 +207,23 @@ int main(int argc, char** argv) {
           seconds[i].push_back(
               time_repetition([&] { decode(steps[i].q.view(), *steps[i].cache, ids, options); }));
       }
+      for (auto& times : seconds) std::sort(times.begin(), times.end());
+      // The f16 step of the same Hq's best time, or 0 where f16 is not timed.
+      const auto f16_best = [&](Index heads_q) {
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          if (steps[i].format == "f16" && steps[i].heads_q == heads_q) return seconds[i].front();
+        }
+        return 0.0;
+      };
       for (std::size_t i = 0; i < steps.size(); ++i) {
-        std::sort(seconds[i].begin(), seconds[i].end());
         const double median = seconds[i][seconds[i].size() / 2], best = seconds[i].front();
         const double bytes = steps[i].bytes, gbps = bytes / best / 1e9;
-        std::printf("%-12s %-6s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%%\n",
-                    c.name.c_str(), steps[i].format.c_str(),
-                    static_cast<long long>(steps[i].heads_q), threads, median * 1e3, best * 1e3,
-                    bytes / 1e6, gbps, bandwidth.stream(), 100.0 * gbps / bandwidth.stream(),
-                    bandwidth.read, 100.0 * gbps / bandwidth.read);
+        std::printf(
+            "%-12s %-11s %4lld %7d %10.3f %10.3f %10.1f %8.1f %8.1f %8.0f%% %8.1f %7.0f%% %6.2f\n",
+            c.name.c_str(), steps[i].format.c_str(), static_cast<long long>(steps[i].heads_q),
+            threads, median * 1e3, best * 1e3, bytes / 1e6, gbps, bandwidth.stream(),
+            100.0 * gbps / bandwidth.stream(), bandwidth.read, 100.0 * gbps / bandwidth.read,
+            f16_best(steps[i].heads_q) / best);
       }
       std::fflush(stdout);
     }

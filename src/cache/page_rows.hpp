@@ -76,6 +76,9 @@ struct PageRows {
   Index row_scales() const { return zero_point ? 2 * groups() : groups(); }
   // An fp8 pool with a scale per KV head.
   bool head_scaled() const { return is_fp8(dtype) && scales != nullptr; }
+  // A slot's rows of every KV head lie side by side (token-major pools), so one KV head's
+  // rows of a page are apart.
+  bool slots_interleave_heads() const { return slot_bytes > head_bytes; }
 };
 
 // The keys (values = false) or values of a KVCache as page rows.

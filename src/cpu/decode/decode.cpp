@@ -165,9 +165,10 @@ class TaskKernel {
     // Memory order: a block holds every KV head's rows one after another, so walking heads
     // inside a tile of one block reads the pools front to back, where the hardware
     // prefetchers keep up; head by head over many blocks jumps every few KiB and reads at
-    // less than half the bandwidth. The rows of each tile are found two tiles ahead, so
-    // the tile being computed can ask for the two after it (see Lookahead). Tiles start at
-    // multiples of the step, whatever the rows' first key, so that softmax steps do too.
+    // less than half the bandwidth. The rows of each tile are found tiles_ahead_ tiles
+    // ahead, so that the tile being computed can ask for the next tile's rows and that far
+    // one's (see Lookahead). Tiles start at multiples of the step, whatever the rows' first
+    // key, so that softmax steps do too.
     const Index step = tile_keys(p_.page_size());
     const auto tile_end = [&](Index t0) { return std::min(union_end, (t0 / step + 1) * step); };
     const auto& table = p_.tables[static_cast<std::size_t>(part.members[0].seq)];
@@ -179,18 +180,21 @@ class TaskKernel {
       to.t0 = to.t1 = t0;
       if (from.count() > 0 && t0 < union_end) find_rows(table, kv_head, t0, tile_end(t0), to);
     };
-    // Tile i is at tiles[i % 3].
-    std::array<TileRows<T>, 3> tiles;
+    // Tile i is at tiles[i % ring].
+    std::array<TileRows<T>,
+               std::max(Traits::kTilesAheadHeadMajor, Traits::kTilesAheadTokenMajor) + 1>
+        tiles;
+    const std::size_t ahead = tiles_ahead_, ring = ahead + 1;
     if (union_first < union_end) {
       const Index t0 = union_first / step * step;
       find_rows(table, 0, t0, tile_end(t0), tiles[0]);
     }
-    follow(tiles[0], tiles[1]);
-    for (std::size_t i = 0; tiles[i].count() > 0; i = (i + 1) % tiles.size()) {
-      const TileRows<T>& next = tiles[(i + 1) % tiles.size()];
-      TileRows<T>& after_next = tiles[(i + 2) % tiles.size()];
-      follow(next, after_next);
-      tile(tiles[i], {next, after_next}, tiles[i].kv_head * rows, (tiles[i].kv_head + 1) * rows);
+    for (std::size_t i = 1; i < ahead; ++i) follow(tiles[i - 1], tiles[i]);
+    for (std::size_t i = 0; tiles[i].count() > 0; i = (i + 1) % ring) {
+      TileRows<T>& far = tiles[(i + ahead) % ring];
+      follow(tiles[(i + ahead - 1) % ring], far);
+      tile(tiles[i], {tiles[(i + 1) % ring], far}, tiles[i].kv_head * rows,
+           (tiles[i].kv_head + 1) * rows);
     }
     const Index all_rows = p_.heads_kv * rows;
     const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
@@ -305,23 +309,24 @@ class TaskKernel {
     }
   }
 
-  // The two tiles after the one being computed, in memory order.
+  // Tiles after the one being computed, in memory order: the next, and the far one,
+  // tiles_ahead_ after the one being computed.
   struct Lookahead {
     const TileRows<T>& next;
-    const TileRows<T>& after_next;
+    const TileRows<T>& far;
 
-    Index count() const { return std::max(next.count(), after_next.count()); }
+    Index count() const { return std::max(next.count(), far.count()); }
   };
 
-  // Asks for rows [begin, end) of the tiles ahead: the keys and values of the one after
-  // next to come to L2, then (kNextKeysToL1) the keys of the next one to L1. The scoring loop asks
+  // Asks for rows [begin, end) of the tiles ahead: the keys and values of the far one to
+  // come to L2, then (kNextKeysToL1) the keys of the next one to L1. The scoring loop asks
   // for as many rows as keys it has scored, so the requests go out spread over the tile's work.
-  // Spread, in this order, this far ahead: every other choice measured was slower from
-  // memory (bench/README.md, "Decode prefetching", has the figures).
+  // Spread, in this order, this far ahead: every other choice measured on head-major pages
+  // was slower from memory (bench/README.md, "Decode prefetching", has the figures).
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
-    for (Index t = begin; t < std::min(end, ahead.after_next.count()); ++t) {
-      prefetch_row<kToL2>(ahead.after_next.keys[t], key_row_bytes_);
-      prefetch_row<kToL2>(ahead.after_next.values[t], value_row_bytes_);
+    for (Index t = begin; t < std::min(end, ahead.far.count()); ++t) {
+      prefetch_row<kToL2>(ahead.far.keys[t], key_row_bytes_);
+      prefetch_row<kToL2>(ahead.far.values[t], value_row_bytes_);
     }
     if (!kNextKeysToL1) return;
     for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
@@ -645,6 +650,9 @@ class TaskKernel {
       (kInt8 && !grouped_) || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
   const Index key_scale_shift_ = scale_shift(p_.keys.group);
   const Index value_scale_shift_ = scale_shift(p_.values.group);
+  // How far ahead lies the tile whose rows are asked to L2 (DecodeTraits).
+  const std::size_t tiles_ahead_ = p_.keys.slots_interleave_heads() ? Traits::kTilesAheadTokenMajor
+                                                                    : Traits::kTilesAheadHeadMajor;
   // Bytes of a stored key and value row, for the requests ahead of their reads.
   const Index key_row_bytes_ = cache::row_bytes(p_.keys.dtype, p_.dim);
   const Index value_row_bytes_ = cache::row_bytes(p_.values.dtype, p_.dim_v);

@@ -28,6 +28,10 @@ struct DecodeTraits {
   // Keys per online-softmax step: a tile's scores are folded into each row's state this many
   // keys at a time, from a multiple of it, whatever the tile (and so the page size).
   static constexpr int kSoftmaxKeys = 16;
+  // How far ahead of the tile being computed lies the tile whose rows are asked to L2: in
+  // head-major pages, and in token-major ones, where one KV head's rows of a page lie apart
+  // and a further tile kept steps from memory near head-major's (bench/README.md).
+  static constexpr int kTilesAheadHeadMajor = 2, kTilesAheadTokenMajor = 3;
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
   // Rows of a KV head above which a tile's 16-bit and int8 keys and values are widened to

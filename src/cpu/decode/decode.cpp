@@ -387,9 +387,7 @@ class TaskKernel {
       score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr);
     }
     for (Index step = rows.t0; step < rows.t1; step += Traits::kSoftmaxKeys) {
-      for (Index r = row_begin; r < row_end; ++r) {
-        softmax_row(r, rows, step);
-      }
+      softmax_rows(row_begin, row_end, rows, step);
       for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
         const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
         accumulate(r, block_rows, rows.t0, values, step);
@@ -489,37 +487,76 @@ class TaskKernel {
     return {std::max(s_.first_key[r], step), std::min(s_.end_key[r], step + Traits::kSoftmaxKeys)};
   }
 
+  // Folds the scores of the softmax step from key `step` into the state of each row of
+  // [row_begin, row_end) that sees a key of it: shape_step, then the shared online softmax
+  // kRowBlock rows at a time (each row's arithmetic its own, whatever rows share the block),
+  // then each row's accumulator (finish_step). The weights are left in place of the scores.
+  void softmax_rows(Index row_begin, Index row_end, const TileRows<T>& rows, Index step) {
+    Index block[Traits::kRowBlock];
+    int count = 0;
+    for (Index r = row_begin; r < row_end; ++r) {
+      if (!shape_step(r, rows, step)) continue;
+      block[count++] = r;
+      if (count == Traits::kRowBlock) {
+        fold_step<Traits::kRowBlock>(block, rows, step);
+        count = 0;
+      }
+    }
+    for (int i = 0; i < count; ++i) fold_step<1>(block + i, rows, step);
+  }
+
   // Shapes row r's scores of the softmax step's keys (the shared shaper: int8 or fp8 key
-  // scale, softcap, ALiBi, hiding), then folds them into the row's running state by the shared
-  // online softmax and leaves the weights in place of the scores. A step is always
+  // scale, softcap, ALiBi, hiding); false where the row sees none of them. A step is always
   // kSoftmaxKeys wide, keys past the row's range (or the tile) hidden, so its arithmetic is
   // the same whatever tile it lies in.
-  void softmax_row(Index r, const TileRows<T>& rows, Index step) {
+  bool shape_step(Index r, const TileRows<T>& rows, Index step) {
     const Index offset = step - rows.t0;
     float* s = s_.scores.get() + r * Traits::kKeyTile + offset;
     const auto [first, end] = step_keys(r, step);
-    if (first >= end) return;
+    if (first >= end) return false;
     const Index vectors = Traits::kSoftmaxKeys / tile::lanes();
     const bool hide = first > step || end < step + Traits::kSoftmaxKeys;
-    if (row_scales_ || shaping_.softcap || shaping_.alibi || hide) {
-      const float* key_scale = rows.key_scale + offset;
-      const float* key_offset = rows.key_offset + offset;
-      if (row_offsets_ && hide) {
-        shape_row<kInt8, true, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
-      } else if (row_offsets_) {
-        shape_row<kInt8, false, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
-      } else if (row_scales_ && hide) {
-        shape_row<kRowScaled, true>(r, s, step, first, end, key_scale, key_offset, vectors);
-      } else if (row_scales_) {
-        shape_row<kRowScaled, false>(r, s, step, first, end, key_scale, key_offset, vectors);
-      } else if (hide) {
-        shape_row<false, true>(r, s, step, first, end, key_scale, key_offset, vectors);
-      } else {
-        shape_row<false, false>(r, s, step, first, end, key_scale, key_offset, vectors);
-      }
+    if (!row_scales_ && !shaping_.softcap && !shaping_.alibi && !hide) return true;
+    const float* key_scale = rows.key_scale + offset;
+    const float* key_offset = rows.key_offset + offset;
+    if (row_offsets_ && hide) {
+      shape_row<kInt8, true, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
+    } else if (row_offsets_) {
+      shape_row<kInt8, false, kInt8>(r, s, step, first, end, key_scale, key_offset, vectors);
+    } else if (row_scales_ && hide) {
+      shape_row<kRowScaled, true>(r, s, step, first, end, key_scale, key_offset, vectors);
+    } else if (row_scales_) {
+      shape_row<kRowScaled, false>(r, s, step, first, end, key_scale, key_offset, vectors);
+    } else if (hide) {
+      shape_row<false, true>(r, s, step, first, end, key_scale, key_offset, vectors);
+    } else {
+      shape_row<false, false>(r, s, step, first, end, key_scale, key_offset, vectors);
     }
-    const tile::RowUpdate update =
-        tile::online_softmax_keys<true>(s, vectors, s_.row_max[r], s_.row_sum[r]);
+    return true;
+  }
+
+  // The shared online softmax of the step for the NR rows at r (each shaped, each seeing a
+  // key of it), then each row's accumulator.
+  template <int NR>
+  void fold_step(const Index* r, const TileRows<T>& rows, Index step) {
+    const Index offset = step - rows.t0;
+    float* scores[NR];
+    float* max[NR];
+    float* sum[NR];
+    for (int i = 0; i < NR; ++i) {
+      scores[i] = s_.scores.get() + r[i] * Traits::kKeyTile + offset;
+      max[i] = &s_.row_max[r[i]];
+      sum[i] = &s_.row_sum[r[i]];
+    }
+    tile::RowUpdate update[NR];
+    tile::online_softmax_keys<true, NR>(scores, Traits::kSoftmaxKeys / tile::lanes(), max, sum,
+                                        update);
+    for (int i = 0; i < NR; ++i) finish_step(r[i], update[i], rows, step);
+  }
+
+  // Row r's accumulator after its online softmax of the step: rescaled to the new max, and
+  // for scaled values the weights times each value's scale (and its offset's share added).
+  void finish_step(Index r, tile::RowUpdate update, const TileRows<T>& rows, Index step) {
     if (update.tile_max == kMinusInfinity) {
       // Every visible key scored -inf: no weight, no value read.
       s_.first_key[r] = std::max(s_.first_key[r], step + Traits::kSoftmaxKeys);
@@ -530,6 +567,8 @@ class TaskKernel {
     if (row_scales_) {
       // Zero-point values: sum_t p_t (c_t s_t + o_t) = sum_t (p_t s_t) c_t + sum_t p_t o_t,
       // the second a number added to every element of the row's context.
+      float* s = s_.scores.get() + r * Traits::kKeyTile + (step - rows.t0);
+      const auto [first, end] = step_keys(r, step);
       float offsets = 0.0f;
       for (Index t = first; t < end; ++t) {
         if (row_offsets_) offsets = std::fma(s[t - step], rows.value_offset[t - rows.t0], offsets);

@@ -191,45 +191,69 @@ HWY_INLINE void online_softmax_rows(float* HWY_RESTRICT p, Index keys, Index str
   online_softmax_rows(p, keys, stride, m, l, rescale, deferred_scale, WeightsInPlace{p, stride});
 }
 
-// The online softmax over one row's scores (lanes are keys): `vectors` whole vectors at s,
-// hidden and padding lanes already -inf. Updates the row's m and l (float, or double for
-// a sum that must stay exact over many tiles); with kStore the scores become the weights
-// exp(s - shift) in place. Returns the factor that rescales the row's acc, and the tile's
-// largest score (-inf: the tile gives the row no weight).
+// What a step of the online softmax over one row's keys leaves for the row's acc: the
+// factor that rescales it, and the tile's largest score (-inf: the tile gives the row no
+// weight).
 struct RowUpdate {
   float rescale, tile_max;
 };
 
-template <bool kStore, class Sum>
-HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, float& m, Sum& l) {
+// The online softmax over one row's scores (lanes are keys), for NR rows at once: row r's
+// `vectors` whole vectors at s[r], hidden and padding lanes already -inf. Updates the row's
+// m and l (*m[r], *l[r]: float, or double for a sum that must stay exact over many tiles);
+// with kStore the scores become the weights exp(s - shift) in place; the row's RowUpdate is
+// left at update[r]. Each row takes the operations it takes alone, so its bits do not depend
+// on the rows beside it; side by side, the rows' lane reductions overlap.
+template <bool kStore, int NR, class Sum>
+HWY_INLINE void online_softmax_keys(float* const* s, Index vectors, float* const* m, Sum* const* l,
+                                    RowUpdate* update) {
   const DF df;
   const Index n = lanes();
-  const float tile_max = max_of_lanes(
-      df, max_of_scores(df, hn::Set(df, kMinusInfinity), vectors,
-                        [&](Index v) ATTN_INLINE_LAMBDA { return hn::Load(df, s + v * n); }));
-  const RowStep step = softmax_step(m, tile_max);
-  const VF shift = hn::Set(df, step.shift);
-  VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
-  Index v = 0;
-  for (; v + 2 <= vectors; v += 2) {
-    const VF p0 = softmax_weight(df, hn::Load(df, s + v * n), shift);
-    const VF p1 = softmax_weight(df, hn::Load(df, s + (v + 1) * n), shift);
-    if constexpr (kStore) {
-      hn::Store(p0, df, s + v * n);
-      hn::Store(p1, df, s + (v + 1) * n);
+  float tile_max[NR];
+  RowStep step[NR];
+  for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+    tile_max[r] = max_of_lanes(
+        df, max_of_scores(df, hn::Set(df, kMinusInfinity), vectors,
+                          [&](Index v) ATTN_INLINE_LAMBDA { return hn::Load(df, s[r] + v * n); }));
+  });
+  for_each_index<NR>([&](auto r)
+                         ATTN_INLINE_LAMBDA { step[r] = softmax_step(*m[r], tile_max[r]); });
+  for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+    float* HWY_RESTRICT row = s[r];
+    const VF shift = hn::Set(df, step[r].shift);
+    VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+    Index v = 0;
+    for (; v + 2 <= vectors; v += 2) {
+      const VF p0 = softmax_weight(df, hn::Load(df, row + v * n), shift);
+      const VF p1 = softmax_weight(df, hn::Load(df, row + (v + 1) * n), shift);
+      if constexpr (kStore) {
+        hn::Store(p0, df, row + v * n);
+        hn::Store(p1, df, row + (v + 1) * n);
+      }
+      sum0 = hn::Add(sum0, p0);
+      sum1 = hn::Add(sum1, p1);
     }
-    sum0 = hn::Add(sum0, p0);
-    sum1 = hn::Add(sum1, p1);
-  }
-  if (v < vectors) {
-    const VF p0 = softmax_weight(df, hn::Load(df, s + v * n), shift);
-    if constexpr (kStore) hn::Store(p0, df, s + v * n);
-    sum0 = hn::Add(sum0, p0);
-  }
-  const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
-  l = std::fma(l, static_cast<Sum>(step.rescale), static_cast<Sum>(tile_sum));
-  m = step.max;
-  return {step.rescale, tile_max};
+    if (v < vectors) {
+      const VF p0 = softmax_weight(df, hn::Load(df, row + v * n), shift);
+      if constexpr (kStore) hn::Store(p0, df, row + v * n);
+      sum0 = hn::Add(sum0, p0);
+    }
+    const float tile_sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+    *l[r] = std::fma(*l[r], static_cast<Sum>(step[r].rescale), static_cast<Sum>(tile_sum));
+    *m[r] = step[r].max;
+    update[r] = {step[r].rescale, tile_max[r]};
+  });
+}
+
+// The same for one row.
+template <bool kStore, class Sum>
+HWY_INLINE RowUpdate online_softmax_keys(float* HWY_RESTRICT s, Index vectors, float& m, Sum& l) {
+  float* const rows[1] = {s};
+  float* const maxes[1] = {&m};
+  Sum* const sums[1] = {&l};
+  RowUpdate update;
+  online_softmax_keys<kStore, 1>(rows, vectors, maxes, sums, &update);
+  return update;
 }
 
 }  // namespace tile

@@ -2,11 +2,11 @@
 // shared scorer (cpu/walk/scorer-inl.h) and its context added here. Per key tile of an item:
 //   scores         S^T of each chunk by the kernel the plan names for it, shaped, and folded
 //                  into the rows' online softmax (P overwrites S): the walk's
-//   O = O corr + P V   rows-vectorised: P broadcast against V rows, which lie far enough
-//                  apart to spread over the L1 sets (f32 rows that do not are copied into
-//                  scratch: cpu/tile/to_floats-inl.h, RowDistance); a tile of only narrow
-//                  chunks (decoding one token) reads 16-bit K and V in place, each row only
-//                  the value rows it sees; an item the plan puts on AMX tiles computes
+//   O = O corr + P V   rows-vectorised: P broadcast against V rows, spread over the L1
+//                  sets where kWideValueRows says (cpu/tile/to_floats-inl.h, RowDistance);
+//                  a tile of only narrow chunks (decoding one token) reads 16-bit K and V
+//                  in place, each row only the value rows it sees; an item the plan puts
+//                  on AMX tiles computes
 //                  O^T = O^T corr + V^T P^T there (cpu/amx/context.hpp), or with P rounded
 //                  to bf16 by vdpbf16ps (cpu/bf16_dot.hpp), V^T packed once per KV head
 //                  (PackedValues, fp16 as its two parts), the context kept transposed
@@ -71,6 +71,14 @@ using walk::TileChunks;
 using walk::WideScores;
 using Traits = ContextTraits;
 namespace hn = hwy::HWY_NAMESPACE;
+
+// How the f32 V rows of wide tiles are read where their own distance maps them to few L1
+// sets (d = 64, 128): copied to spread_row_stride on AVX2 and elsewhere, where on Zen 3 the
+// copy made forward 4.6% faster at d = 128; in place on AVX-512, where on Zen 4 the copy cost
+// 2-3 points of the FMA peak (bench/README.md, "f32 V in place on AVX-512"). 16-bit V is
+// converted either way, so its copy keeps the spread distance.
+constexpr RowDistance kWideValueRows =
+    HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? RowDistance::spread_copies : RowDistance::spread;
 
 // A block of kContextRows rows and the keys any of them may see.
 struct RowBlock {
@@ -309,14 +317,14 @@ class ItemKernel {
 
   // V rows of the tile as f32: the input itself when it is f32 (its rows whole vectors),
   // else converted into scratch. With wide chunks, whose context passes over a few columns of
-  // V at a time for many rows, V's rows must also lie far enough apart to spread over the L1
-  // sets (RowDistance::spread); narrow chunks read each V row for a few rows only, and
-  // copying f32 V there made decoding steps 25-40% slower.
+  // V at a time for many rows, V's rows are spread over the L1 sets as kWideValueRows says;
+  // narrow chunks read each V row for a few rows only, and copying f32 V there made decoding
+  // steps 25-40% slower.
   void load_values(Index tile_first, Index tile_end, bool wide_context) {
     const core::Segment& seg = scorer_.segment();
     const FloatRows v = rows_as_floats(
         p_.v, seg.batch, scorer_.kv_head(), seg.k_begin + tile_first, tile_end - tile_first, dim_v_,
-        dim_v_padded_, wide_context ? RowDistance::spread : RowDistance::any, s_.values.get());
+        dim_v_padded_, wide_context ? kWideValueRows : RowDistance::any, s_.values.get());
     values_ = v.rows;
     value_stride_ = v.stride;
   }

@@ -96,14 +96,16 @@ inline Index spread_row_stride(Index padded) {
   return (lines % 2 == 0 ? lines + 1 : lines) * kLineFloats;
 }
 
-// The distances between rows a caller of rows_as_floats can use: any, or only those that
-// spread the rows over the L1 sets.
-enum class RowDistance { any, spread };
+// The distances between rows a caller of rows_as_floats can use: any; only those that
+// spread the rows over the L1 sets; or that spread for rows it converts (a copy made
+// anyway), f32 rows read in place whatever their distance.
+enum class RowDistance { any, spread, spread_copies };
 
 // Rows [first, first + count) of x[b][h] as float32 rows of `padded` floats (zeros past
 // `width`): x's own rows when they are f32, padded == width and their distance will do,
-// else rows converted into `scratch`, `padded` floats apart (RowDistance::spread:
-// spread_row_stride(padded)). Returns the first row and the distance between rows.
+// else rows converted into `scratch`, `padded` floats apart (RowDistance::spread and
+// spread_copies: spread_row_stride(padded)). Returns the first row and the distance between
+// rows.
 struct FloatRows {
   const float* rows;
   Index stride;
@@ -112,8 +114,9 @@ struct FloatRows {
 inline FloatRows rows_as_floats(const TensorView& x, Index b, Index h, Index first, Index count,
                                 Index width, Index padded, RowDistance distance,
                                 float* HWY_RESTRICT scratch) {
-  const bool spread = distance == RowDistance::spread;
-  if (x.dtype == DType::f32 && width == padded && (!spread || spreads_over_l1_sets(x.strides[2]))) {
+  const bool spread = distance != RowDistance::any;
+  if (x.dtype == DType::f32 && width == padded &&
+      (distance != RowDistance::spread || spreads_over_l1_sets(x.strides[2]))) {
     return {core::row_of<float>(x, b, h, first), x.strides[2]};
   }
   const Index stride = spread ? spread_row_stride(padded) : padded;

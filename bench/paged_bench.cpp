@@ -5,7 +5,9 @@
 //   the same tokens (the same kernel; the difference is what the entry point costs), and
 //   through that cache's own pools (cache_pools);
 // - a mixed batch (one prefill chunk beside one-token decodes) in one call, against the
-//   same work as one call per sequence and as two calls (the prefill, then the decodes).
+//   same work as one call per sequence and as two calls (the prefill, then the decodes);
+// - a prefill chunk alone, against attn::forward over the same tokens gathered from the
+//   pages (what a caller could do instead, the gather included).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -256,6 +258,69 @@ void mixed_batches(int repetitions) {
       mixed_batch(dtype, 512, 31, 4096, 32, threads, repetitions);
 }
 
+// A prefill chunk of `chunk` queries (the newest of `context` keys, causal) through the pages,
+// against gathering the sequence's keys and values into contiguous tensors and attn::forward
+// on them (bottom-right causal); q in the pools' dtype, as an engine holds it.
+void prefill_chunk(CacheDType dtype, Index chunk, Index context, Index heads_q, int threads,
+                   int repetitions) {
+  Pools pools(dtype, PageLayout::token_major, {context});
+  const DType q_dtype = dtype == CacheDType::bf16 ? DType::bf16 : DType::f16;
+  Tensor q(q_dtype, {1, chunk, heads_q, kDim});
+  auto* q_bits = static_cast<std::uint16_t*>(q.data());
+  for (Index i = 0; i < q.numel(); ++i) q_bits[i] = pools.bits(0.01f * static_cast<float>(i % 97));
+  const std::vector<std::int32_t> starts{0, static_cast<std::int32_t>(chunk)};
+  Options options;
+  options.causal = true;
+  options.causal_align = CausalAlign::bottom_right;
+  options.threads = threads;
+  // forward's q: the same rows as [1, Hq, chunk, d], by strides.
+  const TensorView q_by_head(q.view().data, q_dtype, {1, heads_q, chunk, kDim},
+                             {chunk * heads_q * kDim, kDim, heads_q * kDim, 1});
+  Tensor k(q_dtype, {1, kHeadsKv, context, kDim}), v(q_dtype, {1, kHeadsKv, context, kDim});
+  const auto gather = [&](const auto& from, Tensor& to) {
+    auto* out = static_cast<std::uint16_t*>(to.data());
+    for (Index t = 0; t < context; ++t)
+      for (Index h = 0; h < kHeadsKv; ++h) {
+        const std::int32_t page = pools.table[static_cast<std::size_t>(t / kPage)];
+        std::copy_n(from.data() + pools.at(page, t % kPage, h), kDim,
+                    out + (h * context + t) * kDim);
+      }
+  };
+  const std::vector<double> t =
+      medians({[&] {
+                 paged_attention(q.view(), pools.pool(false), pools.pool(true),
+                                 {starts, pools.lengths, pools.table, pools.max_pages}, options);
+               },
+               [&] {
+                 gather(pools.keys, k);
+                 gather(pools.values, v);
+                 forward(q_by_head, k.view(), v.view(), options);
+               }},
+              repetitions);
+  double flops = 0.0;
+  for (Index i = 0; i < chunk; ++i)
+    flops += 4.0 * static_cast<double>(kDim * heads_q * (context - chunk + i + 1));
+  std::printf("%-9s %5lld %7lld %4lld %7d %10.2f %10.2f %9.1f %9.1f %8.2f\n",
+              cache_dtype_name(dtype), static_cast<long long>(chunk),
+              static_cast<long long>(context), static_cast<long long>(heads_q), threads, t[0] * 1e3,
+              t[1] * 1e3, flops / t[0] * 1e-9, flops / t[1] * 1e-9, t[0] / t[1]);
+}
+
+void prefill_chunks(int repetitions) {
+  std::printf(
+      "\nPrefill chunk: its newest `chunk` of `context` keys, causal, Hkv=%lld d=%lld, page %lld,\n"
+      "q in the pools' dtype; paged_attention over the pages against attn::forward over the\n"
+      "same keys and values gathered into contiguous tensors (the gather timed with it); ms,\n"
+      "GFLOP/s and paged over forward.\n",
+      static_cast<long long>(kHeadsKv), static_cast<long long>(kDim),
+      static_cast<long long>(kPage));
+  std::printf("%-9s %5s %7s %4s %7s %10s %10s %9s %9s %8s\n", "dtype", "chunk", "context", "Hq",
+              "threads", "paged ms", "forward ms", "paged GF", "fwd GF", "paged/fw");
+  for (int threads = 1; threads <= 2; ++threads)
+    for (const CacheDType dtype : {CacheDType::bf16, CacheDType::f16})
+      prefill_chunk(dtype, 512, 4096, 32, threads, repetitions);
+}
+
 }  // namespace
 }  // namespace attn::bench
 
@@ -263,15 +328,17 @@ int main(int argc, char** argv) {
   using namespace attn;
   using namespace attn::bench;
   CLI::App app{"Attention over caller-owned pages against the other ways of the same work"};
-  bool quick = false, no_decode = false, no_mixed = false;
+  bool quick = false, no_decode = false, no_mixed = false, no_prefill = false;
   int repetitions = 5;
   app.add_flag("--quick", quick, "leave out the 32k-token decode cases");
   app.add_flag("--no-decode", no_decode, "leave out the decode steps");
   app.add_flag("--no-mixed", no_mixed, "leave out the mixed batches");
+  app.add_flag("--no-prefill", no_prefill, "leave out the prefill chunk against forward");
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (!no_decode) decode_steps(quick, repetitions);
   if (!no_mixed) mixed_batches(repetitions);
+  if (!no_prefill) prefill_chunks(repetitions);
   return 0;
 }

@@ -6,8 +6,8 @@
 //                  sets where kWideValueRows says (cpu/tile/to_floats-inl.h, RowDistance);
 //                  a tile of only narrow chunks (decoding one token) reads 16-bit K and V
 //                  in place, each row only the value rows it sees; an item the plan puts
-//                  on AMX tiles computes
-//                  O^T = O^T corr + V^T P^T there (cpu/amx/context.hpp), or with P rounded
+//                  on AMX tiles computes O^T = O^T corr + V^T P^T there
+//                  (cpu/amx/context.hpp), or with P rounded
 //                  to bf16 by vdpbf16ps (cpu/bf16_dot.hpp), V^T packed once per KV head
 //                  (PackedValues, fp16 as its two parts), the context kept transposed
 // Keys that causal / window hide for every row of a chunk are never computed; keys that a
@@ -78,7 +78,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 2-3 points of the FMA peak (bench/README.md, "f32 V in place on AVX-512"). 16-bit V is
 // converted either way, so its copy keeps the spread distance.
 constexpr RowDistance kWideValueRows =
-    HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? RowDistance::spread_copies : RowDistance::spread;
+    tile::kAvx512Target ? RowDistance::spread_copies : RowDistance::spread;
 
 // A block of kContextRows rows and the keys any of them may see.
 struct RowBlock {

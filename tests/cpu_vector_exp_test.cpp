@@ -77,5 +77,40 @@ TEST(VectorExp, EdgesOfTheRange) {
   }
 }
 
+// AVX-512 rounds n with vrndscaleps and scales by vscalefps; AVX2 adds and subtracts 1.5 *
+// 2^23 and builds 2^n from the sum's bits. Both fuse their multiply-adds, so they must give
+// the same bits: every 2039th float, and around each tie of x log2 e (k + 1/2, where the
+// two roundings could part). On a CPU without AVX-512 only AVX2 runs here (the emulated
+// suite, tests/python/test_emulated_tile_core.py, runs the AVX-512 exp against float64).
+TEST(VectorExp, Avx512GivesAvx2sBits) {
+  std::vector<float> in;
+  for (std::uint32_t bits = 0; bits < 0x7f800000u; bits += 2039) {
+    float x = 0.0f;
+    std::memcpy(&x, &bits, sizeof x);
+    if (x > 100.0f) break;
+    in.push_back(x);
+    in.push_back(-x);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int k = -127; k <= 127; ++k) {
+    float x = static_cast<float>((k + 0.5) / std::log2(std::exp(1.0)));
+    for (int i = 0; i < 4; ++i) x = std::nextafter(x, -inf);
+    for (int i = 0; i < 9; ++i, x = std::nextafter(x, inf)) in.push_back(x);
+  }
+  std::vector<float> want(in.size()), got(in.size());
+  bool have_want = false;
+  for (const std::int64_t target : cpu::compiled_targets()) {
+    if (target > HWY_AVX2) continue;  // SSE4 and the emulated targets round the product first
+    SCOPED_TRACE(std::string("target ") + hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    cpu::exp_array(in.data(), (have_want ? got : want).data(), in.size());
+    hwy::SetSupportedTargetsForTest(0);
+    if (have_want) {
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+    }
+    have_want = true;
+  }
+}
+
 }  // namespace
 }  // namespace attn

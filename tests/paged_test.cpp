@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "attn/attention.hpp"
@@ -47,6 +48,11 @@ struct Storage {
   Index group = 0;            // int8: elements per scale (0: the whole row)
   bool head_scales = false;   // fp8: a random scale per KV head in each pool
   bool zero_point = false;    // int8, int4: a random offset beside each scale
+  // The values' dtype where it is not the keys' (group, head_scales and zero_point apply to
+  // each side whose dtype takes them).
+  std::optional<CacheDType> value_dtype = std::nullopt;
+
+  CacheDType dtype_of(bool values) const { return values && value_dtype ? *value_dtype : dtype; }
 };
 
 constexpr CacheDType kCacheDTypes[] = {CacheDType::f32,      CacheDType::f16,
@@ -122,7 +128,8 @@ Tensor queries_in(const Tensor& q, DType dtype) {
   return out;
 }
 
-Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed,
+// Keys that key_dtype holds and values that value_dtype holds.
+Tokens make_tokens(const Shape& shape, CacheDType key_dtype, CacheDType value_dtype, unsigned seed,
                    DType q_dtype = DType::f32) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -131,6 +138,7 @@ Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed,
     const Index length = shape.sequences[s].length;
     for (auto* side : {&t.keys, &t.values}) {
       const Index dim = side == &t.keys ? shape.dim : shape.dim_v;
+      const CacheDType dtype = side == &t.keys ? key_dtype : value_dtype;
       std::vector<float> codes(static_cast<std::size_t>(shape.heads_kv * length * dim));
       for (float& c : codes) c = representable(normal(rng), dtype);
       side->push_back(std::move(codes));
@@ -157,6 +165,11 @@ Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed,
   return t;
 }
 
+Tokens make_tokens(const Shape& shape, CacheDType dtype, unsigned seed,
+                   DType q_dtype = DType::f32) {
+  return make_tokens(shape, dtype, dtype, seed, q_dtype);
+}
+
 // Pools holding the tokens, pages handed out in a shuffled order (so tables are not
 // monotone) with spare pages between, and the batch's int32 arrays.
 struct Paged {
@@ -170,18 +183,18 @@ struct Paged {
   PagePool pool(bool values) {
     PagePool p;
     p.data = values ? value_bytes.data() : key_bytes.data();
-    p.dtype = storage.dtype;
+    p.dtype = storage.dtype_of(values);
     p.layout = storage.layout;
     p.pages = pages;
     p.page_size = storage.page;
     p.heads_kv = shape.heads_kv;
     p.dim = values ? shape.dim_v : shape.dim;
-    if (has_scales(storage.dtype)) {
+    if (has_scales(p.dtype)) {
       p.scales = values ? value_scales.data() : key_scales.data();
       p.group = storage.group;
       p.zero_point = storage.zero_point;
     }
-    if (storage.head_scales) p.scales = values ? value_scales.data() : key_scales.data();
+    if (head_scaled(values)) p.scales = values ? value_scales.data() : key_scales.data();
     return p;
   }
   // int8 and int4 scales per row of the keys or values, and floats of them (with offsets).
@@ -207,23 +220,26 @@ struct Paged {
     return storage.layout == PageLayout::token_major ? (page_index * page + slot) * heads + head
                                                      : (page_index * heads + head) * page + slot;
   }
-  // Byte offset of (page, slot, head, element 0) in a pool of row length dim.
-  std::size_t offset(Index page_index, Index slot, Index head, Index dim) const {
+  // Byte offset of (page, slot, head, element 0) in the key or value pool.
+  std::size_t offset(bool values, Index page_index, Index slot, Index head) const {
     return static_cast<std::size_t>(row_of(page_index, slot, head)) *
-           row_bytes_of(storage.dtype, dim);
+           row_bytes_of(storage.dtype_of(values), values ? shape.dim_v : shape.dim);
+  }
+  // An fp8 pool with a scale per KV head.
+  bool head_scaled(bool values) const {
+    return storage.head_scales && is_fp8(storage.dtype_of(values));
   }
   // An fp8 pool's scale of a KV head: 1 without head_scales.
   double head_scale(bool values, Index head) const {
-    if (!storage.head_scales) return 1.0;
+    if (!head_scaled(values)) return 1.0;
     return (values ? value_scales : key_scales)[static_cast<std::size_t>(head)];
   }
   // The dequantised element of sequence s's token t.
   double element(bool values, Index s, Index head, Index t, Index d) const {
     const Index page_index = table[static_cast<std::size_t>(s * max_pages + t / storage.page)];
-    const Index dim = values ? shape.dim_v : shape.dim;
-    const std::byte* at =
-        (values ? value_bytes : key_bytes).data() + offset(page_index, t % storage.page, head, dim);
-    switch (storage.dtype) {
+    const std::byte* at = (values ? value_bytes : key_bytes).data() +
+                          offset(values, page_index, t % storage.page, head);
+    switch (storage.dtype_of(values)) {
       case CacheDType::f32:
         return reinterpret_cast<const float*>(at)[d];
       case CacheDType::f16:
@@ -309,11 +325,12 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
   }
   for (const bool values : {false, true}) {
     const Index dim = values ? shape.dim_v : shape.dim;
+    const CacheDType dtype = storage.dtype_of(values);
     auto& bytes = values ? p.value_bytes : p.key_bytes;
-    bytes.assign(static_cast<std::size_t>(p.pages * page * shape.heads_kv) *
-                     row_bytes_of(storage.dtype, dim),
-                 std::byte{0x7f});
-    if (has_scales(storage.dtype)) {
+    bytes.assign(
+        static_cast<std::size_t>(p.pages * page * shape.heads_kv) * row_bytes_of(dtype, dim),
+        std::byte{0x7f});
+    if (has_scales(dtype)) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.5f, 2.0f);
       std::uniform_real_distribution<float> offsets(-1.0f, 1.0f);
@@ -322,10 +339,10 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
       for (std::size_t i = 0; i < scales.size(); ++i) {
         scales[i] = storage.zero_point && i % 2 == 1
                         ? offsets(rng)
-                        : (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(storage.dtype);
+                        : (storage.varied_scales ? spread(rng) : 1.0f) * unit_of(dtype);
       }
     }
-    if (storage.head_scales) {
+    if (p.head_scaled(values)) {
       auto& scales = values ? p.value_scales : p.key_scales;
       std::uniform_real_distribution<float> spread(0.01f, 4.0f);
       scales.resize(static_cast<std::size_t>(shape.heads_kv));
@@ -337,13 +354,13 @@ Paged make_paged(const Shape& shape, const Storage& storage, const Tokens& token
       for (Index h = 0; h < shape.heads_kv; ++h)
         for (Index t = 0; t < length; ++t) {
           const Index page_index = p.table[s * p.max_pages + t / page];
-          std::byte* at = bytes.data() + p.offset(page_index, t % page, h, dim);
+          std::byte* at = bytes.data() + p.offset(values, page_index, t % page, h);
           for (Index d = 0; d < dim; ++d) {
             const float code = codes[(h * length + t) * dim + d];
-            if (storage.dtype == CacheDType::int4) {
+            if (dtype == CacheDType::int4) {
               set_int4_code(reinterpret_cast<Int4Pair*>(at), d, static_cast<int>(code));
             } else {
-              store(at + d * bytes_of(storage.dtype), code, storage.dtype);
+              store(at + d * bytes_of(dtype), code, dtype);
             }
           }
         }
@@ -1085,8 +1102,8 @@ void append_all(Paged& p, const Tokens& tokens, unsigned seed) {
                         t % p.storage.page);
       }
       slots.push_back(-1);
-      k.push_back(new_rows(shape, tokens, false, s, done[s], n, p.storage.dtype, &p));
-      v.push_back(new_rows(shape, tokens, true, s, done[s], n, p.storage.dtype, &p));
+      k.push_back(new_rows(shape, tokens, false, s, done[s], n, p.storage.dtype_of(false), &p));
+      v.push_back(new_rows(shape, tokens, true, s, done[s], n, p.storage.dtype_of(true), &p));
       done[s] += n;
       more = more || done[s] < length;
     }
@@ -1176,6 +1193,57 @@ TEST(Paged, ScaledCodesMatchTheReferenceOnEveryTarget) {
             const std::vector<Expected> want = reference(*p, tokens, options);
             for_each_target([&] { expect_matches(*p, run(*p, tokens, options), want, 1e-11); });
           }
+        }
+      }
+    }
+  }
+}
+
+// Keys and values in two dtypes (llama.cpp's type_k and type_v): every key dtype once, beside
+// values of every reader (f32, f16, bf16; int8 per row, per group, with zero points; int4;
+// fp8 with and without head scales), a head dim with a tail where the dtypes allow, pools
+// built and appended, against float64 on every target, with the bound of the scaled codes.
+TEST(Paged, KeysAndValuesOfTwoDtypesMatchTheReferenceOnEveryTarget) {
+  struct Pair {
+    CacheDType keys, values;
+    Index dim, dim_v, group;
+    bool zero_point, head_scales;
+  };
+  std::size_t pools = 0, pairs = 0;
+  for (const Pair& pair :
+       {Pair{CacheDType::int8, CacheDType::f16, 72, 40, 0, false, false},
+        Pair{CacheDType::int8, CacheDType::int4, 64, 32, 32, true, false},
+        Pair{CacheDType::int4, CacheDType::int8, 64, 32, 0, false, false},
+        Pair{CacheDType::int4, CacheDType::fp8_e4m3, 64, 24, 32, false, true},
+        Pair{CacheDType::fp8_e4m3, CacheDType::bf16, 40, 24, 0, false, true},
+        Pair{CacheDType::fp8_e5m2, CacheDType::fp8_e4m3, 40, 24, 0, false, false},
+        Pair{CacheDType::f32, CacheDType::fp8_e5m2, 40, 24, 0, false, true},
+        Pair{CacheDType::f32, CacheDType::int8, 40, 64, 32, false, false},
+        Pair{CacheDType::f16, CacheDType::int4, 40, 32, 32, true, false},
+        Pair{CacheDType::bf16, CacheDType::int8, 72, 40, 0, true, false}}) {
+    Shape shape;
+    shape.sequences = {{0, 2}, {37, 1}, {600, 3}, {5, 9}, {130, 0}, {240, 20}};
+    shape.dim = pair.dim;
+    shape.dim_v = pair.dim_v;
+    const Tokens tokens = make_tokens(shape, pair.keys, pair.values, 101);
+    const bool flip = pairs++ % 2 == 1;
+    for (const Index page : {1, 16}) {
+      const PageLayout layout =
+          (page == 1) != flip ? PageLayout::token_major : PageLayout::head_major;
+      SCOPED_TRACE(std::string("keys ") + cache_dtype_name(pair.keys) + ", values " +
+                   cache_dtype_name(pair.values) + " group " + std::to_string(pair.group) +
+                   (pair.zero_point ? " zero points" : "") + " page " + std::to_string(page) + " " +
+                   page_layout_name(layout));
+      Paged built = make_paged(shape,
+                               {pair.keys, page, layout, true, pair.group, pair.head_scales,
+                                pair.zero_point, pair.values},
+                               tokens, 103);
+      Paged appended = built;
+      append_all(appended, tokens, 107);
+      for (const Options& options : options_of_pool(pools++)) {
+        for (Paged* p : {&built, &appended}) {
+          const std::vector<Expected> want = reference(*p, tokens, options);
+          for_each_target([&] { expect_matches(*p, run(*p, tokens, options), want, 1e-11); });
         }
       }
     }

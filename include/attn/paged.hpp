@@ -46,8 +46,11 @@ struct PagePool {
   // [pages, heads_kv, page_size, dim / group].
   // With zero_point, each scale is a (scale, offset) pair, [..., 2], an element being its
   // code * scale + offset (asymmetric codes, as KVCacheConfig::zero_point). Key and value
-  // pools agree on zero_point, and symmetric int8 pools on group (int4 and zero points read
-  // each side with its own).
+  // pools of one dtype agree on zero_point, and symmetric int8 pools on group (int4 and zero
+  // points read each side with its own). The key and value pools may hold two dtypes
+  // (llama.cpp's type_k and type_v: K and V tolerate different formats), each with its own
+  // scales, group and zero_point; the kernel then widens each tile's values to float32 by
+  // their own format, once per tile.
   // fp8 only, optional: float32, one per KV head, [heads_kv], positive and finite, an element
   // being its code * its head's scale (vLLM's k_scale and v_scale, per head); null for 1.
   float* scales = nullptr;

@@ -118,18 +118,74 @@ template <class T>
 Bf16Products bf16_products(const DecodeProblem& p) {
   if (!ATTN_TILE_BF16_DOT || !std::is_same_v<T, bfloat16> || !bf16_dot_pays()) return {};
   return {p.q_dtype == DType::bf16 && p.rotary == nullptr && p.group_size() > 1,
-          p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0};
+          p.pv_precision == PvPrecision::bf16 && p.dim_v % 32 == 0 &&
+              p.values.dtype == CacheDType::bf16};
+}
+
+// tile::GroupedRow's shift to the scale of an element: log2 of the group, or with one
+// scale a row (group 0) past any element.
+Index scale_shift(Index group) {
+  return group > 0 ? std::countr_zero(static_cast<std::uint64_t>(group)) : 62;
+}
+
+// Value rows of dtype V, of a pool whose dtype is not the keys', widened to float32 by the
+// kernels' own reads, each element times its scale (plus its offset: zero points): rows[t]
+// and scales[t] are row t's bytes and scales (int8, int4: the row's; fp8: its KV head's, or
+// null). So one kernel per key dtype serves every value dtype, at the cost of a widening per
+// tile.
+template <class V>
+void widen_values(const cache::PageRows& values, const std::byte* const* rows,
+                  const float* const* scales, Index count, float* out, const float** out_rows) {
+  const Index dim = values.dim, shift = scale_shift(values.group);
+  for (Index t = 0; t < count; ++t) {
+    const auto* codes = reinterpret_cast<const V*>(rows[t]);
+    float* row = out + t * dim;
+    if (scales[t] == nullptr) {
+      if constexpr (!std::is_same_v<V, Int4Pair>) tile::widen_row(codes, dim, row);
+    } else if (values.zero_point) {
+      tile::widen_row(tile::GroupedRow<V, true>{codes, scales[t], shift}, dim, row);
+    } else {
+      tile::widen_row(tile::GroupedRow<V>{codes, scales[t], shift}, dim, row);
+    }
+    out_rows[t] = row;
+  }
+}
+
+using WidenValues = void (*)(const cache::PageRows&, const std::byte* const*, const float* const*,
+                             Index, float*, const float**);
+
+WidenValues widen_values_of(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::f32:
+      return widen_values<float>;
+    case CacheDType::f16:
+      return widen_values<float16>;
+    case CacheDType::bf16:
+      return widen_values<bfloat16>;
+    case CacheDType::int8:
+      return widen_values<std::int8_t>;
+    case CacheDType::fp8_e4m3:
+      return widen_values<float8_e4m3>;
+    case CacheDType::fp8_e5m2:
+      return widen_values<float8_e5m2>;
+    case CacheDType::int4:
+      return widen_values<Int4Pair>;
+  }
+  return nullptr;
 }
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
 // token, fp8's per KV head; and an offset, int8's with zero points), or for rows read with
 // their group scales (grouped int8, int4) the rows with them, with their offsets too where
-// the codes have zero points.
+// the codes have zero points. Values of another dtype than the keys' (widened per tile) are
+// their bytes and their scales only.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
   const T* keys[Traits::kKeyTile];
   const T* values[Traits::kKeyTile];
+  const std::byte* value_bytes[Traits::kKeyTile];
+  const float* value_scales[Traits::kKeyTile];
   float key_scale[Traits::kKeyTile], value_scale[Traits::kKeyTile];
   float key_offset[Traits::kKeyTile], value_offset[Traits::kKeyTile];
   tile::GroupedRow<T> grouped_keys[Traits::kKeyTile];
@@ -257,7 +313,7 @@ class TaskKernel {
   // Asks for the tile's value rows to come to L1 while its keys are scored: they are read
   // after the softmax, a few columns of every row at a time, where the hardware prefetchers
   // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
-  HWY_INLINE void prefetch_values_to_l1(const T* const* values, Index count) const {
+  HWY_INLINE void prefetch_values_to_l1(const std::byte* const* values, Index count) const {
     for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], value_row_bytes_);
   }
 
@@ -274,7 +330,7 @@ class TaskKernel {
       const std::byte* k = keys.rows(block, kv_head);
       const std::byte* v = values.rows(block, kv_head);
       const float* k_scales = kScaled ? keys.scale_row(block, kv_head) : nullptr;
-      const float* v_scales = kScaled ? values.scale_row(block, kv_head) : nullptr;
+      const float* v_scales = value_scale_rows_ ? values.scale_row(block, kv_head) : nullptr;
       if constexpr (kFloat8) {
         if (row_scales_) {
           const float k_head = keys.head_scaled() ? *keys.scale_row(block, kv_head) : 1.0f;
@@ -284,25 +340,26 @@ class TaskKernel {
         }
       }
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
-        rows.keys[t - t0] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
-        rows.values[t - t0] = reinterpret_cast<const T*>(v + slot * values.slot_bytes);
+        const Index i = t - t0;
+        rows.keys[i] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
+        rows.value_bytes[i] = v + slot * values.slot_bytes;
+        rows.values[i] = reinterpret_cast<const T*>(rows.value_bytes[i]);
+        const float* value_scales =
+            v_scales == nullptr ? nullptr : v_scales + slot * values.slot_scales;
+        if (widen_values_) rows.value_scales[i] = value_scales;
         if constexpr (kScaled) {
           const float* key_scales = k_scales + slot * keys.slot_scales;
-          const float* value_scales = v_scales + slot * values.slot_scales;
           if (zero_point_) {
-            rows.zero_point_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
-            rows.zero_point_values[t - t0] = {rows.values[t - t0], value_scales,
-                                              value_scale_shift_};
+            rows.zero_point_keys[i] = {rows.keys[i], key_scales, key_scale_shift_};
+            rows.zero_point_values[i] = {rows.values[i], value_scales, value_scale_shift_};
           } else if (grouped_) {
-            rows.grouped_keys[t - t0] = {rows.keys[t - t0], key_scales, key_scale_shift_};
-            rows.grouped_values[t - t0] = {rows.values[t - t0], value_scales, value_scale_shift_};
+            rows.grouped_keys[i] = {rows.keys[i], key_scales, key_scale_shift_};
+            rows.grouped_values[i] = {rows.values[i], value_scales, value_scale_shift_};
           } else {
-            rows.key_scale[t - t0] = key_scales[0];
-            rows.value_scale[t - t0] = value_scales[0];
-            if (row_offsets_) {
-              rows.key_offset[t - t0] = key_scales[1];
-              rows.value_offset[t - t0] = value_scales[1];
-            }
+            rows.key_scale[i] = key_scales[0];
+            if (value_scales_) rows.value_scale[i] = value_scales[0];
+            if (row_offsets_) rows.key_offset[i] = key_scales[1];
+            if (value_offsets_) rows.value_offset[i] = value_scales[1];
           }
         }
       }
@@ -326,7 +383,7 @@ class TaskKernel {
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
     for (Index t = begin; t < std::min(end, ahead.far.count()); ++t) {
       prefetch_row<kToL2>(ahead.far.keys[t], key_row_bytes_);
-      prefetch_row<kToL2>(ahead.far.values[t], value_row_bytes_);
+      prefetch_row<kToL2>(ahead.far.value_bytes[t], value_row_bytes_);
     }
     if (!kNextKeysToL1) return;
     for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
@@ -338,7 +395,7 @@ class TaskKernel {
   // the rows of the tiles `ahead` are asked for.
   void tile(const TileRows<T>& rows, const Lookahead& ahead, Index row_begin, Index row_end) {
     const Index count = rows.count();
-    prefetch_values_to_l1(rows.values, count);
+    prefetch_values_to_l1(rows.value_bytes, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
     // for every block, and the bits are the same.
@@ -346,6 +403,13 @@ class TaskKernel {
         !bf16_.context) {
       widen_tile(rows);
       return tile_of(rows, s_.key_rows, s_.value_rows, ahead, row_begin, row_end);
+    }
+    if (widen_values_) {
+      widen_other_values_(p_.values, rows.value_bytes, rows.value_scales, count,
+                          s_.value_floats.get(), s_.value_rows);
+      return with_key_rows(rows, [&](const auto* keys) {
+        tile_of(rows, keys, s_.value_rows, ahead, row_begin, row_end);
+      });
     }
     if constexpr (kScaled) {
       if (zero_point_) {
@@ -359,29 +423,45 @@ class TaskKernel {
     if constexpr (!kInt4) tile_of(rows, rows.keys, rows.values, ahead, row_begin, row_end);
   }
 
-  void widen_tile(const TileRows<T>& rows) {
-    for (Index t = 0; t < rows.count(); ++t) {
-      float* key = s_.key_floats.get() + t * p_.dim;
-      float* value = s_.value_floats.get() + t * p_.dim_v;
-      if (zero_point_) {
-        tile::widen_row(rows.zero_point_keys[t], p_.dim, key);
-        tile::widen_row(rows.zero_point_values[t], p_.dim_v, value);
-      } else if (grouped_) {
-        tile::widen_row(rows.grouped_keys[t], p_.dim, key);
-        tile::widen_row(rows.grouped_values[t], p_.dim_v, value);
-      } else if constexpr (!kInt4) {
-        tile::widen_row(rows.keys[t], p_.dim, key);
-        tile::widen_row(rows.values[t], p_.dim_v, value);
-      }
-      s_.key_rows[t] = key;
-      s_.value_rows[t] = value;
+  // f(the tile's key rows as the micro-kernels read them where they lie).
+  template <class F>
+  void with_key_rows(const TileRows<T>& rows, const F& f) const {
+    if constexpr (kScaled) {
+      if (zero_point_) return f(rows.zero_point_keys);
+      if (grouped_) return f(rows.grouped_keys);
     }
+    if constexpr (!kInt4) f(rows.keys);
   }
 
-  // Row: the key and value rows as the micro-kernels take them (tile::row_floats).
-  template <class Row>
-  void tile_of(const TileRows<T>& rows, const Row* keys, const Row* values, const Lookahead& ahead,
-               Index row_begin, Index row_end) {
+  void widen_tile(const TileRows<T>& rows) {
+    with_key_rows(rows, [&](const auto* keys) {
+      for (Index t = 0; t < rows.count(); ++t) {
+        s_.key_rows[t] = s_.key_floats.get() + t * p_.dim;
+        tile::widen_row(keys[t], p_.dim, s_.key_floats.get() + t * p_.dim);
+      }
+    });
+    if (widen_values_) {
+      return widen_other_values_(p_.values, rows.value_bytes, rows.value_scales, rows.count(),
+                                 s_.value_floats.get(), s_.value_rows);
+    }
+    const auto widen = [&](const auto* values) {
+      for (Index t = 0; t < rows.count(); ++t) {
+        s_.value_rows[t] = s_.value_floats.get() + t * p_.dim_v;
+        tile::widen_row(values[t], p_.dim_v, s_.value_floats.get() + t * p_.dim_v);
+      }
+    };
+    if constexpr (kScaled) {
+      if (zero_point_) return widen(rows.zero_point_values);
+      if (grouped_) return widen(rows.grouped_values);
+    }
+    if constexpr (!kInt4) widen(rows.values);
+  }
+
+  // KeyRow, ValueRow: the key and value rows as the micro-kernels take them
+  // (tile::row_floats).
+  template <class KeyRow, class ValueRow>
+  void tile_of(const TileRows<T>& rows, const KeyRow* keys, const ValueRow* values,
+               const Lookahead& ahead, Index row_begin, Index row_end) {
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
       score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr);
@@ -564,14 +644,16 @@ class TaskKernel {
     }
     if (update.rescale != 1.0f)
       tile::rescale_row(s_.acc.get() + r * p_.dim_v, p_.dim_v, update.rescale);
-    if (row_scales_) {
+    if (value_scales_) {
       // Zero-point values: sum_t p_t (c_t s_t + o_t) = sum_t (p_t s_t) c_t + sum_t p_t o_t,
       // the second a number added to every element of the row's context.
       float* s = s_.scores.get() + r * Traits::kKeyTile + (step - rows.t0);
       const auto [first, end] = step_keys(r, step);
       float offsets = 0.0f;
       for (Index t = first; t < end; ++t) {
-        if (row_offsets_) offsets = std::fma(s[t - step], rows.value_offset[t - rows.t0], offsets);
+        if (value_offsets_) {
+          offsets = std::fma(s[t - step], rows.value_offset[t - rows.t0], offsets);
+        }
         s[t - step] *= rows.value_scale[t - rows.t0];
       }
       if (offsets != 0.0f) {
@@ -664,12 +746,6 @@ class TaskKernel {
   // Dtypes whose keys may carry a scale per row (int8) or KV head (fp8) in TileRows.
   static constexpr bool kRowScaled = kInt8 || kFloat8;
 
-  // tile::GroupedRow's shift to the scale of an element: log2 of the group, or with one
-  // scale a row (group 0) past any element.
-  static Index scale_shift(Index group) {
-    return group > 0 ? std::countr_zero(static_cast<std::uint64_t>(group)) : 62;
-  }
-
   const DecodeProblem& p_;
   const DecodeParts& plan_;
   Scratch& s_;
@@ -678,7 +754,15 @@ class TaskKernel {
   const Bf16Products bf16_ = bf16_products<T>(p_);
   // Rows read with their scale per group (int4, and int8 with groups on either side: per row
   // where there are none), and with an offset beside each scale.
-  const bool grouped_ = kInt4 || (kInt8 && (p_.keys.group > 0 || p_.values.group > 0));
+  // Values whose dtype is not the keys': widened per tile by widen_other_values_, their
+  // scales and offsets applied there, so every flag below is the keys' alone.
+  const bool widen_values_ = p_.values.dtype != p_.keys.dtype;
+  const WidenValues widen_other_values_ = widen_values_of(p_.values.dtype);
+  // Whether find_rows finds each value row's scales.
+  const bool value_scale_rows_ =
+      widen_values_ ? cache::has_scales(p_.values.dtype) || p_.values.head_scaled() : kScaled;
+  const bool grouped_ =
+      kInt4 || (kInt8 && (p_.keys.group > 0 || (!widen_values_ && p_.values.group > 0)));
   const bool zero_point_ = grouped_ && p_.keys.zero_point;
   // int8 with a (scale, offset) pair per token: codes scored and accumulated as they are, the
   // scales and offsets applied per key in the shaper and the softmax (see softmax_row).
@@ -686,7 +770,10 @@ class TaskKernel {
   // Scores times each key's scale and weights times each value's: int8 with a scale per
   // token, fp8 where a pool has head scales (1 where the other has none).
   const bool row_scales_ =
-      (kInt8 && !grouped_) || (kFloat8 && (p_.keys.head_scaled() || p_.values.head_scaled()));
+      (kInt8 && !grouped_) ||
+      (kFloat8 && (p_.keys.head_scaled() || (!widen_values_ && p_.values.head_scaled())));
+  const bool value_scales_ = row_scales_ && !widen_values_;
+  const bool value_offsets_ = row_offsets_ && !widen_values_;
   const Index key_scale_shift_ = scale_shift(p_.keys.group);
   const Index value_scale_shift_ = scale_shift(p_.values.group);
   // How far ahead lies the tile whose rows are asked to L2 (DecodeTraits).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include <hwy/targets.h>
@@ -159,12 +160,17 @@ struct Filled {
 };
 
 Filled filled_cache(const std::vector<Index>& lengths, Index heads_kv, Index dim, Index page,
-                    std::mt19937_64& rng, CacheDType storage = CacheDType::f32) {
+                    std::mt19937_64& rng, CacheDType storage = CacheDType::f32,
+                    std::optional<CacheDType> value_storage = std::nullopt, Index group = 0,
+                    bool zero_point = false) {
   Filled f{KVCache({.heads_kv = heads_kv,
                     .dim = dim,
                     .dim_v = dim,
                     .page_size = page,
                     .dtype = storage,
+                    .dtype_v = value_storage,
+                    .group = group,
+                    .zero_point = zero_point,
                     .max_blocks = 0}),
            {}};
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -353,6 +359,31 @@ TEST(Decode, Int8MatchesTheReferenceOnItsDequantisedCache) {
                                decode(in.q, f.cache, f.ids, options));
     }
   });
+}
+
+// Keys and values of two dtypes in one cache, each read by its own format (the values
+// widened per tile), against the reference over the cache as it holds them.
+TEST(Decode, KeysAndValuesOfTwoDtypesMatchTheReferenceOnTheirDequantisedCache) {
+  for (const auto& [keys, values, group, zero_point] :
+       {std::tuple{CacheDType::int8, CacheDType::int4, Index{32}, true},
+        std::tuple{CacheDType::f16, CacheDType::int8, Index{0}, false},
+        std::tuple{CacheDType::int4, CacheDType::bf16, Index{64}, false},
+        std::tuple{CacheDType::fp8_e4m3, CacheDType::f32, Index{0}, false}}) {
+    SCOPED_TRACE(std::string(cache_dtype_name(keys)) + " keys, " + cache_dtype_name(values) +
+                 " values");
+    for_each_target([&] {
+      std::mt19937_64 rng(41);
+      Filled f = filled_cache({1025, 40, 600}, 2, 64, 16, rng, keys, values, group, zero_point);
+      Case shape;
+      shape.batch = 3, shape.heads_q = 4, shape.heads_kv = 2, shape.len_q = 3, shape.dim = 64;
+      const Inputs in = make_inputs(shape, 13);
+      Options options;
+      options.causal = true;
+      options.window = {200, -1};
+      expect_matches_reference(f.cache, f.ids, in.q, options, decode(in.q, f.cache, f.ids, options),
+                               1e-11);
+    });
+  }
 }
 
 // An explicit scale, 0.37 and 1.9 times 1/sqrt(d), at a generic dim and at the dims with

@@ -446,6 +446,80 @@ TEST(KVCache, BadGroupsAreRefusedNamingTheField) {
             0u);
 }
 
+// Keys and values of two dtypes (dtype_v): each side checked, stored and read by its own
+// format, group and zero_point applying to the sides with scales, v_scale to an fp8 side.
+TEST(KVCache, KeysAndValuesOfTwoDtypesAreEachTheirOwnFormat) {
+  const auto message = [](const KVCacheConfig& config) {
+    return error_message([&] { KVCache{config}; });
+  };
+  EXPECT_EQ(
+      message({.dim = 96, .dim_v = 40, .dtype = CacheDType::f16, .dtype_v = CacheDType::int4})
+          .rfind("dim_v: expected a multiple of 32 for int4 (blocks of 32 codes), given 40", 0),
+      0u);
+  EXPECT_EQ(message({.dtype = CacheDType::f16, .dtype_v = CacheDType::bf16, .group = 32})
+                .rfind("group: expected 0 (groups of scales are for int8 and int4), given 32", 0),
+            0u);
+  EXPECT_EQ(message({.dim = 40,
+                     .dim_v = 40,
+                     .dtype = CacheDType::f16,
+                     .dtype_v = CacheDType::int8,
+                     .group = 32})
+                .rfind("group: expected 0 (a scale per row), or 32, 64 or 128 dividing the head "
+                       "dim (40)",
+                       0),
+            0u);
+  EXPECT_EQ(message({.dtype = CacheDType::fp8_e4m3, .dtype_v = CacheDType::f16, .v_scale = {1.0f}})
+                .rfind("v_scale: expected none for float16 (a scale per KV head is for fp8)", 0),
+            0u);
+  EXPECT_NO_THROW(KVCache({.dim = 96,
+                           .dim_v = 40,
+                           .dtype = CacheDType::int8,
+                           .dtype_v = CacheDType::f16,
+                           .group = 32,
+                           .zero_point = true}));
+  EXPECT_NO_THROW(
+      KVCache({.dtype = CacheDType::f16, .dtype_v = CacheDType::fp8_e5m2, .v_scale = {2.0f}}));
+
+  // int8 keys with zero points per group of 32, int4 values with theirs: each element within
+  // half its group's step (plus float32's rounding of offset and product), the same bytes
+  // appended token by token or at once.
+  constexpr Index kTokens = 45;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor k(DType::f32, {1, kHeads, kTokens, 64}), v(DType::f32, {1, kHeads, kTokens, 32});
+  for (Index i = 0; i < k.numel(); ++i) k.data_as<float>()[i] = normal(rng);
+  for (Index i = 0; i < v.numel(); ++i) v.data_as<float>()[i] = normal(rng);
+  const KVCacheConfig config{.heads_kv = kHeads,
+                             .dim = 64,
+                             .dim_v = 32,
+                             .page_size = 8,
+                             .dtype = CacheDType::int8,
+                             .dtype_v = CacheDType::int4,
+                             .group = 32,
+                             .zero_point = true};
+  KVCache at_once(config), one_by_one(config);
+  const auto whole = at_once.add_sequence(), single = one_by_one.add_sequence();
+  at_once.append(whole, k.view(), v.view());
+  for (Index t = 0; t < kTokens; ++t)
+    one_by_one.append(single, k.view().rows(t, 1), v.view().rows(t, 1));
+  for (const bool values : {false, true}) {
+    const Tensor stored = values ? at_once.values(whole) : at_once.keys(whole);
+    const Tensor again = values ? one_by_one.values(single) : one_by_one.keys(single);
+    ASSERT_EQ(std::memcmp(stored.data(), again.data(), stored.nbytes()), 0) << values;
+    const Tensor& given = values ? v : k;
+    const float steps = values ? 15.0f : 255.0f;
+    for (Index row = 0; row < kHeads * kTokens; ++row)
+      for (Index g = 0; g < given.shape()[3] / 32; ++g) {
+        const float* x = given.data_as<float>() + row * given.shape()[3] + g * 32;
+        const float* y = stored.data_as<float>() + row * given.shape()[3] + g * 32;
+        const auto [low, high] = std::minmax_element(x, x + 32);
+        const float bound = (*high - *low) / steps / 2.0f +
+                            std::ldexp(std::max(std::fabs(*low), std::fabs(*high)), -22);
+        for (Index d = 0; d < 32; ++d) ASSERT_LE(std::fabs(x[d] - y[d]), bound) << values;
+      }
+  }
+}
+
 // fp8 stores a magnitude past its largest finite code as that code (as vLLM's fp8
 // quantisation clamps), and refuses what is not finite, naming the argument and the format.
 TEST(KVCache, Fp8SaturatesAndRefusesWhatIsNotFinite) {

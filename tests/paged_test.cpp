@@ -783,12 +783,13 @@ TEST(Paged, PrefillRunsGiveTheBitsOfOneQueryAtATimeForEveryTailOfD) {
 
 // An empty KVCache of the shape's heads and dims.
 KVCache cache_of(const Shape& shape, CacheDType dtype, Index max_blocks = 0, Index group = 0,
-                 bool zero_point = false) {
+                 bool zero_point = false, std::optional<CacheDType> dtype_v = std::nullopt) {
   return KVCache({.heads_kv = shape.heads_kv,
                   .dim = shape.dim,
                   .dim_v = shape.dim_v,
                   .page_size = 16,
                   .dtype = dtype,
+                  .dtype_v = dtype_v,
                   .group = group,
                   .zero_point = zero_point,
                   .max_blocks = max_blocks});
@@ -852,18 +853,25 @@ Tensor decode_rows(const Tensor& rows, Index first, Index count) {
 
 // paged_attention over attn's own KVCache (cache_pools and the cache's block tables) for a
 // ragged batch: each sequence's rows are attn::decode's bits for that sequence alone, for
-// every storage dtype, with a forked sequence sharing its parent's pages and a partly filled
-// page copied on write. The pools reserved before the first append are the ones appends fill.
+// every storage dtype and a few pairs of key and value dtypes, with a forked sequence sharing
+// its parent's pages and a partly filled page copied on write. The pools reserved before the
+// first append are the ones appends fill.
 TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
   Shape shape;
   shape.dim_v = 24;
   // A prefill run (more rows than DecodeTraits::kWidenRows), a decode token, a draft, none.
   shape.sequences = {{70, 20}, {45, 1}, {51, 3}, {9, 0}};
-  for (const CacheDType dtype : kCacheDTypes) {
-    SCOPED_TRACE(cache_dtype_name(dtype));
-    const Tokens tokens = make_tokens(shape, dtype, 53);
+  std::vector<std::pair<CacheDType, CacheDType>> pairs;
+  for (const CacheDType dtype : kCacheDTypes) pairs.emplace_back(dtype, dtype);
+  pairs.insert(pairs.end(), {{CacheDType::f16, CacheDType::int8},
+                             {CacheDType::int8, CacheDType::fp8_e5m2},
+                             {CacheDType::bf16, CacheDType::f32}});
+  for (const auto& [dtype, dtype_v] : pairs) {
+    SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " keys, " + cache_dtype_name(dtype_v) +
+                 " values");
+    const Tokens tokens = make_tokens(shape, dtype, dtype_v, 53);
     for_each_target([&] {
-      KVCache cache = cache_of(shape, dtype, 40);
+      KVCache cache = cache_of(shape, dtype, 40, 0, false, dtype_v);
       const CachePools before = cache_pools(cache);
       // The first `count` tokens of sequence s's keys and values.
       const auto append = [&](KVCache::SequenceId id, std::size_t s, Index count) {
@@ -896,6 +904,7 @@ TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
       EXPECT_EQ(pools.keys.layout, PageLayout::head_major);
       EXPECT_EQ(pools.keys.pages, 40);
       EXPECT_EQ(pools.values.dim, shape.dim_v);
+      EXPECT_EQ(pools.values.dtype, dtype_v);
 
       const KVCache::Reading reading = cache.read(ids, "ids");
       Index max_pages = 0;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct KVCacheConfig {
   Index dim_v = 64;  // value head dim
   Index page_size = 16;
   CacheDType dtype = CacheDType::f16;
+  // The values' element type where it is not the keys' (llama.cpp's type_v beside type_k: K
+  // and V tolerate different formats); none: dtype. group and zero_point apply to each side
+  // that is int8 or int4, k_scale and v_scale to an fp8 side.
+  std::optional<CacheDType> dtype_v = std::nullopt;
   // int8 and int4: elements per scale along the head dim, 32, 64 or 128 dividing dim and
   // dim_v, as llama.cpp's q8_0 and q4_0 blocks (32) and OpenVINO's group size: each group of
   // a token's row of a KV head has its own scale (int8: max |x| / 127 over the group), so an
@@ -71,8 +76,10 @@ struct KVCacheConfig {
   // the code of x / scale and reads as code * scale.
   std::vector<float> k_scale = {}, v_scale = {};
 
-  // The keys' (values false) or the values' head dim, and their fp8 scales per KV head.
+  // The keys' (values false) or the values' head dim, element type, and fp8 scales per KV
+  // head.
   Index dim_of(bool values) const { return values ? dim_v : dim; }
+  CacheDType dtype_of(bool values) const { return values && dtype_v ? *dtype_v : dtype; }
   const std::vector<float>& head_scales(bool values) const { return values ? v_scale : k_scale; }
 };
 
@@ -159,7 +166,7 @@ class KVCache {
   // Raw block access for the decode kernel, through cache::BlockAccess
   // (src/cache/kv_cache_blocks.hpp).
   friend struct cache::BlockAccess;
-  std::size_t element_size() const;
+  std::size_t element_size(bool values) const;
   // Scales (int8, int4) per row (its groups, or 1; twice that with zero_point: the
   // offsets) and per block, of the keys or the values.
   Index scales_per_row(bool values) const;

@@ -59,14 +59,14 @@ struct PagePool {
 };
 
 // attn's own KVCache as paged_attention's pools, read in place: head-major pools of the
-// cache's max_blocks pages (keys of its dim, values of its dim_v, its dtype and, for int8
-// and int4, its scales, group and zero_point), block numbers being page numbers, so a sequence's
-// KVCache::block_table (or a KVCache::Reading's) is its row of a PagedBatch's table and its length
-// its seq_len. Only for a cache made with max_blocks > 0, whose blocks lie in one allocation
-// (reserved here if no append has yet); else throws attn::Error naming max_blocks. The pools stay
-// valid as long as the cache; write them through KVCache::append only (append_pages would not
-// update lengths, shared blocks or int8 scales), and append to or drop a sequence only when
-// no paged_attention call is reading it.
+// cache's max_blocks pages (keys of its dim and dtype, values of its dim_v and dtype_v and,
+// for int8 and int4, their scales, group and zero_point), block numbers being page numbers, so a
+// sequence's KVCache::block_table (or a KVCache::Reading's) is its row of a PagedBatch's table and
+// its length its seq_len. Only for a cache made with max_blocks > 0, whose blocks lie in one
+// allocation (reserved here if no append has yet); else throws attn::Error naming max_blocks. The
+// pools stay valid as long as the cache; write them through KVCache::append only (append_pages
+// would not update lengths, shared blocks or int8 scales), and append to or drop a sequence only
+// when no paged_attention call is reading it.
 struct CachePools {
   PagePool keys, values;
 };

@@ -26,13 +26,13 @@ CachePools cache_pools(KVCache& cache) {
   const auto pool = [&](bool values) {
     PagePool p;
     p.data = cache::BlockAccess::writable_rows(cache, 0, 0, values);
-    p.dtype = config.dtype;
+    p.dtype = config.dtype_of(values);
     p.layout = PageLayout::head_major;
     p.pages = config.max_blocks;
     p.page_size = config.page_size;
     p.heads_kv = config.heads_kv;
     p.dim = config.dim_of(values);
-    if (cache::has_scales(config.dtype)) {
+    if (cache::has_scales(p.dtype)) {
       p.scales = &cache::BlockAccess::scale_ref(cache, 0, 0, 0, values);
       p.group = config.group;
       p.zero_point = config.zero_point;

@@ -103,16 +103,25 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     fail("max_blocks", "0 (grow as needed) or a positive count below 2^31",
          std::to_string(config.max_blocks));
   }
-  cache::check_int4_dims("", config.dtype, {{"dim", config.dim}, {"dim_v", config.dim_v}});
-  cache::check_group("group", config.dtype, config.group, {config.dim, config.dim_v});
-  cache::check_zero_point("zero_point", config.dtype, config.zero_point);
-  for (const auto& [name, scales] :
-       {std::pair{"k_scale", &config.k_scale}, std::pair{"v_scale", &config.v_scale}}) {
+  const CacheDType key_dtype = config.dtype_of(false), value_dtype = config.dtype_of(true);
+  cache::check_int4_dims("", key_dtype, {{"dim", config.dim}});
+  cache::check_int4_dims("", value_dtype, {{"dim_v", config.dim_v}});
+  // group and zero_point are of the sides with scales (either, where the dtypes differ).
+  const bool scaled_keys = cache::has_scales(key_dtype);
+  const bool scaled_values = cache::has_scales(value_dtype);
+  if (scaled_keys && scaled_values) {
+    cache::check_group("group", key_dtype, config.group, {config.dim, config.dim_v});
+  } else {
+    cache::check_group("group", scaled_values ? value_dtype : key_dtype, config.group,
+                       {scaled_values ? config.dim_v : config.dim});
+  }
+  cache::check_zero_point("zero_point", scaled_values ? value_dtype : key_dtype, config.zero_point);
+  for (const auto& [name, scales, dtype] : {std::tuple{"k_scale", &config.k_scale, key_dtype},
+                                            std::tuple{"v_scale", &config.v_scale, value_dtype}}) {
     if (scales->empty()) continue;
-    if (!cache::is_fp8(config.dtype)) {
+    if (!cache::is_fp8(dtype)) {
       fail(name,
-           std::string("none for ") + cache_dtype_name(config.dtype) +
-               " (a scale per KV head is for fp8)",
+           std::string("none for ") + cache_dtype_name(dtype) + " (a scale per KV head is for fp8)",
            std::to_string(scales->size()) + " scales");
     }
     if (static_cast<Index>(scales->size()) != config.heads_kv) {
@@ -122,9 +131,11 @@ KVCache::KVCache(const KVCacheConfig& config) : config_(config) {
     cache::check_head_scales(name, scales->data(), config.heads_kv);
   }
   // int4 rows are half as many bytes as elements, as if of dim / 2 one-byte elements.
-  const Index per_row = config.dtype == CacheDType::int4 ? 2 : 1;
-  key_block_bytes_ = block_bytes(config, config.dim / per_row, "dim", element_size());
-  value_block_bytes_ = block_bytes(config, config.dim_v / per_row, "dim_v", element_size());
+  const auto per_row = [](CacheDType dtype) { return dtype == CacheDType::int4 ? 2 : 1; };
+  key_block_bytes_ =
+      block_bytes(config, config.dim / per_row(key_dtype), "dim", element_size(false));
+  value_block_bytes_ =
+      block_bytes(config, config.dim_v / per_row(value_dtype), "dim_v", element_size(true));
   constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
   const std::size_t largest = std::max(key_block_bytes_, value_block_bytes_);
   while (slab_shift_ < 20 && (largest << (slab_shift_ + 1)) <= kSlabBytes) ++slab_shift_;
@@ -156,13 +167,13 @@ KVCache::KVCache(const KVCache& other)
         static_cast<std::byte*>(cache::allocate_huge_pages(blocks * value_block_bytes_)));
     std::memcpy(to.keys.get(), from.keys.get(), blocks * key_block_bytes_);
     std::memcpy(to.values.get(), from.values.get(), blocks * value_block_bytes_);
-    if (from.key_scales) {
-      const std::size_t key_scales = blocks * scales_per_block(false);
-      const std::size_t value_scales = blocks * scales_per_block(true);
-      to.key_scales = std::make_unique<float[]>(key_scales);
-      to.value_scales = std::make_unique<float[]>(value_scales);
-      std::copy_n(from.key_scales.get(), key_scales, to.key_scales.get());
-      std::copy_n(from.value_scales.get(), value_scales, to.value_scales.get());
+    for (const bool values : {false, true}) {
+      const std::unique_ptr<float[]>& scales = values ? from.value_scales : from.key_scales;
+      if (!scales) continue;
+      const std::size_t count = blocks * scales_per_block(values);
+      auto& copy = values ? to.value_scales : to.key_scales;
+      copy = std::make_unique<float[]>(count);
+      std::copy_n(scales.get(), count, copy.get());
     }
     to.capacity = from.capacity;
   }
@@ -187,8 +198,8 @@ KVCache::KVCache(KVCache&& other) noexcept
 
 KVCache::~KVCache() = default;
 
-std::size_t KVCache::element_size() const {
-  return cache::element_bytes(config_.dtype);
+std::size_t KVCache::element_size(bool values) const {
+  return cache::element_bytes(config_.dtype_of(values));
 }
 
 Index KVCache::scales_per_row(bool values) const {
@@ -369,8 +380,10 @@ void KVCache::allocate_slab(int s, Index first) {
   Slab fresh;
   fresh.keys.reset(static_cast<std::byte*>(cache::allocate_huge_pages(key_bytes)));
   fresh.values.reset(static_cast<std::byte*>(cache::allocate_huge_pages(value_bytes)));
-  if (cache::has_scales(config_.dtype)) {
+  if (cache::has_scales(config_.dtype_of(false))) {
     fresh.key_scales = std::make_unique<float[]>(count * scales_per_block(false));
+  }
+  if (cache::has_scales(config_.dtype_of(true))) {
     fresh.value_scales = std::make_unique<float[]>(count * scales_per_block(true));
   }
   fresh.capacity = blocks;
@@ -389,9 +402,10 @@ void KVCache::release_block(std::int32_t block) {
 void KVCache::copy_block(std::int32_t from, std::int32_t to) {
   std::memcpy(block_data(to, 0, false), block_data(from, 0, false), key_block_bytes_);
   std::memcpy(block_data(to, 0, true), block_data(from, 0, true), value_block_bytes_);
-  if (cache::has_scales(config_.dtype)) {
-    std::copy_n(&scale_of(from, 0, 0, false), scales_per_block(false), &scale_of(to, 0, 0, false));
-    std::copy_n(&scale_of(from, 0, 0, true), scales_per_block(true), &scale_of(to, 0, 0, true));
+  for (const bool values : {false, true}) {
+    if (!cache::has_scales(config_.dtype_of(values))) continue;
+    std::copy_n(&scale_of(from, 0, 0, values), scales_per_block(values),
+                &scale_of(to, 0, 0, values));
   }
 }
 
@@ -401,7 +415,8 @@ std::byte* KVCache::block_data(std::int32_t block, Index head, bool values) cons
   const Index dim = config_.dim_of(values);
   return (values ? slab.values : slab.keys).get() +
          static_cast<std::size_t>(at.index) * (values ? value_block_bytes_ : key_block_bytes_) +
-         static_cast<std::size_t>(head * config_.page_size * cache::row_bytes(config_.dtype, dim));
+         static_cast<std::size_t>(head * config_.page_size *
+                                  cache::row_bytes(config_.dtype_of(values), dim));
 }
 
 float& KVCache::scale_of(std::int32_t block, Index head, Index slot, bool values) const {
@@ -421,12 +436,12 @@ const std::byte* KVCache::value_block(std::int32_t block, Index head) const {
 }
 
 float KVCache::key_scale(std::int32_t block, Index head, Index slot) const {
-  if (!cache::has_scales(config_.dtype)) return 1.0f;
+  if (!cache::has_scales(config_.dtype_of(false))) return 1.0f;
   return scale_of(block, head, slot, false);
 }
 
 float KVCache::value_scale(std::int32_t block, Index head, Index slot) const {
-  if (!cache::has_scales(config_.dtype)) return 1.0f;
+  if (!cache::has_scales(config_.dtype_of(true))) return 1.0f;
   return scale_of(block, head, slot, true);
 }
 
@@ -439,8 +454,9 @@ void KVCache::append(SequenceId seq, const TensorView& k, const TensorView& v) {
   check_rows("v", v, config_.heads_kv, config_.dim_v, k.shape[2]);
   const Index count = k.shape[2], page = config_.page_size;
   if (count == 0) return;
-  cache::check_finite_for_codes("k", {k, false, nullptr}, config_.heads_kv, config_.dtype);
-  cache::check_finite_for_codes("v", {v, false, nullptr}, config_.heads_kv, config_.dtype);
+  cache::check_finite_for_codes("k", {k, false, nullptr}, config_.heads_kv,
+                                config_.dtype_of(false));
+  cache::check_finite_for_codes("v", {v, false, nullptr}, config_.heads_kv, config_.dtype_of(true));
   // The blocks this append writes are taken under mutex_; the rows are written after it is
   // released, into blocks that only this sequence holds (its lock keeps them so).
   const Index slot = s.length % page;
@@ -498,6 +514,7 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
   const std::shared_lock lock(found->mutex);
   const Sequence& s = *found;
   const Index dim = config_.dim_of(values), page = config_.page_size;
+  const CacheDType dtype = config_.dtype_of(values);
   Tensor out(DType::f32, {1, config_.heads_kv, s.length, dim});
   float* to = out.data_as<float>();
   std::vector<double> row(static_cast<std::size_t>(dim));
@@ -506,28 +523,28 @@ Tensor KVCache::dequantise(SequenceId seq, bool values) const {
       const std::int32_t block = s.blocks[static_cast<std::size_t>(t / page)];
       const std::byte* base = values ? value_block(block, h) : key_block(block, h);
       float* dst = to + (h * s.length + t) * dim;
-      if (cache::has_scales(config_.dtype)) {
-        const std::byte* codes = base + (t % page) * cache::row_bytes(config_.dtype, dim);
+      if (cache::has_scales(dtype)) {
+        const std::byte* codes = base + (t % page) * cache::row_bytes(dtype, dim);
         const float* scales = &scale_of(block, h, t % page, values);
         const Index group = config_.group > 0 ? config_.group : dim;
         for (Index d = 0; d < dim; ++d) {
-          const int code = config_.dtype == CacheDType::int4
+          const int code = dtype == CacheDType::int4
                                ? int4_code(reinterpret_cast<const Int4Pair*>(codes), d)
                                : reinterpret_cast<const std::int8_t*>(codes)[d];
           dst[d] = cache::code_value(code, scales, d / group, config_.zero_point);
         }
         continue;
       }
-      if (cache::is_fp8(config_.dtype)) {
-        cache::fp8_widen(config_.dtype,
-                         reinterpret_cast<const std::uint8_t*>(base) + (t % page) * dim, dim, dst);
+      if (cache::is_fp8(dtype)) {
+        cache::fp8_widen(dtype, reinterpret_cast<const std::uint8_t*>(base) + (t % page) * dim, dim,
+                         dst);
         const std::vector<float>& head_scales = config_.head_scales(values);
         if (!head_scales.empty()) {
           for (Index d = 0; d < dim; ++d) dst[d] *= head_scales[static_cast<std::size_t>(h)];
         }
         continue;
       }
-      const TensorView rows(base, cache::storage_dtype(config_.dtype), {1, 1, page, dim});
+      const TensorView rows(base, cache::storage_dtype(dtype), {1, 1, page, dim});
       core::load_row(rows, 0, 0, t % page, row.data());
       for (Index d = 0; d < dim; ++d) dst[d] = static_cast<float>(row[static_cast<std::size_t>(d)]);
     }

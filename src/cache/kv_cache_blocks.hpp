@@ -28,7 +28,6 @@ struct BlockAccess {
                           bool values) {
     return cache.scale_of(block, head, slot, values);
   }
-  static std::size_t element_size(const KVCache& cache) { return cache.element_size(); }
   // For cache_pools (src/api/page_pools.cpp): block 0 allocated, and with it every block of
   // a cache with max_blocks.
   static void reserve_pool(KVCache& cache) { cache.reserve_pool(); }

@@ -124,19 +124,21 @@ float& PageRows::scale_ref(std::int32_t page, Index head, Index slot) const {
 PageRows page_rows_of(const KVCache& cache, bool values) {
   const KVCacheConfig& config = cache.config();
   PageRows rows;
-  rows.dtype = config.dtype;
+  rows.dtype = config.dtype_of(values);
   rows.page_size = config.page_size;
   rows.heads_kv = config.heads_kv;
   rows.dim = config.dim_of(values);
   rows.cache = &cache;
   rows.values = values;
-  rows.group = config.group;
-  rows.zero_point = config.zero_point;
-  rows.slot_bytes = row_bytes(config.dtype, rows.dim);
+  if (has_scales(rows.dtype)) {
+    rows.group = config.group;
+    rows.zero_point = config.zero_point;
+  }
+  rows.slot_bytes = row_bytes(rows.dtype, rows.dim);
   rows.head_bytes = rows.page_size * rows.slot_bytes;
   rows.slot_scales = rows.row_scales();
   const std::vector<float>& head_scales = config.head_scales(values);
-  if (is_fp8(config.dtype) && !head_scales.empty()) {
+  if (is_fp8(rows.dtype) && !head_scales.empty()) {
     // Read through the cache's config, never written.
     rows.scales = const_cast<float*>(head_scales.data());
     rows.head_scales = 1;

@@ -223,6 +223,9 @@ class KVCache:
         dtype: Optional[
             Literal["float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3", "fp8_e5m2"]
         ] = None,
+        dtype_v: Optional[
+            Literal["float32", "float16", "bfloat16", "int8", "int4", "fp8_e4m3", "fp8_e5m2"]
+        ] = None,
         group: int = 0,
         zero_point: bool = False,
         max_blocks: int = 0,
@@ -252,6 +255,7 @@ class KVCache:
     dim_v: int
     page_size: int
     dtype: Optional[str]  # None until the first append when it follows the data
+    dtype_v: Optional[str]  # the values' storage dtype (dtype unless given apart)
     max_blocks: int
     group: int  # int8, int4: elements per scale along the head dim; 0: one scale per row
     zero_point: bool  # int8, int4: an offset beside each scale (asymmetric codes)

@@ -162,6 +162,11 @@ class KVCache:
         8-bit float, magnitudes past 448 or 57344 stored as the largest) are the caller's
         choice and round what does not fit, without a word: float32 keeps float16, bfloat16
         and float32 data exactly. int8 and fp8 refuse keys and values that are not finite.
+    dtype_v: the values' storage where it is not the keys' (llama.cpp's type_v beside type_k:
+        K and V tolerate different formats), one of the names dtype takes; None (the
+        default): dtype. Needs an explicit dtype. group and zero_point apply to each side that
+        is int8 or int4, k_scale and v_scale to an fp8 side. The dtype and dtype_v properties
+        tell the two.
     group: int8 and int4: 32, 64 or 128 (dividing dim and dim_v) gives each group of that many
         elements of a token's row its own scale, as llama.cpp's q8_0 blocks of 32 and
         OpenVINO's group size, so that an outlier channel coarsens only its own group; 0
@@ -187,11 +192,15 @@ class KVCache:
     for it), never interleaved.
     """
 
-    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, group=0,
-                 zero_point=False, max_blocks=0, k_scale=None, v_scale=None):
+    def __init__(self, heads_kv, dim, dim_v=None, *, page_size=16, dtype=None, dtype_v=None,
+                 group=0, zero_point=False, max_blocks=0, k_scale=None, v_scale=None):
         if dtype is not None and dtype not in _CACHE_DTYPES:
             raise Error(f"dtype: expected one of None (follow the data), {', '.join(_CACHE_DTYPES)}, "
                         f"given {dtype!r}")
+        if dtype_v is not None and (dtype is None or dtype_v not in _CACHE_DTYPES):
+            raise Error(f"dtype_v: expected None (as dtype), or one of {', '.join(_CACHE_DTYPES)} "
+                        f"beside an explicit dtype, given {dtype_v!r} with dtype {dtype!r}")
+        self._dtype_v = dtype_v
         self._sizes = {name: _arrays.integer(value, name, "an int")
                        for name, value in (("heads_kv", heads_kv), ("dim", dim),
                                            ("dim_v", dim if dim_v is None else dim_v),
@@ -206,7 +215,8 @@ class KVCache:
         # Until the first append, a dtype that follows the data is undecided: the extension's
         # cache is a float32 one (the widest, so the size checks hold for any choice) holding
         # only empty sequences, rebuilt in the chosen dtype under _choosing.
-        self._cache = _KVCache(dtype=dtype or "float32", **self._sizes)
+        self._cache = _KVCache(dtype=dtype or "float32", dtype_v=dtype_v or dtype or "float32",
+                               **self._sizes)
         self._follows_data = dtype is None
         self._undecided = dtype is None
         self._ids_issued = 0  # while undecided: add_sequence and fork ids given out (0, 1, ...)
@@ -254,7 +264,7 @@ class KVCache:
         chosen = self._storage_for([_arrays.dtype_name(x) for _, x in views])
         if chosen != self._cache.dtype:
             live = set(self._cache.sequence_ids())
-            cache = _KVCache(dtype=chosen, **self._sizes)
+            cache = _KVCache(dtype=chosen, dtype_v=chosen, **self._sizes)
             for seq in range(self._ids_issued):
                 cache.add_sequence()  # the same ids: the extension gives out 0, 1, ...
                 if seq not in live:
@@ -379,9 +389,9 @@ class KVCache:
                         "KVCache, or append first), given a cache that follows the data and "
                         "holds none yet")
         pools = list(self._cache.pools())
-        for i in (0, 1):
-            if self.dtype in _ML_DTYPES:
-                pools[i] = _ml_dtypes_view(pools[i], self.dtype)
+        for i, dtype in ((0, self.dtype), (1, self.dtype_v)):
+            if dtype in _ML_DTYPES:
+                pools[i] = _ml_dtypes_view(pools[i], dtype)
         return tuple(pools)
 
     def block_tables(self, seq_ids):
@@ -418,6 +428,8 @@ class KVCache:
     page_size = property(lambda self: self._cache.page_size)
     dtype = property(lambda self: None if self._undecided else self._cache.dtype,
                      doc="The storage dtype; None until the first append when it follows the data.")
+    dtype_v = property(lambda self: None if self._undecided else self._cache.dtype_v,
+                       doc="The values' storage dtype (dtype unless dtype_v was given).")
     max_blocks = property(lambda self: self._cache.max_blocks)
     group = property(lambda self: self._cache.group,
                      doc="int8's and int4's elements per scale along the head dim; 0: a scale "

@@ -69,23 +69,27 @@ def _pool(x, name, written=False):
 
 
 def _pools(key_cache, value_cache, kv_cache_dtype, written=False):
-    """(key pool, value pool, kv_cache_dtype) as the extension takes them: float8 pools as
-    uint8 views of their codes, with the format their dtype names."""
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
+    """(key pool, value pool, (key format, value format)) as the extension takes them: float8
+    pools as uint8 views of their codes, with the format their dtype names. kv_cache_dtype
+    names both pools' format, or is a (keys, values) pair of them (K and V in two formats)."""
+    pair = isinstance(kv_cache_dtype, (tuple, list)) and len(kv_cache_dtype) == 2
+    formats = tuple(kv_cache_dtype) if pair else (kv_cache_dtype, kv_cache_dtype)
+    if not all(isinstance(f, str) and f in KV_CACHE_DTYPES for f in formats):
         raise Error(f"kv_cache_dtype: expected one of {', '.join(map(repr, KV_CACHE_DTYPES))}, "
-                    f"given {kv_cache_dtype!r}")
-    pools, named = [], None
-    for x, name in ((key_cache, "key_cache"), (value_cache, "value_cache")):
+                    f"or a (keys, values) pair of them, given {kv_cache_dtype!r}")
+    pools, named = [], []
+    for x, name, given in zip((key_cache, value_cache), ("key_cache", "value_cache"), formats):
         x = _pool(x, name, written)
         held = _FLOAT8_FORMATS.get(_arrays.dtype_name(x))
         if held is not None:
-            if kv_cache_dtype not in ("auto", held) or named not in (None, held):
-                raise Error(f"{name}: expected pools of one format, {named or kv_cache_dtype!r} "
-                            f"as kv_cache_dtype or key_cache say, given {_arrays.dtype_name(x)}")
-            named = held
+            if given not in ("auto", held):
+                raise Error(f"{name}: expected a pool of {given!r}, as kv_cache_dtype says, given "
+                            f"{_arrays.dtype_name(x)}")
+            given = held
             x = x.view(np.uint8) if isinstance(x, np.ndarray) else x.view(_arrays._torch().uint8)
         pools.append(x)
-    return pools[0], pools[1], named or kv_cache_dtype
+        named.append(given)
+    return pools[0], pools[1], tuple(named)
 
 
 def _scales(x, name, pool=None, kv_cache_dtype="auto", layout="token_major"):
@@ -168,7 +172,9 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      with kv_cache_dtype "fp8_e4m3" or "fp8_e5m2", as vLLM's fp8 caches),
                      or int4 (uint8 [..., D / 2] of code pairs with kv_cache_dtype "int4",
                      as KVCache.pools() shows them), C-contiguous
-        value_cache: the same with Dv for D, of the same dtype
+        value_cache: the same with Dv for D, of the same dtype or another (K and V in two
+                     formats, as llama.cpp's type_k and type_v): kv_cache_dtype then names
+                     each, a (keys, values) pair such as ("auto", "int4")
         key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major; or one per group of D / G
@@ -198,13 +204,13 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
         raise Error(f"q: expected 3 dims [total_q, Hq, D], given shape {_arrays.shape(q)}")
     q4 = _arrays.for_extension(_arrays.readable(_arrays.reshape(q, (1,) + _arrays.shape(q))))
     o = _request.options(q, options, "paged_attention", _REFUSES)
-    key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype)
+    key_pool, value_pool, formats = _pools(key_cache, value_cache, kv_cache_dtype)
     out, lse = _paged_attention(
         q4, key_pool, value_pool, _ints(block_table, "block_table", np.int32, 2),
         _ints(seq_lens, "seq_lens", np.int32, 1), _ints(query_start, "query_start", np.int32, 1),
-        layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
-        key_scales=_scales(key_scales, "key_scales", key_pool, kv_cache_dtype, layout),
-        value_scales=_scales(value_scales, "value_scales", value_pool, kv_cache_dtype, layout),
+        layout=_layout(layout), key_cache_dtype=formats[0], value_cache_dtype=formats[1],
+        key_scales=_scales(key_scales, "key_scales", key_pool, formats[0], layout),
+        value_scales=_scales(value_scales, "value_scales", value_pool, formats[1], layout),
         options=o,
         **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
     out, lse = (_arrays.like_kind(x, q)[0] for x in (out, lse))
@@ -229,11 +235,12 @@ def append_pages(k, v, slots, key_cache, value_cache, *, layout="token_major",
     nothing is written. With rotary, each key is rotated at positions[i] ([n] ints,
     required) before it is stored.
     """
-    key_pool, value_pool, kv_cache_dtype = _pools(key_cache, value_cache, kv_cache_dtype, True)
+    key_pool, value_pool, formats = _pools(key_cache, value_cache, kv_cache_dtype, True)
     _append_pages(_rows(k, "k", "n"), _rows(v, "v", "n"), _ints(slots, "slots", np.int64, 1),
-                  key_pool, value_pool, layout=_layout(layout), kv_cache_dtype=kv_cache_dtype,
-                  key_scales=_scales(key_scales, "key_scales", key_pool, kv_cache_dtype, layout),
-                  value_scales=_scales(value_scales, "value_scales", value_pool, kv_cache_dtype,
+                  key_pool, value_pool, layout=_layout(layout), key_cache_dtype=formats[0],
+                  value_cache_dtype=formats[1],
+                  key_scales=_scales(key_scales, "key_scales", key_pool, formats[0], layout),
+                  value_scales=_scales(value_scales, "value_scales", value_pool, formats[1],
                                        layout),
                   **_rotary(rotary, rotary_cos, rotary_sin, rotary_dims, positions))
 

@@ -268,21 +268,23 @@ void bind_generation(nb::module_& m) {
       .def(
           "__init__",
           [](KVCache* self, Index heads_kv, Index dim, Index dim_v, Index page_size,
-             const std::string& dtype, Index group, bool zero_point, Index max_blocks,
-             const std::vector<float>& k_scale, const std::vector<float>& v_scale) {
+             const std::string& dtype, const std::string& dtype_v, Index group, bool zero_point,
+             Index max_blocks, const std::vector<float>& k_scale,
+             const std::vector<float>& v_scale) {
             new (self) KVCache({.heads_kv = heads_kv,
                                 .dim = dim,
                                 .dim_v = dim_v,
                                 .page_size = page_size,
                                 .dtype = cache_dtype(dtype),
+                                .dtype_v = cache_dtype(dtype_v),
                                 .group = group,
                                 .zero_point = zero_point,
                                 .max_blocks = max_blocks,
                                 .k_scale = k_scale,
                                 .v_scale = v_scale});
           },
-          "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "group"_a, "zero_point"_a,
-          "max_blocks"_a, "k_scale"_a, "v_scale"_a)
+          "heads_kv"_a, "dim"_a, "dim_v"_a, "page_size"_a, "dtype"_a, "dtype_v"_a, "group"_a,
+          "zero_point"_a, "max_blocks"_a, "k_scale"_a, "v_scale"_a)
       .def("add_sequence", &KVCache::add_sequence)
       .def("fork", &KVCache::fork, "parent"_a)
       .def(
@@ -322,7 +324,9 @@ void bind_generation(nb::module_& m) {
       .def_prop_ro("zero_point", [](const KVCache& c) { return c.config().zero_point; })
       .def_prop_ro("k_scale", [](const KVCache& c) { return c.config().k_scale; })
       .def_prop_ro("v_scale", [](const KVCache& c) { return c.config().v_scale; })
-      .def_prop_ro("dtype", [](const KVCache& c) { return cache_dtype_name(c.config().dtype); });
+      .def_prop_ro("dtype", [](const KVCache& c) { return cache_dtype_name(c.config().dtype); })
+      .def_prop_ro("dtype_v",
+                   [](const KVCache& c) { return cache_dtype_name(c.config().dtype_of(true)); });
 }
 
 }  // namespace attn::python

@@ -189,7 +189,8 @@ std::span<const std::int32_t> ints_of(const Ints& array, const char* name, std::
 nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
                                  const ReadPool& value_cache, const Ints& block_table,
                                  const Ints& seq_lens, const Ints& query_start,
-                                 const std::string& layout, const std::string& kv_cache_dtype,
+                                 const std::string& layout, const std::string& key_cache_dtype,
+                                 const std::string& value_cache_dtype,
                                  const std::optional<ReadScales>& key_scales,
                                  const std::optional<ReadScales>& value_scales,
                                  const Options& options, const std::optional<std::string>& rotary,
@@ -199,9 +200,9 @@ nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
   const TensorView q_view = input_view(q, "q");
   const PageLayout pages = layout_of(layout);
   const PagePool keys =
-      pool_of(key_cache, "key_cache", pages, kv_cache_dtype, key_scales, "key_scales");
+      pool_of(key_cache, "key_cache", pages, key_cache_dtype, key_scales, "key_scales");
   const PagePool values =
-      pool_of(value_cache, "value_cache", pages, kv_cache_dtype, value_scales, "value_scales");
+      pool_of(value_cache, "value_cache", pages, value_cache_dtype, value_scales, "value_scales");
   const std::span<const std::int32_t> table = ints_of(block_table, "block_table", 2);
   const PagedBatch batch{ints_of(query_start, "query_start", 1), ints_of(seq_lens, "seq_lens", 1),
                          table,
@@ -218,7 +219,8 @@ nb::tuple paged_attention_arrays(const InputArray& q, const ReadPool& key_cache,
 // k: [1, n, Hkv, D]  v: [1, n, Hkv, Dv]  slots: [n] int64.
 void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& slots,
                          Pool key_cache, Pool value_cache, const std::string& layout,
-                         const std::string& kv_cache_dtype, const std::optional<Scales>& key_scales,
+                         const std::string& key_cache_dtype, const std::string& value_cache_dtype,
+                         const std::optional<Scales>& key_scales,
                          const std::optional<Scales>& value_scales,
                          const std::optional<std::string>& rotary, Index rotary_dims,
                          const std::optional<Table>& rotary_cos,
@@ -227,9 +229,9 @@ void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& 
   const TensorView k_view = input_view(k, "k"), v_view = input_view(v, "v");
   const PageLayout pages = layout_of(layout);
   const PagePool keys =
-      pool_of(key_cache, "key_cache", pages, kv_cache_dtype, key_scales, "key_scales");
+      pool_of(key_cache, "key_cache", pages, key_cache_dtype, key_scales, "key_scales");
   const PagePool values =
-      pool_of(value_cache, "value_cache", pages, kv_cache_dtype, value_scales, "value_scales");
+      pool_of(value_cache, "value_cache", pages, value_cache_dtype, value_scales, "value_scales");
   const Rotary rotation = rotary_of(rotary, rotary_dims, rotary_cos, rotary_sin, positions);
   nb::gil_scoped_release unlocked;
   append_pages(k_view, v_view, {slots.data(), slots.size()}, keys, values, rotation);
@@ -240,14 +242,15 @@ void append_pages_arrays(const InputArray& k, const InputArray& v, const Slots& 
 void bind_paged(nb::module_& m) {
   m.def("paged_attention", &paged_attention_arrays, "q"_a, "key_cache"_a.noconvert(),
         "value_cache"_a.noconvert(), "block_table"_a, "seq_lens"_a, "query_start"_a, nb::kw_only(),
-        "layout"_a, "kv_cache_dtype"_a, "key_scales"_a.none().noconvert(),
+        "layout"_a, "key_cache_dtype"_a, "value_cache_dtype"_a, "key_scales"_a.none().noconvert(),
         "value_scales"_a.none().noconvert(), "options"_a, "rotary"_a.none(), "rotary_dims"_a,
         "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
         "Attention of packed queries over the caller's pages.");
   m.def("append_pages", &append_pages_arrays, "k"_a, "v"_a, "slots"_a, "key_cache"_a.noconvert(),
-        "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "kv_cache_dtype"_a,
-        "key_scales"_a.none().noconvert(), "value_scales"_a.none().noconvert(), "rotary"_a.none(),
-        "rotary_dims"_a, "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
+        "value_cache"_a.noconvert(), nb::kw_only(), "layout"_a, "key_cache_dtype"_a,
+        "value_cache_dtype"_a, "key_scales"_a.none().noconvert(),
+        "value_scales"_a.none().noconvert(), "rotary"_a.none(), "rotary_dims"_a,
+        "rotary_cos"_a.none(), "rotary_sin"_a.none(), "positions"_a.none(),
         "New tokens written into the caller's pages at their slots.");
 }
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attn
+import numpy_reference
 
 
 def rng_arrays(seed, *shapes, dtype=np.float64):
@@ -305,3 +306,38 @@ def test_a_batch_of_ids_may_be_an_array_and_one_id_a_numpy_integer():
         cache.append(np.array(0), k[0], k[0])  # a 0-d array is neither
     np.testing.assert_array_equal(cache.keys(0), np.concatenate([k[0], k[0]], axis=1))
     np.testing.assert_array_equal(cache.keys(1), np.concatenate([k[1], k[1]], axis=1))
+
+
+def test_keys_and_values_of_two_dtypes_are_each_their_own_format():
+    """dtype_v (llama.cpp's type_v beside type_k): int8 keys with a scale per group of 32 and
+    int4 values, each within its format's bound, decode against float64 over the cache as it
+    holds them, the pools in their two dtypes; dtype_v needs an explicit dtype."""
+    rng = np.random.default_rng(3)
+    cache = attn.KVCache(2, 64, 32, dtype="int8", dtype_v="int4", group=32, max_blocks=8)
+    assert (cache.dtype, cache.dtype_v) == ("int8", "int4")
+    seq = cache.add_sequence()
+    k = rng.standard_normal((2, 40, 64)).astype(np.float32)
+    v = rng.standard_normal((2, 40, 32)).astype(np.float32)
+    for t in range(40):
+        cache.append(seq, k[:, t:t + 1], v[:, t:t + 1])
+    keys, values = cache.keys(seq), cache.values(seq)
+    # int8: half a step of max |x| / 127; int4 (q4_0's d = m / -8, codes clamped to [-8, 7]):
+    # up to a whole step of max |x| / 8 at -m.
+    for given, stored, bound in ((k, keys, 0.5 / 127), (v, values, 1.0 / 8)):
+        groups = given.reshape(2, 40, -1, 32)
+        limit = np.abs(groups).max(axis=-1, keepdims=True) * bound * (1 + 1e-6)
+        assert np.all(np.abs(groups - stored.reshape(groups.shape)) <= limit)
+    q = rng.standard_normal((1, 4, 1, 64)).astype(np.float32)
+    got = attn.decode(q, cache, [seq])
+    want, _, _ = numpy_reference.attention(q, keys[None], values[None])
+    assert np.mean((got - want) ** 2) / np.mean(want ** 2) < 1e-11
+    key_pool, value_pool, key_scales, value_scales = cache.pools()
+    assert (key_pool.dtype, value_pool.dtype) == (np.int8, np.uint8)
+    assert value_pool.shape[-1] == 16 and key_scales.shape[-1] == 2 and value_scales.shape[-1] == 1
+    table, seq_lens = cache.block_tables([seq])
+    paged = attn.paged_attention(q[0].transpose(1, 0, 2), key_pool, value_pool, table, seq_lens,
+                                 [0, 1], layout="head_major", kv_cache_dtype=("auto", "int4"),
+                                 key_scales=key_scales, value_scales=value_scales)
+    assert np.array_equal(paged, got[0].transpose(1, 0, 2))
+    with pytest.raises(ValueError, match="^dtype_v: expected None"):
+        attn.KVCache(2, 64, dtype_v="int8")

@@ -14,7 +14,10 @@ HQ, HKV, D, DV = 4, 2, 32, 24
 DTYPES = ["float32", "float16", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"]
 
 
-def make_pools(pages, page_size, layout, dtype):
+def make_pools(pages, page_size, layout, dtype, value_dtype=None):
+    if value_dtype not in (None, dtype):  # keys of dtype, values of value_dtype
+        keys, values = (make_pools(pages, page_size, layout, d) for d in (dtype, value_dtype))
+        return keys[0], values[1], keys[2], values[3]
     shape = (pages, page_size, HKV) if layout == "token_major" else (pages, HKV, page_size)
     if dtype == "int8":
         return (np.zeros(shape + (D,), np.int8), np.zeros(shape + (DV,), np.int8),
@@ -28,7 +31,8 @@ def make_pools(pages, page_size, layout, dtype):
 
 
 def scales_kw(key_scales, value_scales):
-    return {} if key_scales is None else {"key_scales": key_scales, "value_scales": value_scales}
+    return {name: x for name, x in (("key_scales", key_scales), ("value_scales", value_scales))
+            if x is not None}
 
 
 def gathered(pool, scales, table_row, length, page_size, layout):
@@ -50,7 +54,8 @@ def gathered(pool, scales, table_row, length, page_size, layout):
 class Batch:
     """Sequences of (keys, new queries) appended into pools through shuffled tables."""
 
-    def __init__(self, sequences, page_size, layout, dtype, seed=0, head_scales=None):
+    def __init__(self, sequences, page_size, layout, dtype, seed=0, head_scales=None,
+                 value_dtype=None):
         rng = np.random.default_rng(seed)
         self.page_size, self.layout, self.dtype = page_size, layout, dtype
         self.lengths = [length for length, _ in sequences]
@@ -65,7 +70,7 @@ class Batch:
             self.table[s, :n] = order[at:at + n]
             at += n
         self.k_cache, self.v_cache, self.k_scales, self.v_scales = make_pools(
-            pages, page_size, layout, dtype)
+            pages, page_size, layout, dtype, value_dtype)
         if head_scales is not None:
             self.k_scales, self.v_scales = head_scales
         slots = []
@@ -114,6 +119,21 @@ def test_a_ragged_batch_matches_the_reference(layout, dtype, page_size):
             finite = np.isfinite(want_lse)
             assert nmse(got_out, want_out) < 1e-12, (s, options)
             assert nmse(got_lse[finite], want_lse[finite]) < 1e-12, (s, options)
+
+
+@pytest.mark.parametrize("dtype, value_dtype", [("float16", "int8"), ("int8", "bfloat16"),
+                                                ("fp8_e4m3", "fp8_e5m2"), ("float32", "fp8_e4m3")])
+def test_keys_and_values_of_two_dtypes_match_the_reference(dtype, value_dtype):
+    """K and V in two formats (llama.cpp's type_k and type_v), each pool's dtype saying its
+    own, written by append_pages and read by paged_attention."""
+    batch = Batch([(37, 1), (700, 3), (300, 40)], 16, "token_major", dtype, seed=2,
+                  value_dtype=value_dtype)
+    out, lse = batch.run(causal=True)
+    for s in range(len(batch.lengths)):
+        first, n_q = batch.query_start[s], batch.queries[s]
+        want_out, want_lse = batch.reference(s, causal=True)
+        assert nmse(out[first:first + n_q], want_out) < 1e-11, s
+        assert nmse(lse[first:first + n_q], want_lse) < 1e-12, s
 
 
 def test_chunked_prefill_gives_the_bits_of_one_shot():
@@ -400,11 +420,15 @@ def test_fp8_pool_dtypes_are_checked_naming_the_argument():
     args = (batch.q, batch.k_cache, batch.v_cache, batch.table, batch.seq_lens, batch.query_start)
     with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto'"):
         attn.paged_attention(*args, kv_cache_dtype="fp8")
-    with pytest.raises(ValueError, match="^key_cache: expected pools of one format, 'fp8_e5m2'"):
+    with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto'.* or a "
+                                         "\\(keys, values\\) pair of them, given \\('auto',\\)"):
+        attn.paged_attention(*args, kv_cache_dtype=("auto",))
+    with pytest.raises(ValueError, match="^key_cache: expected a pool of 'fp8_e5m2', as "
+                                         "kv_cache_dtype says, given float8_e4m3fn"):
         attn.paged_attention(*args, kv_cache_dtype="fp8_e5m2")
     e5m2_values = torch.from_numpy(batch.v_cache.view(np.uint8)).view(torch.float8_e5m2)
-    with pytest.raises(ValueError, match="^value_cache: expected pools of one format"):
-        attn.paged_attention(*args[:2], e5m2_values, *args[3:])
+    with pytest.raises(ValueError, match="^value_cache: expected a pool of 'fp8_e4m3'"):
+        attn.paged_attention(*args[:2], e5m2_values, *args[3:], kv_cache_dtype="fp8_e4m3")
     with pytest.raises(TypeError, match="^key_cache: expected dtype .*uint8 with kv_cache_dtype"):
         attn.paged_attention(args[0], batch.k_cache.view(np.uint8), batch.v_cache.view(np.uint8),
                              *args[3:])

@@ -752,8 +752,6 @@ class TaskKernel {
   State& partial_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
-  // Rows read with their scale per group (int4, and int8 with groups on either side: per row
-  // where there are none), and with an offset beside each scale.
   // Values whose dtype is not the keys': widened per tile by widen_other_values_, their
   // scales and offsets applied there, so every flag below is the keys' alone.
   const bool widen_values_ = p_.values.dtype != p_.keys.dtype;
@@ -761,6 +759,8 @@ class TaskKernel {
   // Whether find_rows finds each value row's scales.
   const bool value_scale_rows_ =
       widen_values_ ? cache::has_scales(p_.values.dtype) || p_.values.head_scaled() : kScaled;
+  // Rows read with their scale per group (int4, and int8 with groups on either side: per row
+  // where there are none), and with an offset beside each scale.
   const bool grouped_ =
       kInt4 || (kInt8 && (p_.keys.group > 0 || (!widen_values_ && p_.values.group > 0)));
   const bool zero_point_ = grouped_ && p_.keys.zero_point;

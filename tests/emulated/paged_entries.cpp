@@ -22,14 +22,14 @@ namespace {
 using attn::CacheDType;
 using attn::Index;
 
-// q [total_q, Hq, D] of q_dtype (attn::DType: float32 or bfloat16); key and value pools of
-// `dtype` in `layout` (0: token-major [pages, page_size, Hkv, D], 1: head-major [pages, Hkv,
-// page_size, D]) with int8 and int4 scales, one per token and KV head in the pool's layout
-// (or, with group > 0, one per group of `group` elements of each row; with zero_point,
-// (scale, offset) pairs), or fp8 ones, one per KV head (or null);
-// query_start [S + 1], seq_lens [S] and table [S, max_pages] int32; causal, a left window,
-// softcap and pv_precision (attn::PvPrecision) as Options has them. Out: the kernel's
-// float32 state rows [Hq, total_q]: m, l and acc (unnormalised, [.., Dv]).
+// q [total_q, Hq, D] of q_dtype (attn::DType: float32 or bfloat16); a key pool of `dtype`
+// and a value pool of `value_dtype` in `layout` (0: token-major [pages, page_size, Hkv, D], 1:
+// head-major [pages, Hkv, page_size, D]) with int8 and int4 scales, one per token and KV head in
+// the pool's layout (or, with group > 0, one per group of `group` elements of each row; with
+// zero_point, (scale, offset) pairs), or fp8 ones, one per KV head (or null); query_start [S + 1],
+// seq_lens [S] and table [S, max_pages] int32; causal, a left window, softcap and pv_precision
+// (attn::PvPrecision) as Options has them. Out: the kernel's float32 state rows [Hq, total_q]: m, l
+// and acc (unnormalised, [.., Dv]).
 struct PagedArgs {
   const void* q;
   const void* keys;
@@ -53,19 +53,23 @@ struct PagedArgs {
   std::int32_t pv_precision;
   Index group;
   std::int32_t zero_point;
+  std::int32_t value_dtype;  // attn::CacheDType of the value pool (dtype: the same)
 };
 
 attn::PagePool pool_of(const PagedArgs& a, bool values) {
+  const auto dtype = static_cast<CacheDType>(values ? a.value_dtype : a.dtype);
+  // group and zero_point are of the pools of codes.
+  const bool codes = dtype == CacheDType::int8 || dtype == CacheDType::int4;
   return {const_cast<void*>(values ? a.values : a.keys),
-          static_cast<CacheDType>(a.dtype),
+          dtype,
           a.layout == 0 ? attn::PageLayout::token_major : attn::PageLayout::head_major,
           a.pages,
           a.page_size,
           a.heads_kv,
           values ? a.dim_v : a.dim,
           values ? a.value_scales : a.key_scales,
-          a.group,
-          a.zero_point != 0};
+          codes ? a.group : 0,
+          codes && a.zero_point != 0};
 }
 
 }  // namespace

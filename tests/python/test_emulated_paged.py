@@ -38,9 +38,11 @@ class _Batch:
     spare pages between), and the float64 values they hold."""
 
     def __init__(self, dtype, layout, page, sequences=SEQUENCES, seed=7, q_dtype="float32",
-                 dim_v=DIM_V, group=0, dim=DIM, head_scales=False, zero_point=False):
+                 dim_v=DIM_V, group=0, dim=DIM, head_scales=False, zero_point=False,
+                 value_dtype=None):
         rng = np.random.default_rng(seed)
         self.dtype, self.layout, self.page, self.sequences = dtype, layout, page, sequences
+        self.value_dtype = value_dtype or dtype  # values in another format than the keys
         self.q_dtype, self.dim_v, self.group, self.dim = q_dtype, dim_v, group, dim
         self.head_scales = head_scales  # fp8: a scale per KV head
         self.zero_point = zero_point  # int8, int4: an offset beside each scale
@@ -50,9 +52,9 @@ class _Batch:
         self.table = np.zeros((len(sequences), self.max_pages), np.int32)
         shape = (self.pages, page, HEADS_KV) if layout == "token_major" else (
             self.pages, HEADS_KV, page)
-        per_byte = 2 if dtype == "int4" else 1  # int4: code pairs
-        self.keys = np.zeros(shape + (self.dim // per_byte,), STORED[dtype])
-        self.values = np.zeros(shape + (dim_v // per_byte,), STORED[dtype])
+        def pool(dtype, d):
+            return np.zeros(shape + (d // (2 if dtype == "int4" else 1),), STORED[dtype])  # int4: pairs
+        self.keys, self.values = pool(dtype, self.dim), pool(self.value_dtype, dim_v)
         # Per token, or per group of each row.
         groups = [(n // group,) if group else () for n in (self.dim, dim_v)]
         if zero_point:  # (scale, offset) pairs, [..., groups, 2]
@@ -62,9 +64,11 @@ class _Batch:
         if zero_point:
             for scales in (self.key_scales, self.value_scales):
                 scales[..., 1] = rng.uniform(-1, 1, scales.shape[:-1])
-        if head_scales:
-            self.key_scales, self.value_scales = (
-                (0.05 + 4 * rng.random(HEADS_KV)).astype(np.float32) for _ in range(2))
+        head = [(0.05 + 4 * rng.random(HEADS_KV)).astype(np.float32) for _ in range(2)]
+        if head_scales and dtype.startswith("fp8"):
+            self.key_scales = head[0]
+        if head_scales and self.value_dtype.startswith("fp8"):
+            self.value_scales = head[1]
         self.k, self.v = [], []  # per sequence [Hkv, length, d] float64, as the pools hold them
         for s, (length, _) in enumerate(sequences):
             self.table[s] = order[2 * s * self.max_pages:(2 * s + 1) * self.max_pages]
@@ -74,24 +78,34 @@ class _Batch:
                 page_index, slot = self.table[s][t // page], t % page
                 for h in range(HEADS_KV):
                     at = (page_index, slot, h) if layout == "token_major" else (page_index, h, slot)
-                    scale_at = h if head_scales else at
                     k[h, t] = self._store(self.keys, at, rng.standard_normal(self.dim),
-                                          self.key_scales[scale_at])
+                                          self._scale(False, at, h), dtype)
                     v[h, t] = self._store(self.values, at, rng.standard_normal(dim_v),
-                                          self.value_scales[scale_at])
+                                          self._scale(True, at, h), self.value_dtype)
             self.k.append(k)
             self.v.append(v)
         total_q = sum(n for _, n in sequences)
         self.q = rng.standard_normal((total_q, HEADS_Q, self.dim)).astype(STORED[q_dtype])
 
-    def _store(self, pool, at, x, scale):
+    def _head_scaled(self, dtype):
+        return self.head_scales and dtype.startswith("fp8")
+
+    def _scale(self, values, at, h):
+        """The scales of the key or value row at `at` of KV head h (None: unscaled)."""
+        dtype = self.value_dtype if values else self.dtype
+        scales = self.value_scales if values else self.key_scales
+        if self._head_scaled(dtype):
+            return scales[h]
+        return scales[at] if dtype in ("int8", "int4") else None
+
+    def _store(self, pool, at, x, scale, dtype):
         offset = 0.0
-        if self.zero_point:
+        if self.zero_point and dtype in ("int8", "int4"):
             scale, offset = (np.repeat(part, len(x) // len(part)) for part in scale.T)
             x = x - offset
-        if self.dtype in ("int8", "int4"):
+        if dtype in ("int8", "int4"):
             scale = np.repeat(scale, self.group) if self.group and not self.zero_point else scale
-            if self.dtype == "int4":
+            if dtype == "int4":
                 codes = np.clip(np.round(x / scale), -8, 7).astype(np.int64)
                 # core/int4.hpp: in each block of 32, element j < 16 the low nibble of byte
                 # j, element j + 16 its high nibble.
@@ -100,10 +114,10 @@ class _Batch:
                 return codes * scale + offset
             pool[at] = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
             return pool[at].astype(np.float64) * scale + offset
-        if self.head_scales:
-            pool[at] = (x / scale).astype(STORED[self.dtype])
+        if self._head_scaled(dtype):
+            pool[at] = (x / scale).astype(STORED[dtype])
             return pool[at].astype(np.float64) * scale
-        pool[at] = x.astype(STORED[self.dtype])
+        pool[at] = x.astype(STORED[dtype])
         return pool[at].astype(np.float64)
 
     def run(self, emulator, q, sequences, table, window_left=-1, softcap=0.0,
@@ -119,18 +133,20 @@ class _Batch:
         rows = HEADS_Q * total_q
         m_at, l_at, acc_at = (put(bytes(4 * n) + bytes(64))
                               for n in (rows, rows, rows * self.dim_v))
-        scaled = self.dtype in ("int8", "int4") or self.head_scales
+        def scaled(dtype):
+            return dtype in ("int8", "int4") or self._head_scaled(dtype)
         args = struct.pack(
-            "<QQQQQiiiiQQQqqqqqqqqddQQQiiqi",
+            "<QQQQQiiiiQQQqqqqqqqqddQQQiiqii",
             put(np.ascontiguousarray(q, STORED[self.q_dtype]).tobytes()),
             put(self.keys.tobytes()), put(self.values.tobytes()),
-            put(self.key_scales.tobytes()) if scaled else 0,
-            put(self.value_scales.tobytes()) if scaled else 0, DTYPES[self.dtype],
+            put(self.key_scales.tobytes()) if scaled(self.dtype) else 0,
+            put(self.value_scales.tobytes()) if scaled(self.value_dtype) else 0, DTYPES[self.dtype],
             LAYOUTS[self.layout], 1, len(sequences), put(starts.tobytes()),
             put(lengths.tobytes()), put(np.ascontiguousarray(table, np.int32).tobytes()),
             self.max_pages, self.pages, self.page, HEADS_Q, HEADS_KV, self.dim, self.dim_v,
             window_left, 1 / np.sqrt(self.dim), softcap, m_at, l_at, acc_at,
-            Q_DTYPES[self.q_dtype], PV_PRECISIONS[pv_precision], self.group, self.zero_point)
+            Q_DTYPES[self.q_dtype], PV_PRECISIONS[pv_precision], self.group, self.zero_point,
+            DTYPES[self.value_dtype])
         emulator.call("emulated_paged", put(args))
 
         def read(at, count):
@@ -188,6 +204,20 @@ def test_bf16_products_match_float64(emulator, layout, page):
     rounded = batch.run(emulator, batch.q, batch.sequences, batch.table)
     _expect_matches_float64(batch, rounded, ROUNDED_P_NMSE)
     assert rounded[2].tobytes() != exact[2].tobytes()
+
+
+@pytest.mark.parametrize("dtype,value_dtype,group,zero_point,head_scales,dim,dim_v", [
+    ("int8", "float16", 0, False, False, DIM, DIM_V), ("int4", "int8", 32, True, False, 64, 32),
+    ("float16", "int4", 32, False, False, DIM, 32), ("bfloat16", "fp8_e4m3", 0, False, True, DIM, DIM_V),
+    ("fp8_e5m2", "float32", 0, False, True, DIM, DIM_V), ("float32", "int8", 0, True, False, DIM, DIM_V)])
+def test_keys_and_values_of_two_dtypes_match_float64(emulator, dtype, value_dtype, group,
+                                                     zero_point, head_scales, dim, dim_v):
+    """Values in another format than the keys (widened per tile by their own reads) on the
+    AVX-512 target: a pair for every kind of value reader, a prefill run among them."""
+    batch = _Batch(dtype, "token_major", 16, dim=dim, dim_v=dim_v, group=group,
+                   zero_point=zero_point, head_scales=head_scales, value_dtype=value_dtype)
+    _expect_matches_float64(batch, batch.run(emulator, batch.q, batch.sequences, batch.table),
+                            10 * CONTEXT_NMSE)
 
 
 def _rows(state, first, count):

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -38,9 +39,16 @@ struct Format {
   DType queries;
   Index group = 0;          // int8, int4: elements per scale (0: one per row)
   bool zero_point = false;  // int8, int4: an offset beside each scale
+  // The values' format where it is not the keys' ("keys/values"): its dtype and row bytes.
+  std::optional<CacheDType> value_dtype = std::nullopt;
+  Index value_row_bytes = 0;
+
+  Index bytes_per_token_and_head() const {
+    return row_bytes + (value_dtype ? value_row_bytes : row_bytes);
+  }
 };
 
-Format format_of(const std::string& name) {
+Format one_format(const std::string& name) {
   if (name == "f16") return {CacheDType::f16, kDim * 2, DType::f16};
   if (name == "bf16") return {CacheDType::bf16, kDim * 2, DType::bf16};
   if (name == "f32") return {CacheDType::f32, kDim * 4, DType::f32};
@@ -55,8 +63,36 @@ Format format_of(const std::string& name) {
   if (name == "fp8_e5m2") return {CacheDType::fp8_e5m2, kDim, DType::f32};
   throw std::invalid_argument(
       "--formats: expected f16, bf16, f32, int8, int8_g32, int4_g32, int8_zp, int4_g32_zp, "
-      "fp8_e4m3 or fp8_e5m2, given " +
+      "fp8_e4m3 or fp8_e5m2 (or keys/values: two of them), given " +
       name);
+}
+
+bool has_codes(CacheDType dtype) {
+  return dtype == CacheDType::int8 || dtype == CacheDType::int4;
+}
+
+// A format, or "keys/values" two of them (a cache with dtype_v): the queries of the keys'
+// format, group and zero_point of the side with codes (both sides with codes agreeing, as a
+// KVCacheConfig holds one of each).
+Format format_of(const std::string& name) {
+  const std::size_t slash = name.find('/');
+  if (slash == std::string::npos) return one_format(name);
+  Format keys = one_format(name.substr(0, slash));
+  const Format values = one_format(name.substr(slash + 1));
+  if (has_codes(keys.dtype) && has_codes(values.dtype) &&
+      (keys.group != values.group || keys.zero_point != values.zero_point)) {
+    throw std::invalid_argument(
+        "--formats: expected keys and values of one group and zero "
+        "point (one KVCacheConfig), given " +
+        name);
+  }
+  if (!has_codes(keys.dtype)) {
+    keys.group = values.group;
+    keys.zero_point = values.zero_point;
+  }
+  keys.value_dtype = values.dtype;
+  keys.value_row_bytes = values.row_bytes;
+  return keys;
 }
 
 // Random keys and values, appended in chunks of one repeated random block (the values do
@@ -68,6 +104,7 @@ KVCache filled_cache(const std::vector<Index>& lengths, const Format& format,
                  .dim_v = kDim,
                  .page_size = kPage,
                  .dtype = format.dtype,
+                 .dtype_v = format.value_dtype,
                  .group = format.group,
                  .zero_point = format.zero_point,
                  .max_blocks = 0});
@@ -117,7 +154,8 @@ int main(int argc, char** argv) {
   app.add_option("--formats", format_names,
                  "cache formats, timed interleaved in each repetition (f16, bf16, f32, int8, "
                  "int8_g32 and int4_g32: a scale per 32 elements, int8_zp and int4_g32_zp: "
-                 "with zero points, fp8_e4m3, fp8_e5m2)")
+                 "with zero points, fp8_e4m3, fp8_e5m2; keys/values: two of them in one "
+                 "cache, as int8_g32/int4_g32)")
       ->delimiter(',');
   app.add_option("--repetitions", repetitions, "timed repetitions per case (median kept)")
       ->check(CLI::PositiveNumber);
@@ -188,7 +226,8 @@ int main(int argc, char** argv) {
           if (q.dtype() == DType::bf16) q.data_as<bfloat16>()[i] = to_bfloat16(value);
           if (q.dtype() == DType::f32) q.data_as<float>()[i] = value;
         }
-        const double bytes = static_cast<double>(tokens * kHeadsKv * 2 * formats[f].row_bytes);
+        const double bytes =
+            static_cast<double>(tokens * kHeadsKv * formats[f].bytes_per_token_and_head());
         steps.push_back({format_names[f], &caches[f], bytes, heads_q, std::move(q)});
       }
     }

@@ -178,7 +178,7 @@ WidenValues widen_values_of(CacheDType dtype) {
 // token, fp8's per KV head; and an offset, int8's with zero points), or for rows read with
 // their group scales (grouped int8, int4) the rows with them, with their offsets too where
 // the codes have zero points. Values of another dtype than the keys' (widened per tile) are
-// their bytes and their scales only.
+// their bytes and their scales instead.
 template <class T>
 struct TileRows {
   Index kv_head = 0, t0 = 0, t1 = 0;
@@ -313,13 +313,27 @@ class TaskKernel {
   // Asks for the tile's value rows to come to L1 while its keys are scored: they are read
   // after the softmax, a few columns of every row at a time, where the hardware prefetchers
   // lag. This made Hq = 32, Hkv = 8 decode 5-10% faster from memory.
-  HWY_INLINE void prefetch_values_to_l1(const std::byte* const* values, Index count) const {
-    for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(values[t], value_row_bytes_);
+  HWY_INLINE void prefetch_values_to_l1(const TileRows<T>& rows, Index count) const {
+    for (Index t = 0; t < count; ++t) prefetch_row<kToL1>(value_row(rows, t), value_row_bytes_);
+  }
+
+  // Where value row t of the tile lies.
+  HWY_INLINE const void* value_row(const TileRows<T>& rows, Index t) const {
+    if (widen_values_) return rows.value_bytes[t];
+    return rows.values[t];
   }
 
   // Finds the rows of keys [t0, t1) of kv_head through the page table.
   void find_rows(std::span<const std::int32_t> table, Index kv_head, Index t0, Index t1,
                  TileRows<T>& rows) const {
+    if (widen_values_) return find_rows_of<true>(table, kv_head, t0, t1, rows);
+    find_rows_of<false>(table, kv_head, t0, t1, rows);
+  }
+
+  // find_rows, for values of the keys' dtype or (kWidenValues) of another one.
+  template <bool kWidenValues>
+  void find_rows_of(std::span<const std::int32_t> table, Index kv_head, Index t0, Index t1,
+                    TileRows<T>& rows) const {
     const cache::PageRows &keys = p_.keys, &values = p_.values;
     const Index page = p_.page_size();
     rows.kv_head = kv_head;
@@ -330,7 +344,9 @@ class TaskKernel {
       const std::byte* k = keys.rows(block, kv_head);
       const std::byte* v = values.rows(block, kv_head);
       const float* k_scales = kScaled ? keys.scale_row(block, kv_head) : nullptr;
-      const float* v_scales = value_scale_rows_ ? values.scale_row(block, kv_head) : nullptr;
+      const float* v_scales = (kWidenValues ? widened_value_scales_ : kScaled)
+                                  ? values.scale_row(block, kv_head)
+                                  : nullptr;
       if constexpr (kFloat8) {
         if (row_scales_) {
           const float k_head = keys.head_scaled() ? *keys.scale_row(block, kv_head) : 1.0f;
@@ -342,24 +358,35 @@ class TaskKernel {
       for (Index slot = t % page; slot < page && t < t1; ++slot, ++t) {
         const Index i = t - t0;
         rows.keys[i] = reinterpret_cast<const T*>(k + slot * keys.slot_bytes);
-        rows.value_bytes[i] = v + slot * values.slot_bytes;
-        rows.values[i] = reinterpret_cast<const T*>(rows.value_bytes[i]);
-        const float* value_scales =
-            v_scales == nullptr ? nullptr : v_scales + slot * values.slot_scales;
-        if (widen_values_) rows.value_scales[i] = value_scales;
+        const std::byte* value = v + slot * values.slot_bytes;
+        if constexpr (kWidenValues) {
+          rows.value_bytes[i] = value;
+          rows.value_scales[i] =
+              v_scales == nullptr ? nullptr : v_scales + slot * values.slot_scales;
+        } else {
+          rows.values[i] = reinterpret_cast<const T*>(value);
+        }
         if constexpr (kScaled) {
           const float* key_scales = k_scales + slot * keys.slot_scales;
+          // The values' own scales where they are read as the keys are.
+          const float* value_scales = kWidenValues ? nullptr : v_scales + slot * values.slot_scales;
           if (zero_point_) {
             rows.zero_point_keys[i] = {rows.keys[i], key_scales, key_scale_shift_};
-            rows.zero_point_values[i] = {rows.values[i], value_scales, value_scale_shift_};
+            if (!kWidenValues) {
+              rows.zero_point_values[i] = {rows.values[i], value_scales, value_scale_shift_};
+            }
           } else if (grouped_) {
             rows.grouped_keys[i] = {rows.keys[i], key_scales, key_scale_shift_};
-            rows.grouped_values[i] = {rows.values[i], value_scales, value_scale_shift_};
+            if (!kWidenValues) {
+              rows.grouped_values[i] = {rows.values[i], value_scales, value_scale_shift_};
+            }
           } else {
             rows.key_scale[i] = key_scales[0];
-            if (value_scales_) rows.value_scale[i] = value_scales[0];
-            if (row_offsets_) rows.key_offset[i] = key_scales[1];
-            if (value_offsets_) rows.value_offset[i] = value_scales[1];
+            if (!kWidenValues) rows.value_scale[i] = value_scales[0];
+            if (row_offsets_) {
+              rows.key_offset[i] = key_scales[1];
+              if (!kWidenValues) rows.value_offset[i] = value_scales[1];
+            }
           }
         }
       }
@@ -383,7 +410,7 @@ class TaskKernel {
   HWY_INLINE void prefetch_ahead(const Lookahead& ahead, Index begin, Index end) const {
     for (Index t = begin; t < std::min(end, ahead.far.count()); ++t) {
       prefetch_row<kToL2>(ahead.far.keys[t], key_row_bytes_);
-      prefetch_row<kToL2>(ahead.far.value_bytes[t], value_row_bytes_);
+      prefetch_row<kToL2>(value_row(ahead.far, t), value_row_bytes_);
     }
     if (!kNextKeysToL1) return;
     for (Index t = begin; t < std::min(end, ahead.next.count()); ++t) {
@@ -395,7 +422,7 @@ class TaskKernel {
   // the rows of the tiles `ahead` are asked for.
   void tile(const TileRows<T>& rows, const Lookahead& ahead, Index row_begin, Index row_end) {
     const Index count = rows.count();
-    prefetch_values_to_l1(rows.value_bytes, count);
+    prefetch_values_to_l1(rows, count);
     // Many rows (a prefill run) read each key and value once per block of rows: widened once
     // per tile (by the kernels' own reads, tile::widen_row), they are not converted again
     // for every block, and the bits are the same.
@@ -756,9 +783,9 @@ class TaskKernel {
   // scales and offsets applied there, so every flag below is the keys' alone.
   const bool widen_values_ = p_.values.dtype != p_.keys.dtype;
   const WidenValues widen_other_values_ = widen_values_of(p_.values.dtype);
-  // Whether find_rows finds each value row's scales.
-  const bool value_scale_rows_ =
-      widen_values_ ? cache::has_scales(p_.values.dtype) || p_.values.head_scaled() : kScaled;
+  // Whether widened values have scales (int8, int4, head-scaled fp8).
+  const bool widened_value_scales_ =
+      widen_values_ && (cache::has_scales(p_.values.dtype) || p_.values.head_scaled());
   // Rows read with their scale per group (int4, and int8 with groups on either side: per row
   // where there are none), and with an offset beside each scale.
   const bool grouped_ =

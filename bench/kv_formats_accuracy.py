@@ -29,7 +29,12 @@ ATTN_FORMATS = [("float16", {"dtype": "float16"}, 16), ("bfloat16", {"dtype": "b
                 ("int8 zero point", {"dtype": "int8", "zero_point": True}, 8 + 64 / D),
                 ("int4 zero point group 32", {"dtype": "int4", "group": 32, "zero_point": True},
                  4 + 64 / 32),
-                ("fp8_e4m3", {"dtype": "fp8_e4m3"}, 8), ("fp8_e5m2", {"dtype": "fp8_e5m2"}, 8)]
+                ("fp8_e4m3", {"dtype": "fp8_e4m3"}, 8), ("fp8_e5m2", {"dtype": "fp8_e5m2"}, 8),
+                # Keys and values in two formats (dtype_v: llama.cpp's type_k and type_v).
+                ("int8 group 32 keys, int4 group 32 values",
+                 {"dtype": "int8", "dtype_v": "int4", "group": 32}, (9 + 5) / 2),
+                ("float16 keys, int4 group 32 values",
+                 {"dtype": "float16", "dtype_v": "int4", "group": 32}, (16 + 5) / 2)]
 
 
 def q8_0(x):
@@ -56,6 +61,11 @@ def q4_1(x):
     inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
     q = np.minimum(15, np.trunc((blocks - low) * inverse + 0.5))
     return (q * d + m).reshape(x.shape)
+
+
+# llama.cpp's formats by name: (the keys' rounding, the values').
+LLAMA_FORMATS = {"llama.cpp q8_0": (q8_0, q8_0), "llama.cpp q4_0": (q4_0, q4_0),
+                 "llama.cpp q4_1": (q4_1, q4_1), "llama.cpp q8_0 keys, q4_0 values": (q8_0, q4_0)}
 
 
 def attention(q, k, v):
@@ -98,11 +108,11 @@ def main():
             cache.append(seq, k.astype(np.float32), v.astype(np.float32))
             got = attn.decode(q[None, :, None].astype(np.float32), cache, [seq])[0, :, 0]
             rows.setdefault(name, {})[kind] = nmse(got.astype(np.float64), want)
-        for name, rounded in (("llama.cpp q8_0", q8_0), ("llama.cpp q4_0", q4_0),
-                              ("llama.cpp q4_1", q4_1)):
-            rows.setdefault(name, {})[kind] = nmse(attention(q, rounded(k), rounded(v)), want)
+        for name, (keys, values) in LLAMA_FORMATS.items():
+            rows.setdefault(name, {})[kind] = nmse(attention(q, keys(k), values(v)), want)
     bits = {name: n for name, _, n in ATTN_FORMATS}
-    bits.update({"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5, "llama.cpp q4_1": 5})
+    bits.update({"llama.cpp q8_0": 8.5, "llama.cpp q4_0": 4.5, "llama.cpp q4_1": 5,
+                 "llama.cpp q8_0 keys, q4_0 values": (8.5 + 4.5) / 2})
     print(f"Hq {HQ}, Hkv {HKV}, D {D}, Lk {args.length}: context NMSE against float64")
     print("| format | bits per element | " + " | ".join(kinds) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in kinds) + " |")

@@ -19,6 +19,15 @@
 #include <immintrin.h>
 #endif
 
+// Whether this target builds exp's 2^n by vscalefps and rounds n by vrndscaleps (x86's
+// AVX-512 targets), or by the shifter's bits (every other target).
+#undef ATTN_EXP_BY_SCALEF
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define ATTN_EXP_BY_SCALEF 1
+#else
+#define ATTN_EXP_BY_SCALEF 0
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace attn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -26,7 +35,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 inline constexpr float kExpLowest = -87.33654f;  // ln(FLT_MIN)
 inline constexpr float kExpHighest = 88.0f;      // 2^n stays finite for n = round(x log2 e)
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if ATTN_EXP_BY_SCALEF
 // v * 2^n, n integral (vscalefps, AVX512VL for the narrower vectors): the product a
 // multiply by 2^n as a float gives, rounded once, for every n VectorExp passes. The
 // zero-masking forms with every lane kept: GCC 12's unmasked ones start from an undefined
@@ -51,7 +60,7 @@ HWY_INLINE hn::Vec128<float, N> ScaleByPowerOfTwo(hn::Vec128<float, N> v, hn::Ve
 // reaches).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V VectorExp(D d, V x) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if ATTN_EXP_BY_SCALEF
   // AVX-512: n by one rounding (vrndscaleps, ties to even as the shifter rounds) and 2^n by
   // vscalefps: four instructions fewer (no Max clamp either: a lane below kExpLowest is 0
   // whatever its r), and the same bits for every float32 input (all 2^32 compared with the
@@ -74,7 +83,7 @@ HWY_INLINE V VectorExp(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   const V exp_r = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if ATTN_EXP_BY_SCALEF
   const V scaled = ScaleByPowerOfTwo(exp_r, n);
 #else
   // The low 9 bits of the shifted float's bits are n mod 512; n + 127 lies in [1, 254].

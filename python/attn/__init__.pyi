@@ -273,10 +273,13 @@ def decode_state(
 ) -> State:
     """decode as a float32 State over [S, Hq, n_q] rows (no sinks)."""
 
+# A pool's format as kv_cache_dtype names it; a (keys, values) pair names two.
+PoolFormat = Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"]
+
 def paged_attention(
     q: Array, key_cache: Array, value_cache: Array, block_table: Array, seq_lens: Array,
     query_start: Array, *, layout: Literal["token_major", "head_major"] = "token_major",
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"] = "auto",
+    kv_cache_dtype: Union[PoolFormat, Tuple[PoolFormat, PoolFormat]] = "auto",
     key_scales: Optional[Union[Array, float]] = None,
     value_scales: Optional[Union[Array, float]] = None,
     return_lse: bool = False, rotary: Optional[Literal["neox", "interleaved"]] = None,
@@ -289,7 +292,7 @@ def paged_attention(
 def append_pages(
     k: Array, v: Array, slots: Array, key_cache: Array, value_cache: Array, *,
     layout: Literal["token_major", "head_major"] = "token_major",
-    kv_cache_dtype: Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"] = "auto",
+    kv_cache_dtype: Union[PoolFormat, Tuple[PoolFormat, PoolFormat]] = "auto",
     key_scales: Optional[Union[Array, float]] = None,
     value_scales: Optional[Union[Array, float]] = None,
     rotary: Optional[Literal["neox", "interleaved"]] = None, rotary_cos: Optional[Array] = None,

@@ -364,16 +364,21 @@ TEST(Decode, Int8MatchesTheReferenceOnItsDequantisedCache) {
 // Keys and values of two dtypes in one cache, each read by its own format (the values
 // widened per tile), against the reference over the cache as it holds them.
 TEST(Decode, KeysAndValuesOfTwoDtypesMatchTheReferenceOnTheirDequantisedCache) {
-  for (const auto& [keys, values, group, zero_point] :
-       {std::tuple{CacheDType::int8, CacheDType::int4, Index{32}, true},
-        std::tuple{CacheDType::f16, CacheDType::int8, Index{0}, false},
-        std::tuple{CacheDType::int4, CacheDType::bf16, Index{64}, false},
-        std::tuple{CacheDType::fp8_e4m3, CacheDType::f32, Index{0}, false}}) {
-    SCOPED_TRACE(std::string(cache_dtype_name(keys)) + " keys, " + cache_dtype_name(values) +
-                 " values");
+  struct Pair {
+    CacheDType keys, values;
+    Index group;
+    bool zero_point;
+  };
+  for (const Pair& pair : {Pair{CacheDType::int8, CacheDType::int4, 32, true},
+                           Pair{CacheDType::f16, CacheDType::int8, 0, false},
+                           Pair{CacheDType::int4, CacheDType::bf16, 64, false},
+                           Pair{CacheDType::fp8_e4m3, CacheDType::f32, 0, false}}) {
+    SCOPED_TRACE(std::string(cache_dtype_name(pair.keys)) + " keys, " +
+                 cache_dtype_name(pair.values) + " values");
     for_each_target([&] {
       std::mt19937_64 rng(41);
-      Filled f = filled_cache({1025, 40, 600}, 2, 64, 16, rng, keys, values, group, zero_point);
+      Filled f = filled_cache({1025, 40, 600}, 2, 64, 16, rng, pair.keys, pair.values, pair.group,
+                              pair.zero_point);
       Case shape;
       shape.batch = 3, shape.heads_q = 4, shape.heads_kv = 2, shape.len_q = 3, shape.dim = 64;
       const Inputs in = make_inputs(shape, 13);

@@ -866,7 +866,9 @@ TEST(Paged, KVCachePoolsServeARaggedBatchWithDecodesBits) {
   pairs.insert(pairs.end(), {{CacheDType::f16, CacheDType::int8},
                              {CacheDType::int8, CacheDType::fp8_e5m2},
                              {CacheDType::bf16, CacheDType::f32}});
-  for (const auto& [dtype, dtype_v] : pairs) {
+  for (const auto& pair : pairs) {
+    // Copies: a lambda below captures them (clang 14 captures no structured binding).
+    const CacheDType dtype = pair.first, dtype_v = pair.second;
     SCOPED_TRACE(std::string(cache_dtype_name(dtype)) + " keys, " + cache_dtype_name(dtype_v) +
                  " values");
     const Tokens tokens = make_tokens(shape, dtype, dtype_v, 53);

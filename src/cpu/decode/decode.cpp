@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attn/error.hpp"
 #include "core/element_type.hpp"
 #include "core/rotary.hpp"
 #include "core/visible_keys.hpp"
@@ -151,27 +152,36 @@ void widen_values(const cache::PageRows& values, const std::byte* const* rows,
   }
 }
 
+// Calls f with std::type_identity<T>, T the element type a pool of dtype holds, so each
+// choice of a template by CacheDType is written once.
+template <class F>
+auto with_stored_type(CacheDType dtype, F&& f) {
+  switch (dtype) {
+    case CacheDType::f32:
+      return f(std::type_identity<float>{});
+    case CacheDType::f16:
+      return f(std::type_identity<float16>{});
+    case CacheDType::bf16:
+      return f(std::type_identity<bfloat16>{});
+    case CacheDType::int8:
+      return f(std::type_identity<std::int8_t>{});
+    case CacheDType::fp8_e4m3:
+      return f(std::type_identity<float8_e4m3>{});
+    case CacheDType::fp8_e5m2:
+      return f(std::type_identity<float8_e5m2>{});
+    case CacheDType::int4:
+      return f(std::type_identity<Int4Pair>{});
+  }
+  throw Error("dtype: not a cache dtype");
+}
+
 using WidenValues = void (*)(const cache::PageRows&, const std::byte* const*, const float* const*,
                              Index, float*, const float**);
 
 WidenValues widen_values_of(CacheDType dtype) {
-  switch (dtype) {
-    case CacheDType::f32:
-      return widen_values<float>;
-    case CacheDType::f16:
-      return widen_values<float16>;
-    case CacheDType::bf16:
-      return widen_values<bfloat16>;
-    case CacheDType::int8:
-      return widen_values<std::int8_t>;
-    case CacheDType::fp8_e4m3:
-      return widen_values<float8_e4m3>;
-    case CacheDType::fp8_e5m2:
-      return widen_values<float8_e5m2>;
-    case CacheDType::int4:
-      return widen_values<Int4Pair>;
-  }
-  return nullptr;
+  return with_stored_type(dtype, [](auto stored) -> WidenValues {
+    return widen_values<typename decltype(stored)::type>;
+  });
 }
 
 // Where the keys [t0, t1) of one KV head lie: a row pointer and a scale per key (int8's per
@@ -867,22 +877,9 @@ void run(const DecodeProblem& p, State& state, int threads) {
 }  // namespace
 
 void DecodeTarget(const DecodeProblem& problem, State& state, int threads) {
-  switch (problem.keys.dtype) {
-    case CacheDType::f32:
-      return run<float>(problem, state, threads);
-    case CacheDType::f16:
-      return run<float16>(problem, state, threads);
-    case CacheDType::bf16:
-      return run<bfloat16>(problem, state, threads);
-    case CacheDType::int8:
-      return run<std::int8_t>(problem, state, threads);
-    case CacheDType::fp8_e4m3:
-      return run<float8_e4m3>(problem, state, threads);
-    case CacheDType::fp8_e5m2:
-      return run<float8_e5m2>(problem, state, threads);
-    case CacheDType::int4:
-      return run<Int4Pair>(problem, state, threads);
-  }
+  with_stored_type(problem.keys.dtype, [&](auto stored) {
+    run<typename decltype(stored)::type>(problem, state, threads);
+  });
 }
 
 }  // namespace attn::cpu::HWY_NAMESPACE

@@ -18,7 +18,7 @@ struct Int4Pair {
 inline Index int4_byte(Index e) {
   return e / 32 * 16 + e % 16;
 }
-inline bool int4_high(Index e) {
+constexpr bool int4_high(Index e) {
   return e % 32 >= 16;
 }
 

@@ -170,8 +170,13 @@ HWY_INLINE void context_by_rows(float* const* acc, const float* const* p, const 
     };
     with_vectors<NR * W>(load_acc, [&](auto&... a) ATTN_INLINE_LAMBDA {
       for (Index t = first; t < end; ++t) {
+        // Chunks of whole int4 blocks (c a multiple of W lanes) read them block by block.
         const auto load_value = [&](auto w) ATTN_INLINE_LAMBDA {
-          return row_floats(df, values[t], c + w * n);
+          if constexpr (W % kRowStepVectors<Row> == 0) {
+            return row_floats_at<w>(df, values[t], c);
+          } else {
+            return row_floats(df, values[t], c + w * n);
+          }
         };
         with_vectors<W>(load_value, [&](auto&... v) ATTN_INLINE_LAMBDA {
           for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {

@@ -170,21 +170,25 @@ HWY_INLINE void scores_by_dot(const float* const* q, const Row* keys, Index dim,
   const DF df;
   const Index n = lanes();
   constexpr int KK = kDotKeys<NR>;
+  // int4 rows are whole blocks of 32 (kRowStepVectors): whole is a multiple of the step.
+  constexpr int kStep = kRowStepVectors<Row>;
   const Index whole = dim - dim % n;
   // acc: NR x KK, row-major
   with_vectors<NR * KK>([&](auto) ATTN_INLINE_LAMBDA { return hn::Zero(df); },
                         [&](auto&... acc) ATTN_INLINE_LAMBDA {
-                          for (Index d = 0; d < whole; d += n) {
-                            const auto load_key = [&](auto k) ATTN_INLINE_LAMBDA {
-                              return row_floats(df, keys[k], d);
-                            };
-                            with_vectors<KK>(load_key, [&](auto&... key) ATTN_INLINE_LAMBDA {
-                              for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
-                                VF qv = hn::LoadU(df, q[r] + d);
-                                keep_in_register(qv);
-                                for_each_index<KK>([&](auto k) ATTN_INLINE_LAMBDA {
-                                  VF& a = nth_vector<r * KK + k>(acc...);
-                                  a = hn::MulAdd(qv, nth_vector<k>(key...), a);
+                          for (Index d = 0; d < whole; d += kStep * n) {
+                            for_each_index<kStep>([&](auto j) ATTN_INLINE_LAMBDA {
+                              const auto load_key = [&](auto k) ATTN_INLINE_LAMBDA {
+                                return row_floats_at<j>(df, keys[k], d);
+                              };
+                              with_vectors<KK>(load_key, [&](auto&... key) ATTN_INLINE_LAMBDA {
+                                for_each_index<NR>([&](auto r) ATTN_INLINE_LAMBDA {
+                                  VF qv = hn::LoadU(df, q[r] + d + j * n);
+                                  keep_in_register(qv);
+                                  for_each_index<KK>([&](auto k) ATTN_INLINE_LAMBDA {
+                                    VF& a = nth_vector<r * KK + k>(acc...);
+                                    a = hn::MulAdd(qv, nth_vector<k>(key...), a);
+                                  });
                                 });
                               });
                             });

@@ -93,16 +93,27 @@ HWY_INLINE void prefetch_row(const void* row, Index bytes) {
   }
 }
 
+// Lanes of int32 holding an int4 row's bytes from byte b, sign-extended, and one nibble of
+// them as codes (the high one: the second half of a block of 32 elements).
+HWY_INLINE auto int4_bytes(const Int4Pair* HWY_RESTRICT row, Index b) {
+  const hn::Rebind<std::int32_t, DF> di;
+  return hn::PromoteTo(
+      di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), reinterpret_cast<const std::int8_t*>(row + b)));
+}
+template <bool kHigh, class V>
+HWY_INLINE V int4_nibbles(V bytes) {
+  if constexpr (kHigh) {
+    return hn::ShiftRight<4>(bytes);
+  } else {
+    return hn::ShiftRight<28>(hn::ShiftLeft<28>(bytes));
+  }
+}
+
 // Elements [d, d + lanes) of an int4 row as float32, d a multiple of the lanes and the
 // lanes at most 16: one nibble of consecutive bytes (core/int4.hpp), sign-extended.
 HWY_INLINE VF load_int4(DF df, const Int4Pair* HWY_RESTRICT row, Index d) {
-  const hn::Rebind<std::int32_t, DF> di;
-  const auto bytes =
-      hn::PromoteTo(di, hn::LoadU(hn::Rebind<std::int8_t, DF>(),
-                                  reinterpret_cast<const std::int8_t*>(row + int4_byte(d))));
-  const auto codes =
-      int4_high(d) ? hn::ShiftRight<4>(bytes) : hn::ShiftRight<28>(hn::ShiftLeft<28>(bytes));
-  return hn::ConvertTo(df, codes);
+  const auto bytes = int4_bytes(row, int4_byte(d));
+  return hn::ConvertTo(df, int4_high(d) ? int4_nibbles<true>(bytes) : int4_nibbles<false>(bytes));
 }
 
 // Elements [d, d + lanes) and element d of a row of codes (int8, int4), as float32.
@@ -147,14 +158,47 @@ template <class T>
 HWY_INLINE VF row_floats(DF df, const T* HWY_RESTRICT row, Index d) {
   return load_floats(df, row + d);
 }
+// Codes of a grouped row's group g times its scale (plus its offset).
+template <class T, bool kZeroPoint>
+HWY_INLINE VF scaled_codes(DF df, const GroupedRow<T, kZeroPoint>& row, VF codes, Index g) {
+  if constexpr (kZeroPoint) {
+    return hn::MulAdd(codes, hn::Set(df, row.scales[2 * g]), hn::Set(df, row.scales[2 * g + 1]));
+  } else {
+    return hn::Mul(codes, hn::Set(df, row.scales[g]));
+  }
+}
 template <class T, bool kZeroPoint>
 HWY_INLINE VF row_floats(DF df, const GroupedRow<T, kZeroPoint>& row, Index d) {
-  const Index g = d >> row.scale_shift;
-  if constexpr (kZeroPoint) {
-    return hn::MulAdd(load_codes(df, row.codes, d), hn::Set(df, row.scales[2 * g]),
-                      hn::Set(df, row.scales[2 * g + 1]));
+  return scaled_codes(df, row, load_codes(df, row.codes, d), d >> row.scale_shift);
+}
+
+template <class Row>
+inline constexpr bool kIsInt4Row = std::is_same_v<Row, GroupedRow<Int4Pair, false>> ||
+                                   std::is_same_v<Row, GroupedRow<Int4Pair, true>>;
+
+// Where the lanes are known when compiling (every x86 and NEON target; not SVE's scalable
+// vectors), int4 rows are read a block of 32 elements at a time: each vector's byte, nibble
+// and group are then constants after the block's start, not a select at run time.
+inline constexpr int kInt4BlockVectors =
+    HWY_HAVE_SCALABLE || hn::MaxLanes(DF()) < 4 ? 1 : 32 / static_cast<int>(hn::MaxLanes(DF()));
+
+// Vectors of a row a kernel reads per step along d, from a multiple of that many.
+template <class Row>
+inline constexpr int kRowStepVectors = kIsInt4Row<Row> ? kInt4BlockVectors : 1;
+
+// Vector kVector after element d of a row as float32: row_floats(d + kVector lanes), d a
+// multiple of kRowStepVectors<Row> lanes.
+template <int kVector, class Row>
+HWY_INLINE VF row_floats_at(DF df, const Row& row, Index d) {
+  if constexpr (kIsInt4Row<Row> && kInt4BlockVectors > 1) {
+    constexpr Index kOffset = kVector * static_cast<Index>(hn::MaxLanes(DF()));
+    // The vector's block of 32 elements: 16 bytes, within one group.
+    const Index block = d + kOffset / 32 * 32;
+    const auto bytes = int4_bytes(row.codes, block / 2 + kOffset % 16);
+    const VF codes = hn::ConvertTo(df, int4_nibbles<int4_high(kOffset)>(bytes));
+    return scaled_codes(df, row, codes, block >> row.scale_shift);
   } else {
-    return hn::Mul(load_codes(df, row.codes, d), hn::Set(df, row.scales[g]));
+    return row_floats(df, row, d + kVector * lanes());
   }
 }
 template <class T>

@@ -187,16 +187,30 @@ template <class Row>
 inline constexpr int kRowStepVectors = kIsInt4Row<Row> ? kInt4BlockVectors : 1;
 
 // Vector kVector after element d of a row as float32: row_floats(d + kVector lanes), d a
-// multiple of kRowStepVectors<Row> lanes.
+// multiple of kRowStepVectors<Row> lanes. With 16 lanes, an int4 vector is its 16 bytes'
+// nibbles as indices into its group's products of the 16 codes (one vpermps, the table shared
+// by the block's two vectors) in place of a conversion and a multiply each: the same
+// products, so the same bits; 12-14% faster one-row decode on Zen 4 (bench/README.md).
 template <int kVector, class Row>
 HWY_INLINE VF row_floats_at(DF df, const Row& row, Index d) {
   if constexpr (kIsInt4Row<Row> && kInt4BlockVectors > 1) {
     constexpr Index kOffset = kVector * static_cast<Index>(hn::MaxLanes(DF()));
+    constexpr bool kHigh = int4_high(kOffset);
     // The vector's block of 32 elements: 16 bytes, within one group.
-    const Index block = d + kOffset / 32 * 32;
-    const auto bytes = int4_bytes(row.codes, block / 2 + kOffset % 16);
-    const VF codes = hn::ConvertTo(df, int4_nibbles<int4_high(kOffset)>(bytes));
-    return scaled_codes(df, row, codes, block >> row.scale_shift);
+    const Index block = d + kOffset / 32 * 32, g = block >> row.scale_shift;
+    const hn::RebindToSigned<DF> di;
+    if constexpr (hn::MaxLanes(DF()) == 16) {
+      const auto bytes = hn::PromoteTo(
+          di, hn::LoadU(hn::Rebind<std::uint8_t, DF>(),
+                        reinterpret_cast<const std::uint8_t*>(row.codes + block / 2)));
+      const auto nibbles = kHigh ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(di, 15));
+      const VF codes_by_nibble = hn::ConvertTo(df, int4_nibbles<false>(hn::Iota(di, 0)));
+      return hn::TableLookupLanes(scaled_codes(df, row, codes_by_nibble, g),
+                                  hn::IndicesFromVec(df, nibbles));
+    } else {
+      const auto bytes = int4_bytes(row.codes, block / 2 + kOffset % 16);
+      return scaled_codes(df, row, hn::ConvertTo(df, int4_nibbles<kHigh>(bytes)), g);
+    }
   } else {
     return row_floats(df, row, d + kVector * lanes());
   }

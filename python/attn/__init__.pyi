@@ -273,8 +273,9 @@ def decode_state(
 ) -> State:
     """decode as a float32 State over [S, Hq, n_q] rows (no sinks)."""
 
-# A pool's format as kv_cache_dtype names it; a (keys, values) pair names two.
-PoolFormat = Literal["auto", "fp8_e4m3", "fp8_e5m2", "int4"]
+# A pool's format as kv_cache_dtype names it ("fp8": vLLM's name for fp8_e4m3); a (keys,
+# values) pair names two.
+PoolFormat = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
 
 def paged_attention(
     q: Array, key_cache: Array, value_cache: Array, block_table: Array, seq_lens: Array,

@@ -17,7 +17,9 @@ from ._attn import paged_attention as _paged_attention
 from ._errors import ArgumentTypeError, Error
 
 LAYOUTS = ("token_major", "head_major")
-KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "int4")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4")
+# vLLM's kv_cache_dtype "fp8" is e4m3.
+_FORMAT_ALIASES = {"fp8": "fp8_e4m3"}
 # float8 pools (torch's, or NumPy's through ml_dtypes) by dtype name: the format they hold.
 _FLOAT8_FORMATS = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
 
@@ -80,6 +82,12 @@ def _pools(key_cache, value_cache, kv_cache_dtype, written=False):
     pools, named = [], []
     for x, name, given in zip((key_cache, value_cache), ("key_cache", "value_cache"), formats):
         x = _pool(x, name, written)
+        given = _FORMAT_ALIASES.get(given, given)
+        if given == "int8":  # what "auto" reads an int8 pool as, named
+            if _arrays.dtype_name(x) != "int8":
+                raise Error(f"{name}: expected a pool of 'int8', as kv_cache_dtype says, given "
+                            f"{_arrays.dtype_name(x)}")
+            given = "auto"
         held = _FLOAT8_FORMATS.get(_arrays.dtype_name(x))
         if held is not None:
             if given not in ("auto", held):
@@ -169,12 +177,15 @@ def paged_attention(q, key_cache, value_cache, block_table, seq_lens, query_star
                      FlashAttention) or [pages, Hkv, page_size, D] ("head_major", as
                      FlashInfer's HND), float32, float16, bfloat16, int8 or float8
                      (float8_e4m3fn or float8_e5m2 of torch or ml_dtypes, or uint8 codes
-                     with kv_cache_dtype "fp8_e4m3" or "fp8_e5m2", as vLLM's fp8 caches),
+                     with kv_cache_dtype "fp8_e4m3" (vLLM's "fp8") or "fp8_e5m2", as vLLM's
+                     fp8 caches),
                      or int4 (uint8 [..., D / 2] of code pairs with kv_cache_dtype "int4",
                      as KVCache.pools() shows them), C-contiguous
         value_cache: the same with Dv for D, of the same dtype or another (K and V in two
                      formats, as llama.cpp's type_k and type_v): kv_cache_dtype then names
-                     each, a (keys, values) pair such as ("auto", "int4")
+                     each, a (keys, values) pair such as ("int8", "int4"). "auto" reads a
+                     pool by its dtype; "int8" says the same of an int8 pool, and is refused
+                     for any other
         key_scales, value_scales: for int8 pools, float32, one scale per token and KV head
                      (x = int8 * its row's scale): [pages, page_size, Hkv] token_major,
                      [pages, Hkv, page_size] head_major; or one per group of D / G

@@ -134,6 +134,10 @@ def test_keys_and_values_of_two_dtypes_match_the_reference(dtype, value_dtype):
         want_out, want_lse = batch.reference(s, causal=True)
         assert nmse(out[first:first + n_q], want_out) < 1e-11, s
         assert nmse(lse[first:first + n_q], want_lse) < 1e-12, s
+    # kv_cache_dtype "int8" names what "auto" reads an int8 pool as.
+    named = tuple("int8" if x == "int8" else "auto" for x in (dtype, value_dtype))
+    got = batch.run(causal=True, kv_cache_dtype=named)
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, (out, lse))), named
 
 
 def test_chunked_prefill_gives_the_bits_of_one_shot():
@@ -305,8 +309,10 @@ def test_fp8_pools_as_uint8_codes_or_torch_float8_read_the_same(dtype):
     want = batch.run(causal=True)
     codes = (batch.k_cache.view(np.uint8), batch.v_cache.view(np.uint8))
     float8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[dtype]
+    # vLLM's "fp8" is e4m3.
+    names = [dtype, "fp8"] if dtype == "fp8_e4m3" else [dtype]
     for k_cache, v_cache, kw in (
-            (*codes, {"kv_cache_dtype": dtype}),
+            *((*codes, {"kv_cache_dtype": name}) for name in names),
             (*(torch.from_numpy(c).view(float8) for c in codes), {}),
             (*(torch.from_numpy(c) for c in codes), {"kv_cache_dtype": dtype})):
         got = attn.paged_attention(batch.q, k_cache, v_cache, batch.table, batch.seq_lens,
@@ -418,8 +424,13 @@ def test_fp8_pool_dtypes_are_checked_naming_the_argument():
     torch = pytest.importorskip("torch")
     batch = Batch([(9, 1)], 16, "token_major", "fp8_e4m3")
     args = (batch.q, batch.k_cache, batch.v_cache, batch.table, batch.seq_lens, batch.query_start)
-    with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto'"):
-        attn.paged_attention(*args, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto', 'fp8'"):
+        attn.paged_attention(*args, kv_cache_dtype="fp16")
+    with pytest.raises(ValueError, match="^key_cache: expected a pool of 'int8', as "
+                                         "kv_cache_dtype says, given float8_e4m3fn"):
+        attn.paged_attention(*args, kv_cache_dtype="int8")
+    with pytest.raises(ValueError, match="^value_cache: expected a pool of 'int8'"):
+        attn.paged_attention(*args, kv_cache_dtype=("fp8", "int8"))
     with pytest.raises(ValueError, match="^kv_cache_dtype: expected one of 'auto'.* or a "
                                          "\\(keys, values\\) pair of them, given \\('auto',\\)"):
         attn.paged_attention(*args, kv_cache_dtype=("auto",))

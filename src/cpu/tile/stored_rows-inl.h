@@ -190,7 +190,7 @@ inline constexpr int kRowStepVectors = kIsInt4Row<Row> ? kInt4BlockVectors : 1;
 // multiple of kRowStepVectors<Row> lanes. With 16 lanes, an int4 vector is its 16 bytes'
 // nibbles as indices into its group's products of the 16 codes (one vpermps, the table shared
 // by the block's two vectors) in place of a conversion and a multiply each: the same
-// products, so the same bits; 12-14% faster one-row decode on Zen 4 (bench/README.md).
+// products, so the same bits (bench/README.md, "int4 a block at a time", has the figures).
 template <int kVector, class Row>
 HWY_INLINE VF row_floats_at(DF df, const Row& row, Index d) {
   if constexpr (kIsInt4Row<Row> && kInt4BlockVectors > 1) {

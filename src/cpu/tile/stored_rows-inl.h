@@ -93,12 +93,14 @@ HWY_INLINE void prefetch_row(const void* row, Index bytes) {
   }
 }
 
-// Lanes of int32 holding an int4 row's bytes from byte b, sign-extended, and one nibble of
-// them as codes (the high one: the second half of a block of 32 elements).
+// Lanes of int32 holding an int4 row's bytes from byte b, read as Byte (int8: sign-extended,
+// uint8: zero-extended), and one nibble of sign-extended bytes as codes (the high one: the
+// second half of a block of 32 elements).
+template <class Byte = std::int8_t>
 HWY_INLINE auto int4_bytes(const Int4Pair* HWY_RESTRICT row, Index b) {
   const hn::Rebind<std::int32_t, DF> di;
-  return hn::PromoteTo(
-      di, hn::LoadU(hn::Rebind<std::int8_t, DF>(), reinterpret_cast<const std::int8_t*>(row + b)));
+  return hn::PromoteTo(di,
+                       hn::LoadU(hn::Rebind<Byte, DF>(), reinterpret_cast<const Byte*>(row + b)));
 }
 template <bool kHigh, class V>
 HWY_INLINE V int4_nibbles(V bytes) {
@@ -200,9 +202,7 @@ HWY_INLINE VF row_floats_at(DF df, const Row& row, Index d) {
     const Index block = d + kOffset / 32 * 32, g = block >> row.scale_shift;
     const hn::RebindToSigned<DF> di;
     if constexpr (hn::MaxLanes(DF()) == 16) {
-      const auto bytes = hn::PromoteTo(
-          di, hn::LoadU(hn::Rebind<std::uint8_t, DF>(),
-                        reinterpret_cast<const std::uint8_t*>(row.codes + block / 2)));
+      const auto bytes = int4_bytes<std::uint8_t>(row.codes, block / 2);
       const auto nibbles = kHigh ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(di, 15));
       const VF codes_by_nibble = hn::ConvertTo(df, int4_nibbles<false>(hn::Iota(di, 0)));
       return hn::TableLookupLanes(scaled_codes(df, row, codes_by_nibble, g),

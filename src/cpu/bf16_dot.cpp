@@ -28,7 +28,10 @@ __attribute__((target("avx512f,avx512bf16"))) void score_block(const std::uint16
   __m512 acc[K][C];
   for (int k = 0; k < K; ++k)
     for (int c = 0; c < C; ++c) acc[k][c] = _mm512_setzero_ps();
-  for (Index p = 0; p < pairs; ++p) {
+  // A do-while (pairs >= 1: dim is even and positive): with a loop that may not run, GCC
+  // kept acc in memory as well, copied at both ends of the loop, 12% of the block's time.
+  Index p = 0;
+  do {
     __m512bh q[C];
     for (int c = 0; c < C; ++c) {
       q[c] = reinterpret_cast<__m512bh>(
@@ -40,7 +43,7 @@ __attribute__((target("avx512f,avx512bf16"))) void score_block(const std::uint16
       const auto key = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       for (int c = 0; c < C; ++c) acc[k][c] = _mm512_dpbf16_ps(acc[k][c], q[c], key);
     }
-  }
+  } while (++p < pairs);
   const __m512 factor = _mm512_set1_ps(scale);
   for (int k = 0; k < K; ++k)
     for (int c = 0; c < C; ++c) {
@@ -81,7 +84,9 @@ __attribute__((target("avx512f,avx512bf16"))) void context_block(const std::uint
     for (int c = 0; c < C; ++c) {
       acc[d][c] = _mm512_loadu_ps(out_t + d * out_stride + c * kBf16RowsPerVector);
     }
-  for (Index p = 0; p < pairs; ++p) {
+  // A do-while (pairs >= 1: a span is whole pairs of keys), as in score_block.
+  Index p = 0;
+  do {
     __m512bh w[C];
     for (int c = 0; c < C; ++c) {
       w[c] = reinterpret_cast<__m512bh>(
@@ -93,7 +98,7 @@ __attribute__((target("avx512f,avx512bf16"))) void context_block(const std::uint
       const auto value = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       for (int c = 0; c < C; ++c) acc[d][c] = _mm512_dpbf16_ps(acc[d][c], w[c], value);
     }
-  }
+  } while (++p < pairs);
   for (int d = 0; d < kDims; ++d)
     for (int c = 0; c < C; ++c) {
       _mm512_storeu_ps(out_t + d * out_stride + c * kBf16RowsPerVector, acc[d][c]);

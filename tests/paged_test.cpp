@@ -716,7 +716,9 @@ std::vector<float> chunked_prefill_bits(Paged& p, const Tokens& tokens, const Op
 
 // A prompt of 1100 tokens beside a decoding sequence, prefilled in chunks of 1, 7, 64 and
 // at once: each query's bits are the same (a window, so that the runs' first keys differ).
-// The same for a bf16 cache with bf16 q and dim_v 64 (vdpbf16ps where the CPU has it).
+// At once, on 1 thread its 35 query runs are merged tasks (DecodeParts), on 20 each part is
+// a task of its own: the same bits, with the window and without. The same for a bf16 cache with
+// bf16 q and dim_v 64 (vdpbf16ps where the CPU has it).
 TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
   constexpr Index kPrompt = 1100;
   for (const CacheDType dtype : {CacheDType::f16, CacheDType::bf16}) {
@@ -733,6 +735,18 @@ TEST(Paged, ChunkedPrefillGivesTheBytesOfOneShotOnEveryTarget) {
     for_each_target([&] {
       Paged p = make_paged(shape, {dtype, 16, PageLayout::token_major, true}, tokens, 31);
       const std::vector<float> want = row_bits(run(p, tokens, options), 0, kPrompt);
+      Options whole = options;  // no window: the last queries' states merge three parts
+      whole.window = {-1, -1};
+      whole.threads = 20;
+      const std::vector<float> whole_bits = row_bits(run(p, tokens, whole), 0, kPrompt);
+      for (const int threads : {1, 20}) {
+        Options o = options;
+        o.threads = whole.threads = threads;
+        EXPECT_TRUE(same_bytes(row_bits(run(p, tokens, o), 0, kPrompt), want))
+            << "at once, " << threads << " threads";
+        EXPECT_TRUE(same_bytes(row_bits(run(p, tokens, whole), 0, kPrompt), whole_bits))
+            << "no window, " << threads << " threads";
+      }
       for (const Index chunk : {1, 7, 64}) {
         SCOPED_TRACE("chunks of " + std::to_string(chunk));
         EXPECT_TRUE(same_bytes(chunked_prefill_bits(p, tokens, options, kPrompt, chunk), want));

@@ -2,19 +2,21 @@
 // keys of each sequence are cut into parts: a shared prompt prefix (pages that every
 // sequence of a fork group holds, read once for all their queries), then the sequence's own
 // keys, each cut at multiples of DecodeTraits::kSplitKeys; a long query run is cut into
-// runs of kSplitQueries. A task is a part over every KV head; its rows are every query head
-// for each query of each member, so each K/V row is loaded once per task. Within a task,
+// runs of kSplitQueries. A part is computed over every KV head; its rows are every query head
+// for each query of each member, so each K/V row is loaded once per part. A task is one part,
+// or every part of a long query run in key order (DecodeParts' merged tasks). Within a part,
 // keys go by tiles of one page (or a few small pages), every KV head of a tile in turn,
 // which is the order of the pages' memory. Per tile and KV head, with the pieces of
 // cpu/tile/: scores for blocks of the head's rows by the dot micro-kernel (K converted to
 // float32 in registers, or bf16 pairs by vdpbf16ps: Bf16Products), then per softmax step of
 // kSoftmaxKeys keys the shared shaper and online softmax per row and P V into the row's
-// accumulator. Each task leaves one state per row; the states of a row's parts are merged in key
-// order afterwards by the shared state merge, so threads only change who computes a part, never
-// what is merged in which order. Every kernel here computes a row alone (the NR-row kernels give
-// each row the bits of the one-row kernel), which with the fixed cuts of DecodeTraits makes a row's
-// bits its own. Keys outside a row's causal/window range are not read for that row (scores set to
-// -inf, value rows skipped), so NaN in them never reaches the output.
+// accumulator. Each part leaves one state per row; the states of a row's parts are merged in key
+// order by the shared state merge (a merged task's as it goes, the rest afterwards), so threads
+// only change who computes a part, never what is merged in which order. Every kernel here computes
+// a row alone (the NR-row kernels give each row the bits of the one-row kernel), which with the
+// fixed cuts of DecodeTraits makes a row's bits its own. Keys outside a row's causal/window range
+// are not read for that row (scores set to -inf, value rows skipped), so NaN in them never reaches
+// the output.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/decode/decode.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -71,9 +73,9 @@ using Traits = DecodeTraits;
 // Hq = 32 4% slower, so the 16-register x86 targets ask only for L2.
 constexpr bool kNextKeysToL1 = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3);
 
-// Per-thread scratch, sized for the largest task (tile::scratch_buffer).
+// Per-thread scratch, sized for the largest part (tile::scratch_buffer).
 struct Scratch {
-  Scratch(Index rows, Index dim, Index dim_v, bool bf16_queries)
+  Scratch(Index rows, Index dim, Index dim_v, bool bf16_queries, bool merged_bf16_context)
       : queries(tile::scratch_buffer<float>(rows * dim)),
         scores(tile::scratch_buffer<float>(rows * Traits::kKeyTile)),
         acc(tile::scratch_buffer<float>(rows * dim_v)),
@@ -88,7 +90,8 @@ struct Scratch {
         value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
         rotated(tile::scratch_buffer<double>(dim)),
         rotated_floats(tile::scratch_buffer<float>(dim)),
-        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * dim : 0)) {}
+        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * dim : 0)),
+        natural_acc(tile::scratch_buffer<float>(merged_bf16_context ? rows * dim_v : 0)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
   hwy::AlignedFreeUniquePtr<float[]> scores;   // [rows][kKeyTile]: scores, then weights
@@ -103,6 +106,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<double[]> rotated;        // [dim]: a query row being rotated
   hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
   hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;   // [rows][dim]: q as given (bf16 scores)
+  // [rows][dim_v]: acc in value-dim order, for a merged task's part with bf16 P V.
+  hwy::AlignedFreeUniquePtr<float[]> natural_acc;
 };
 
 // Which products run on AVX512-BF16's vdpbf16ps (cpu/tile/bf16_pairs-inl.h): a bf16 cache
@@ -206,13 +211,44 @@ struct TileRows {
   Index count() const { return t1 - t0; }
 };
 
+// Merges a part's states (m, l and acc in value-dim order, its rows of every KV head as the
+// part lays them) into the state rows of its members' queries.
+void merge_part(const DecodeProblem& p, const Part& part, const float* pm, const float* pl,
+                const float* pacc, State& state) {
+  const Index group = p.group_size(), dim_v = p.dim_v;
+  float *m = state.m.data_as<float>(), *l = state.l.data_as<float>();
+  float* acc = state.acc.data_as<float>();
+  for (const Member& member : part.members) {
+    const Index n_q = member.query_end - member.query_begin;
+    for (Index head = 0; head < p.heads_q; ++head) {
+      const Index first_row = head / group * part.rows + member.row_offset + head % group * n_q;
+      for (Index i = 0; i < n_q; ++i) {
+        const Index out = p.state_rows.at(member.seq, head, member.query_begin + i);
+        const Index in = first_row + i;
+        merge_state(m[out], l[out], acc + out * dim_v, pm[in], pl[in], pacc + in * dim_v, dim_v);
+      }
+    }
+  }
+}
+
 template <class T>
 class TaskKernel {
  public:
-  TaskKernel(const DecodeProblem& p, const DecodeParts& plan, Scratch& s, State& partial)
-      : p_(p), plan_(plan), s_(s), partial_(partial) {}
+  TaskKernel(const DecodeProblem& p, const DecodeParts& plan, Scratch& s, State& partial,
+             State& state)
+      : p_(p), plan_(plan), s_(s), partial_(partial), state_(state) {}
 
-  void run(Index part_index) {
+  // The task's parts in key order, each part's states merged into the step's state as soon as
+  // it is computed (a merged task) or left in its partial rows.
+  void run(const Task& task) {
+    for (Index i = task.first; i < task.end; ++i) {
+      compute(i);
+      put_states(i, task.merged);
+    }
+  }
+
+ private:
+  void compute(Index part_index) {
     const Part& part = plan_.parts[static_cast<std::size_t>(part_index)];
     const Index group = p_.group_size(), rows = part.rows;
     Index union_first = part.key_end, union_end = part.key_begin;
@@ -262,21 +298,29 @@ class TaskKernel {
       tile(tiles[i], {tiles[(i + 1) % ring], far}, tiles[i].kv_head * rows,
            (tiles[i].kv_head + 1) * rows);
     }
-    const Index all_rows = p_.heads_kv * rows;
-    const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
-    std::copy_n(s_.row_max.get(), all_rows, partial_.m.data_as<float>() + offset);
-    std::copy_n(s_.row_sum.get(), all_rows, partial_.l.data_as<float>() + offset);
-    float* acc = partial_.acc.data_as<float>() + offset * p_.dim_v;
-    if (!bf16_.context) {
-      std::copy_n(s_.acc.get(), all_rows * p_.dim_v, acc);
-      return;
-    }
-    for (Index r = 0; r < all_rows; ++r)
-      for (Index d = 0; d < p_.dim_v; ++d)
-        acc[r * p_.dim_v + d] = s_.acc[r * p_.dim_v + tile::paired_position(d)];
   }
 
- private:
+  // The computed part's states: merged into the step's state now, or copied to its partial
+  // rows; acc in value-dim order either way.
+  void put_states(Index part_index, bool merged) {
+    const Part& part = plan_.parts[static_cast<std::size_t>(part_index)];
+    const Index all_rows = p_.heads_kv * part.rows;
+    const Index offset = plan_.state_offset[static_cast<std::size_t>(part_index)];
+    float* acc = merged ? s_.natural_acc.get() : partial_.acc.data_as<float>() + offset * p_.dim_v;
+    if (bf16_.context) {
+      for (Index r = 0; r < all_rows; ++r)
+        for (Index d = 0; d < p_.dim_v; ++d)
+          acc[r * p_.dim_v + d] = s_.acc[r * p_.dim_v + tile::paired_position(d)];
+    }
+    if (merged) {
+      return merge_part(p_, part, s_.row_max.get(), s_.row_sum.get(),
+                        bf16_.context ? acc : s_.acc.get(), state_);
+    }
+    std::copy_n(s_.row_max.get(), all_rows, partial_.m.data_as<float>() + offset);
+    std::copy_n(s_.row_sum.get(), all_rows, partial_.l.data_as<float>() + offset);
+    if (!bf16_.context) std::copy_n(s_.acc.get(), all_rows * p_.dim_v, acc);
+  }
+
   void prepare_row(Index r, Index seq, Index head, Index i, const Part& part) {
     const Index length = p_.lengths[static_cast<std::size_t>(seq)];
     const Index position = p_.query_position(seq, i);
@@ -787,6 +831,7 @@ class TaskKernel {
   const DecodeParts& plan_;
   Scratch& s_;
   State& partial_;
+  State& state_;
   const tile::ScoreShaping shaping_{p_.rule.softcap, !p_.rule.alibi_slopes.empty()};
   const Bf16Products bf16_ = bf16_products<T>(p_);
   // Values whose dtype is not the keys': widened per tile by widen_other_values_, their
@@ -822,38 +867,25 @@ class TaskKernel {
 };
 
 // The state row of (s, head, i) = the partial states of the parts holding it, merged in key
-// order.
+// order (the parts' order), after the merged tasks merged theirs.
 void merge_parts(const DecodeProblem& p, const DecodeParts& plan, const State& partial,
                  State& state) {
-  const Index group = p.group_size(), dim_v = p.dim_v;
   const float *pm = partial.m.data_as<float>(), *pl = partial.l.data_as<float>();
   const float* pacc = partial.acc.data_as<float>();
-  float *m = state.m.data_as<float>(), *l = state.l.data_as<float>();
-  float* acc = state.acc.data_as<float>();
-  for (Index s = 0; s < p.sequences(); ++s) {
-    for (const auto& [part_index, member_index] : plan.parts_of[static_cast<std::size_t>(s)]) {
-      const Part& part = plan.parts[static_cast<std::size_t>(part_index)];
-      const Member& member = part.members[static_cast<std::size_t>(member_index)];
-      const Index n_q = member.query_end - member.query_begin;
-      for (Index head = 0; head < p.heads_q; ++head) {
-        const Index first_row = plan.state_offset[static_cast<std::size_t>(part_index)] +
-                                head / group * part.rows + member.row_offset + head % group * n_q;
-        for (Index i = 0; i < n_q; ++i) {
-          const Index out = p.state_rows.at(s, head, member.query_begin + i), in = first_row + i;
-          merge_state(m[out], l[out], acc + out * dim_v, pm[in], pl[in], pacc + in * dim_v, dim_v);
-        }
-      }
-    }
+  for (std::size_t i = 0; i < plan.parts.size(); ++i) {
+    const Index offset = plan.state_offset[i];
+    if (offset < 0) continue;
+    merge_part(p, plan.parts[i], pm + offset, pl + offset, pacc + offset * p.dim_v, state);
   }
 }
 
 template <class T>
 void run(const DecodeProblem& p, State& state, int threads) {
-  const DecodeParts plan = make_parts(p);
+  const DecodeParts plan = make_parts(p, threads);
   State partial{Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, 1}),
                 Tensor(DType::f32, {1, 1, plan.total_rows, p.dim_v})};
-  const auto tasks = static_cast<Index>(plan.parts.size());
+  const auto tasks = static_cast<Index>(plan.tasks.size());
   Index work = 0;
   for (const Part& part : plan.parts) {
     const Index row_groups = (part.rows + Traits::kRowsPerWork - 1) / Traits::kRowsPerWork;
@@ -863,13 +895,16 @@ void run(const DecodeProblem& p, State& state, int threads) {
   threads = tile::threads_for(useful, threads);
   std::vector<Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(threads));
-  const bool bf16_queries = bf16_products<T>(p).scores;
+  const Bf16Products bf16 = bf16_products<T>(p);
+  const bool merged_tasks = !plan.tasks.empty() && plan.tasks.front().merged;
   for (int t = 0; t < threads; ++t) {
-    scratch.emplace_back(plan.max_rows, p.dim, p.dim_v, bf16_queries);
+    scratch.emplace_back(plan.max_rows, p.dim, p.dim_v, bf16.scores, merged_tasks && bf16.context);
   }
   tile::run_items(tasks, threads, [&](int thread) {
-    return [&, kernel = TaskKernel<T>(p, plan, scratch[static_cast<std::size_t>(thread)], partial)](
-               Index task) mutable { kernel.run(task); };
+    return [&, kernel = TaskKernel<T>(p, plan, scratch[static_cast<std::size_t>(thread)], partial,
+                                      state)](Index task) mutable {
+      kernel.run(plan.tasks[static_cast<std::size_t>(task)]);
+    };
   });
   merge_parts(p, plan, partial, state);
 }

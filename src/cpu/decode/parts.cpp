@@ -44,7 +44,7 @@ std::pair<Index, Index> visible_span(const DecodeProblem& p, Index s, Index quer
 
 }  // namespace
 
-DecodeParts make_parts(const DecodeProblem& p) {
+DecodeParts make_parts(const DecodeProblem& p, int threads) {
   const Index page = p.page_size(), group = p.group_size();
   // Sequences with few queries share a prompt prefix; a long query run is compute-bound and
   // goes in runs of its own.
@@ -83,6 +83,10 @@ DecodeParts make_parts(const DecodeProblem& p) {
     }
     add_parts(plan, group_members, group, 0, shared);
   }
+  // Long query runs (a prefill chunk) whose parts no other sequence shares: as tasks of
+  // their own they would keep every part's states in partial rows (64 MiB for a 512-query
+  // chunk over 4096 keys at Hq 32, d 128) and merge them on one thread after the rest.
+  std::vector<Task> long_runs;
   for (Index s = 0; s < p.sequences(); ++s) {
     const Index n_q = p.queries(s);
     for (Index q0 = 0; q0 < n_q; q0 += Traits::kSplitQueries) {
@@ -90,8 +94,26 @@ DecodeParts make_parts(const DecodeProblem& p) {
       // Keys no query of the run sees are not a part of it (an empty state merges as none).
       const auto [first, end] = visible_span(p, s, q0, q1);
       const Index begin = std::max(prefix[s], first / Traits::kSplitKeys * Traits::kSplitKeys);
+      const auto run_first = static_cast<Index>(plan.parts.size());
       add_parts(plan, {{s, q0, q1, 0}}, group, begin, end);
+      const auto run_end = static_cast<Index>(plan.parts.size());
+      if (prefix[s] == 0 && q1 - q0 >= Traits::kMergedRunQueries && run_end > run_first) {
+        long_runs.push_back({run_first, run_end, true});
+      }
     }
+  }
+  // Merged tasks only where there are enough to share among the threads: else a lone long
+  // run keeps its parts as tasks, for every thread to take some.
+  if (static_cast<Index>(long_runs.size()) < Traits::kMergedRunsPerThread * threads) {
+    long_runs.clear();
+  }
+  std::vector<bool> merged(plan.parts.size(), false);
+  plan.tasks = long_runs;
+  for (const Task& task : long_runs) {
+    std::fill(merged.begin() + task.first, merged.begin() + task.end, true);
+  }
+  for (Index i = 0; i < static_cast<Index>(plan.parts.size()); ++i) {
+    if (!merged[static_cast<std::size_t>(i)]) plan.tasks.push_back({i, i + 1, false});
   }
 
   plan.parts_of.resize(static_cast<std::size_t>(p.sequences()));
@@ -100,8 +122,8 @@ DecodeParts make_parts(const DecodeProblem& p) {
     for (std::size_t m = 0; m < part.members.size(); ++m) {
       plan.parts_of[part.members[m].seq].emplace_back(i, m);
     }
-    plan.state_offset.push_back(plan.total_rows);
-    plan.total_rows += part.rows * p.heads_kv;
+    plan.state_offset.push_back(merged[i] ? -1 : plan.total_rows);
+    if (!merged[i]) plan.total_rows += part.rows * p.heads_kv;
     plan.max_rows = std::max(plan.max_rows, part.rows * p.heads_kv);
   }
   return plan;

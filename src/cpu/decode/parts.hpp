@@ -25,19 +25,32 @@ struct Part {
   Index rows = 0;  // of one KV head, over all members
 };
 
+// Parts [first, end), computed in key order by one task. merged: each part's states are
+// merged into the step's state by the task as soon as it is computed (the parts of one long
+// query run, which no other part holds), with no partial-state rows; else one part whose
+// states wait in partial rows for the merge after every task.
+struct Task {
+  Index first = 0, end = 0;
+  bool merged = false;
+};
+
 struct DecodeParts {
   std::vector<Part> parts;
-  std::vector<Index> state_offset;  // [parts]: first partial-state row of (part, head 0)
+  std::vector<Task> tasks;  // the long query runs' tasks first
+  // [parts]: first partial-state row of (part, head 0); -1 for the parts of merged tasks.
+  std::vector<Index> state_offset;
   // [S]: (part, member) for each part holding a sequence's queries; for each query, the
   // parts holding it are in key order.
   std::vector<std::vector<std::pair<Index, Index>>> parts_of;
-  Index total_rows = 0;  // partial states over all (part, head)
-  Index max_rows = 0;    // rows of the largest task, all KV heads
+  Index total_rows = 0;  // partial states over the parts of unmerged tasks (all heads)
+  Index max_rows = 0;    // rows of the largest part, all KV heads
 };
 
 // Groups sequences by their first page; a group of two or more shares the leading
-// kSplitKeys-multiple of keys whose pages all of its tables hold.
-DecodeParts make_parts(const DecodeProblem& p);
+// kSplitKeys-multiple of keys whose pages all of its tables hold. Long query runs become
+// merged tasks where there are enough of them to keep `threads` busy; which parts a task
+// holds changes who computes them, never their arithmetic or the merge order.
+DecodeParts make_parts(const DecodeProblem& p, int threads);
 
 // Keys per tile for a page size: one page, or cut to kKeyTile, or whole pages up to
 // kMinTileKeys, rounded up to a power of two (so tiles hold whole softmax steps and parts

@@ -16,6 +16,11 @@ struct DecodeTraits {
   // Queries per task: a long query run (a prefill chunk) is cut into runs this long, so it
   // spreads over the threads beside the one-token steps of a mixed batch.
   static constexpr int kSplitQueries = 32;
+  // Queries from which a query run's parts make one task that merges each part's states as
+  // it goes (DecodeParts' merged tasks), and how many such runs per thread a call needs for
+  // it: fewer, and the runs' parts stay tasks of their own, spread over the threads.
+  static constexpr int kMergedRunQueries = 16;
+  static constexpr int kMergedRunsPerThread = 2;
   // Most keys per tile (blocks larger than this are cut): scores of a tile are computed,
   // exponentiated and used against V while the tile's pointers and scores stay in L1.
   static constexpr int kKeyTile = 64;

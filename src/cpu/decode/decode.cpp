@@ -73,6 +73,11 @@ using Traits = DecodeTraits;
 // Hq = 32 4% slower, so the 16-register x86 targets ask only for L2.
 constexpr bool kNextKeysToL1 = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3);
 
+// A row of bf16 q in the scratch: dim rounded up to whole vectors of pairs.
+inline Index padded_dim(Index dim) {
+  return (dim + tile::kBf16PerVector - 1) / tile::kBf16PerVector * tile::kBf16PerVector;
+}
+
 // Per-thread scratch, sized for the largest part (tile::scratch_buffer).
 struct Scratch {
   Scratch(Index rows, Index dim, Index dim_v, bool bf16_queries, bool merged_bf16_context)
@@ -90,7 +95,9 @@ struct Scratch {
         value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
         rotated(tile::scratch_buffer<double>(dim)),
         rotated_floats(tile::scratch_buffer<float>(dim)),
-        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * dim : 0)),
+        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * padded_dim(dim) : 0)),
+        packed_keys(tile::scratch_buffer<std::uint32_t>(
+            bf16_queries ? Traits::kKeyTile / tile::kPackedKeys * tile::packed_key_words(dim) : 0)),
         natural_acc(tile::scratch_buffer<float>(merged_bf16_context ? rows * dim_v : 0)) {}
 
   hwy::AlignedFreeUniquePtr<float[]> queries;  // [rows][dim]: scale * q
@@ -105,7 +112,10 @@ struct Scratch {
   const float* value_rows[Traits::kKeyTile];
   hwy::AlignedFreeUniquePtr<double[]> rotated;        // [dim]: a query row being rotated
   hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
-  hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;   // [rows][dim]: q as given (bf16 scores)
+  // [rows][padded_dim]: q as given, zero past dim (bf16 scores).
+  hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;
+  // A tile's keys laid by tile::pack_key_pairs, for a prefill run's bf16 scores.
+  hwy::AlignedFreeUniquePtr<std::uint32_t[]> packed_keys;
   // [rows][dim_v]: acc in value-dim order, for a merged task's part with bf16 P V.
   hwy::AlignedFreeUniquePtr<float[]> natural_acc;
 };
@@ -340,7 +350,8 @@ class TaskKernel {
       const auto scale = static_cast<float>(p_.rule.scale);
       if constexpr (std::is_same_v<Q, bfloat16>) {
         if (bf16_.scores) {
-          std::copy_n(q, p_.dim, s_.query_bf16.get() + r * p_.dim);
+          bfloat16* row = s_.query_bf16.get() + r * padded_dim(p_.dim);
+          std::fill(std::copy_n(q, p_.dim, row), row + padded_dim(p_.dim), bfloat16{});
           return;
         }
       }
@@ -543,9 +554,10 @@ class TaskKernel {
   template <class KeyRow, class ValueRow>
   void tile_of(const TileRows<T>& rows, const KeyRow* keys, const ValueRow* values,
                const Lookahead& ahead, Index row_begin, Index row_end) {
+    const bool packed = pack_keys(keys, rows.count(), row_end - row_begin);
     for (Index r = row_begin; r < row_end; r += Traits::kRowBlock) {
       const Index block_rows = std::min<Index>(Traits::kRowBlock, row_end - r);
-      score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr);
+      score_rows(r, block_rows, keys, rows.count(), r == row_begin ? &ahead : nullptr, packed);
     }
     for (Index step = rows.t0; step < rows.t1; step += Traits::kSoftmaxKeys) {
       softmax_rows(row_begin, row_end, rows, step);
@@ -556,12 +568,31 @@ class TaskKernel {
     }
   }
 
+  // Whether the tile's keys are laid for tile::scores_by_packed_keys_bf16 (done here): bf16
+  // scores of more than kWidenRows rows of the KV head (a prefill run), for which laying
+  // them once costs less than the shuffle trees of the dot kernel, with the same bits.
+  template <class KeyRow>
+  bool pack_keys([[maybe_unused]] const KeyRow* keys, [[maybe_unused]] Index count,
+                 [[maybe_unused]] Index rows) {
+#if ATTN_TILE_BF16_DOT
+    if constexpr (std::is_same_v<KeyRow, const bfloat16*>) {
+      if (bf16_.scores && rows > Traits::kWidenRows) {
+        pack_keys_bf16(keys, count);
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
+  // Scores of keys [0, count) for rows [r0, r0 + block_rows); `packed`: read from the tile's
+  // keys as pack_keys laid them.
   template <class Row>
-  void score_rows(Index r0, Index block_rows, const Row* keys, Index count,
-                  const Lookahead* ahead) {
+  void score_rows(Index r0, Index block_rows, const Row* keys, Index count, const Lookahead* ahead,
+                  [[maybe_unused]] bool packed) {
 #if ATTN_TILE_BF16_DOT
     if constexpr (std::is_same_v<Row, const bfloat16*>) {
-      if (bf16_.scores) return score_rows_bf16(r0, block_rows, keys, count, ahead);
+      if (bf16_.scores) return score_rows_bf16(r0, block_rows, keys, count, ahead, packed);
     }
 #endif
     switch (block_rows) {
@@ -617,17 +648,45 @@ class TaskKernel {
   // score_rows on AVX512-BF16 (bf16_.scores): the same blocks and requests ahead, q as
   // given, the scale after the sums.
   ATTN_BF16_TARGET void score_rows_bf16(Index r0, Index block_rows, const bfloat16* const* keys,
-                                        Index count, const Lookahead* ahead) {
+                                        Index count, const Lookahead* ahead, bool packed) {
     switch (block_rows) {
       case 4:
-        return score_rows_bf16_n<4>(r0, keys, count, ahead);
+        return packed ? score_rows_packed_bf16_n<4>(r0, count, ahead)
+                      : score_rows_bf16_n<4>(r0, keys, count, ahead);
       case 3:
-        return score_rows_bf16_n<3>(r0, keys, count, ahead);
+        return packed ? score_rows_packed_bf16_n<3>(r0, count, ahead)
+                      : score_rows_bf16_n<3>(r0, keys, count, ahead);
       case 2:
-        return score_rows_bf16_n<2>(r0, keys, count, ahead);
+        return packed ? score_rows_packed_bf16_n<2>(r0, count, ahead)
+                      : score_rows_bf16_n<2>(r0, keys, count, ahead);
       default:
-        return score_rows_bf16_n<1>(r0, keys, count, ahead);
+        return packed ? score_rows_packed_bf16_n<1>(r0, count, ahead)
+                      : score_rows_bf16_n<1>(r0, keys, count, ahead);
     }
+  }
+
+  ATTN_BF16_TARGET void pack_keys_bf16(const bfloat16* const* keys, Index count) {
+    tile::pack_key_pairs(keys, count, p_.dim, s_.packed_keys.get());
+  }
+
+  // score_rows_bf16_n's scores from the packed keys, kPackedKeys at a time, with the same
+  // requests ahead.
+  template <int NR>
+  ATTN_BF16_TARGET HWY_INLINE void score_rows_packed_bf16_n(Index r0, Index count,
+                                                            const Lookahead* ahead) {
+    const auto scale = static_cast<float>(p_.rule.scale);
+    const bfloat16* q[NR];
+    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * padded_dim(p_.dim);
+    const Index words = tile::packed_key_words(p_.dim);
+    Index k = 0;
+    for (; k < count; k += tile::kPackedKeys) {
+      float* out[NR];
+      for (int r = 0; r < NR; ++r) out[r] = s_.scores.get() + (r0 + r) * Traits::kKeyTile + k;
+      tile::scores_by_packed_keys_bf16<NR>(q, s_.packed_keys.get() + k / tile::kPackedKeys * words,
+                                           p_.dim, scale, out);
+      if (ahead != nullptr) prefetch_ahead(*ahead, k, k + tile::kPackedKeys);
+    }
+    if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
   }
 
   template <int NR>
@@ -635,7 +694,7 @@ class TaskKernel {
                                                      Index count, const Lookahead* ahead) {
     const auto scale = static_cast<float>(p_.rule.scale);
     const bfloat16* q[NR];
-    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * p_.dim;
+    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * padded_dim(p_.dim);
     score_blocks<NR, tile::kDotKeys<NR>>(
         r0, keys, count, ahead,
         [&](const bfloat16* const* block, float* const* out)

@@ -40,7 +40,8 @@ struct DecodeTraits {
   // Query rows scored and accumulated together (one K/V load feeds this many rows).
   static constexpr int kRowBlock = 4;
   // Rows of a KV head above which a tile's 16-bit and int8 keys and values are widened to
-  // float32 once (a prefill run), not once per block of kRowBlock rows.
+  // float32 once (a prefill run), not once per block of kRowBlock rows, and bf16 keys for
+  // vdpbf16ps are laid in pairs once (tile::pack_key_pairs).
   static constexpr int kWidenRows = 16;
   // Key rows (summed over KV heads, and per kRowsPerWork rows of a KV head) per thread below
   // which fewer threads are started: a small step costs less than waking a thread on a busy

@@ -15,7 +15,10 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "attn/half.hpp"
 #include "attn/tensor.hpp"
@@ -42,6 +45,15 @@ namespace tile {
 
 // bf16 elements in a vector: a pair per float32 lane.
 inline constexpr Index kBf16PerVector = 32;
+
+// Keys of one vector of scores_by_packed_keys_bf16.
+inline constexpr Index kPackedKeys = 16;
+
+// The uint32 of a tile's keys laid by pack_key_pairs, per key vector: 16 pairs of each
+// 32-element chunk of d, a vector each.
+inline Index packed_key_words(Index dim) {
+  return (dim + kBf16PerVector - 1) / kBf16PerVector * kBf16PerVector / 2 * kPackedKeys;
+}
 
 // Where context_by_pairs_bf16 keeps value dim d of a row's accumulator: value dims go in
 // blocks of 32, each as vpunpcklwd / vpunpckhwd pair two value rows, 128 bits at a time.
@@ -89,6 +101,97 @@ ATTN_BF16_TARGET HWY_INLINE void scores_by_dot_bf16(const bfloat16* const* q,
     alignas(16) float sums[4];
     sums_of_lanes4(df, sum(i), sum(i + 1), sum(i + 2), sum(i + 3), sums);
     for (int j = i; j < NR * KK && j < i + 4; ++j) scores[j / KK][j % KK] = sums[j - i] * scale;
+  }
+}
+
+// rows[i][j] to rows[j][i]: a 16 x 16 transpose of 32-bit lanes as four 2 x 2 block
+// transposes, blocks of 8, 4, 2 and 1 (vpermt2d: rows i and i + h become [i's lanes
+// j & h == 0, (i + h)'s the same] and [i's lanes j & h != 0, (i + h)'s the same]).
+ATTN_BF16_TARGET HWY_INLINE void transpose16(__m512i* rows) {
+  alignas(64) static constexpr auto kIndices = [] {
+    std::array<std::array<std::int32_t, 16>, 8> at{};
+    for (int s = 0; s < 4; ++s) {
+      const int h = 8 >> s;
+      for (int j = 0; j < 16; ++j) {
+        at[2 * s][j] = (j & h) == 0 ? j : 16 + j - h;
+        at[2 * s + 1][j] = (j & h) == 0 ? j + h : 16 + j;
+      }
+    }
+    return at;
+  }();
+  for (int s = 0; s < 4; ++s) {
+    const int h = 8 >> s;
+    const __m512i first = _mm512_load_si512(kIndices[2 * s].data());
+    const __m512i second = _mm512_load_si512(kIndices[2 * s + 1].data());
+    for (int i = 0; i < 16; ++i) {
+      if ((i & h) != 0) continue;
+      const __m512i a = rows[i], b = rows[i + h];
+      rows[i] = _mm512_permutex2var_epi32(a, first, b);
+      rows[i + h] = _mm512_permutex2var_epi32(a, second, b);
+    }
+  }
+}
+
+// Keys [0, count) laid for scores_by_packed_keys_bf16, kPackedKeys at a time (the last key
+// repeated to fill the last vector): for key vector v, packed + v * packed_key_words(dim)
+// holds, for each chunk c of 32 elements of d and pair l < 16 of it, a vector of the keys'
+// pairs (elements 32 c + 2 l and 32 c + 2 l + 1, zero past dim) at (16 c + l) * 16.
+ATTN_BF16_TARGET HWY_INLINE void pack_key_pairs(const bfloat16* const* keys, Index count, Index dim,
+                                                std::uint32_t* packed) {
+  for (Index k = 0; k < count; k += kPackedKeys) {
+    for (Index d = 0; d < dim; d += kBf16PerVector) {
+      __m512i rows[kPackedKeys];
+      for (Index i = 0; i < kPackedKeys; ++i) {
+        rows[i] = (__m512i)load_bf16_pairs(keys[std::min(k + i, count - 1)], d, dim);
+      }
+      transpose16(rows);
+      for (Index l = 0; l < kPackedKeys; ++l) {
+        _mm512_storeu_si512(packed + (d / 2 + l) * kPackedKeys, rows[l]);
+      }
+    }
+    packed += packed_key_words(dim);
+  }
+}
+
+// scores_by_dot_bf16's scores, to its bits, of kPackedKeys keys laid by pack_key_pairs (the
+// keys in lanes, for many rows of one tile): each lane chain of the dot kernel (pair l of
+// every chunk) a vector over the keys, q's pair broadcast, and the shuffle tree's sums in
+// its order (per 128-bit block b: (l0 + l2) + (l1 + l3) of lanes 4 b + i, then the blocks
+// (b0 + b2) + (b1 + b3)), with no shuffle. q: NR rows of [dim] bf16, zero to a multiple of
+// 32  scores: NR rows of kPackedKeys.
+template <int NR>
+ATTN_BF16_TARGET HWY_INLINE void scores_by_packed_keys_bf16(const bfloat16* const* q,
+                                                            const std::uint32_t* packed, Index dim,
+                                                            float scale, float* const* scores) {
+  const Index chunks = (dim + kBf16PerVector - 1) / kBf16PerVector;
+  __m512 even_blocks[NR], odd_blocks[NR];  // blocks 0 (+ 2) and 1 (+ 3)
+  for (int b = 0; b < 4; ++b) {
+    // The chains of the block's four lanes side by side: 4 NR in flight.
+    __m512 chain[4][NR];
+    for (int i = 0; i < 4; ++i)
+      for (int r = 0; r < NR; ++r) chain[i][r] = _mm512_setzero_ps();
+    for (Index c = 0; c < chunks; ++c) {
+      for (int i = 0; i < 4; ++i) {
+        const Index pair = 16 * c + 4 * b + i;
+        const auto key = (__m512bh)_mm512_loadu_si512(packed + pair * kPackedKeys);
+        for (int r = 0; r < NR; ++r) {
+          std::uint32_t word;
+          std::memcpy(&word, q[r] + 2 * pair, sizeof(word));
+          const auto query = (__m512bh)_mm512_set1_epi32(static_cast<std::int32_t>(word));
+          chain[i][r] = _mm512_dpbf16_ps(chain[i][r], query, key);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512 block = _mm512_add_ps(_mm512_add_ps(chain[0][r], chain[2][r]),
+                                         _mm512_add_ps(chain[1][r], chain[3][r]));
+      __m512& sum = b % 2 == 0 ? even_blocks[r] : odd_blocks[r];
+      sum = b < 2 ? block : _mm512_add_ps(sum, block);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    _mm512_storeu_ps(scores[r], _mm512_mul_ps(_mm512_add_ps(even_blocks[r], odd_blocks[r]),
+                                              _mm512_set1_ps(scale)));
   }
 }
 

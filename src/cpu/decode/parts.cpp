@@ -116,12 +116,8 @@ DecodeParts make_parts(const DecodeProblem& p, int threads) {
     if (!merged[static_cast<std::size_t>(i)]) plan.tasks.push_back({i, i + 1, false});
   }
 
-  plan.parts_of.resize(static_cast<std::size_t>(p.sequences()));
   for (std::size_t i = 0; i < plan.parts.size(); ++i) {
     const Part& part = plan.parts[i];
-    for (std::size_t m = 0; m < part.members.size(); ++m) {
-      plan.parts_of[part.members[m].seq].emplace_back(i, m);
-    }
     plan.state_offset.push_back(merged[i] ? -1 : plan.total_rows);
     if (!merged[i]) plan.total_rows += part.rows * p.heads_kv;
     plan.max_rows = std::max(plan.max_rows, part.rows * p.heads_kv);

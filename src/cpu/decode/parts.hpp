@@ -35,13 +35,10 @@ struct Task {
 };
 
 struct DecodeParts {
-  std::vector<Part> parts;
+  std::vector<Part> parts;  // the parts holding any one query are in key order
   std::vector<Task> tasks;  // the long query runs' tasks first
   // [parts]: first partial-state row of (part, head 0); -1 for the parts of merged tasks.
   std::vector<Index> state_offset;
-  // [S]: (part, member) for each part holding a sequence's queries; for each query, the
-  // parts holding it are in key order.
-  std::vector<std::vector<std::pair<Index, Index>>> parts_of;
   Index total_rows = 0;  // partial states over the parts of unmerged tasks (all heads)
   Index max_rows = 0;    // rows of the largest part, all KV heads
 };

@@ -73,11 +73,6 @@ using Traits = DecodeTraits;
 // Hq = 32 4% slower, so the 16-register x86 targets ask only for L2.
 constexpr bool kNextKeysToL1 = !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3);
 
-// A row of bf16 q in the scratch: dim rounded up to whole vectors of pairs.
-inline Index padded_dim(Index dim) {
-  return (dim + tile::kBf16PerVector - 1) / tile::kBf16PerVector * tile::kBf16PerVector;
-}
-
 // Per-thread scratch, sized for the largest part (tile::scratch_buffer).
 struct Scratch {
   Scratch(Index rows, Index dim, Index dim_v, bool bf16_queries, bool merged_bf16_context)
@@ -95,7 +90,8 @@ struct Scratch {
         value_floats(tile::scratch_buffer<float>(Traits::kKeyTile * dim_v)),
         rotated(tile::scratch_buffer<double>(dim)),
         rotated_floats(tile::scratch_buffer<float>(dim)),
-        query_bf16(tile::scratch_buffer<bfloat16>(bf16_queries ? rows * padded_dim(dim) : 0)),
+        query_bf16(
+            tile::scratch_buffer<bfloat16>(bf16_queries ? rows * tile::bf16_padded_dim(dim) : 0)),
         packed_keys(tile::scratch_buffer<std::uint32_t>(
             bf16_queries ? Traits::kKeyTile / tile::kPackedKeys * tile::packed_key_words(dim) : 0)),
         natural_acc(tile::scratch_buffer<float>(merged_bf16_context ? rows * dim_v : 0)) {}
@@ -112,7 +108,7 @@ struct Scratch {
   const float* value_rows[Traits::kKeyTile];
   hwy::AlignedFreeUniquePtr<double[]> rotated;        // [dim]: a query row being rotated
   hwy::AlignedFreeUniquePtr<float[]> rotated_floats;  // [dim]: it rounded to float32
-  // [rows][padded_dim]: q as given, zero past dim (bf16 scores).
+  // [rows][tile::bf16_padded_dim]: q as given, zero past dim (bf16 scores).
   hwy::AlignedFreeUniquePtr<bfloat16[]> query_bf16;
   // A tile's keys laid by tile::pack_key_pairs, for a prefill run's bf16 scores.
   hwy::AlignedFreeUniquePtr<std::uint32_t[]> packed_keys;
@@ -350,8 +346,8 @@ class TaskKernel {
       const auto scale = static_cast<float>(p_.rule.scale);
       if constexpr (std::is_same_v<Q, bfloat16>) {
         if (bf16_.scores) {
-          bfloat16* row = s_.query_bf16.get() + r * padded_dim(p_.dim);
-          std::fill(std::copy_n(q, p_.dim, row), row + padded_dim(p_.dim), bfloat16{});
+          bfloat16* row = s_.query_bf16.get() + r * tile::bf16_padded_dim(p_.dim);
+          std::fill(std::copy_n(q, p_.dim, row), row + tile::bf16_padded_dim(p_.dim), bfloat16{});
           return;
         }
       }
@@ -651,17 +647,13 @@ class TaskKernel {
                                         Index count, const Lookahead* ahead, bool packed) {
     switch (block_rows) {
       case 4:
-        return packed ? score_rows_packed_bf16_n<4>(r0, count, ahead)
-                      : score_rows_bf16_n<4>(r0, keys, count, ahead);
+        return score_rows_bf16_n<4>(r0, keys, count, ahead, packed);
       case 3:
-        return packed ? score_rows_packed_bf16_n<3>(r0, count, ahead)
-                      : score_rows_bf16_n<3>(r0, keys, count, ahead);
+        return score_rows_bf16_n<3>(r0, keys, count, ahead, packed);
       case 2:
-        return packed ? score_rows_packed_bf16_n<2>(r0, count, ahead)
-                      : score_rows_bf16_n<2>(r0, keys, count, ahead);
+        return score_rows_bf16_n<2>(r0, keys, count, ahead, packed);
       default:
-        return packed ? score_rows_packed_bf16_n<1>(r0, count, ahead)
-                      : score_rows_bf16_n<1>(r0, keys, count, ahead);
+        return score_rows_bf16_n<1>(r0, keys, count, ahead, packed);
     }
   }
 
@@ -669,14 +661,23 @@ class TaskKernel {
     tile::pack_key_pairs(keys, count, p_.dim, s_.packed_keys.get());
   }
 
-  // score_rows_bf16_n's scores from the packed keys, kPackedKeys at a time, with the same
-  // requests ahead.
+  // Scores for rows [r0, r0 + NR): by the dot kernel in blocks of keys, or (`packed`) from
+  // the packed keys kPackedKeys at a time, with the same requests ahead.
   template <int NR>
-  ATTN_BF16_TARGET HWY_INLINE void score_rows_packed_bf16_n(Index r0, Index count,
-                                                            const Lookahead* ahead) {
+  ATTN_BF16_TARGET HWY_INLINE void score_rows_bf16_n(Index r0, const bfloat16* const* keys,
+                                                     Index count, const Lookahead* ahead,
+                                                     bool packed) {
     const auto scale = static_cast<float>(p_.rule.scale);
     const bfloat16* q[NR];
-    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * padded_dim(p_.dim);
+    for (int r = 0; r < NR; ++r) {
+      q[r] = s_.query_bf16.get() + (r0 + r) * tile::bf16_padded_dim(p_.dim);
+    }
+    if (!packed) {
+      return score_blocks<NR, tile::kDotKeys<NR>>(
+          r0, keys, count, ahead,
+          [&](const bfloat16* const* block, float* const* out)
+              ATTN_BF16_TARGET { tile::scores_by_dot_bf16<NR>(q, block, p_.dim, scale, out); });
+    }
     const Index words = tile::packed_key_words(p_.dim);
     Index k = 0;
     for (; k < count; k += tile::kPackedKeys) {
@@ -687,18 +688,6 @@ class TaskKernel {
       if (ahead != nullptr) prefetch_ahead(*ahead, k, k + tile::kPackedKeys);
     }
     if (ahead != nullptr) prefetch_ahead(*ahead, k, ahead->count());
-  }
-
-  template <int NR>
-  ATTN_BF16_TARGET HWY_INLINE void score_rows_bf16_n(Index r0, const bfloat16* const* keys,
-                                                     Index count, const Lookahead* ahead) {
-    const auto scale = static_cast<float>(p_.rule.scale);
-    const bfloat16* q[NR];
-    for (int r = 0; r < NR; ++r) q[r] = s_.query_bf16.get() + (r0 + r) * padded_dim(p_.dim);
-    score_blocks<NR, tile::kDotKeys<NR>>(
-        r0, keys, count, ahead,
-        [&](const bfloat16* const* block, float* const* out)
-            ATTN_BF16_TARGET { tile::scores_by_dot_bf16<NR>(q, block, p_.dim, scale, out); });
   }
 #endif
 

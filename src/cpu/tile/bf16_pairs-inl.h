@@ -46,13 +46,18 @@ namespace tile {
 // bf16 elements in a vector: a pair per float32 lane.
 inline constexpr Index kBf16PerVector = 32;
 
+// dim rounded up to whole vectors of pairs: the bf16 rows the pair kernels read, zero past dim.
+inline Index bf16_padded_dim(Index dim) {
+  return (dim + kBf16PerVector - 1) / kBf16PerVector * kBf16PerVector;
+}
+
 // Keys of one vector of scores_by_packed_keys_bf16.
 inline constexpr Index kPackedKeys = 16;
 
 // The uint32 of a tile's keys laid by pack_key_pairs, per key vector: 16 pairs of each
 // 32-element chunk of d, a vector each.
 inline Index packed_key_words(Index dim) {
-  return (dim + kBf16PerVector - 1) / kBf16PerVector * kBf16PerVector / 2 * kPackedKeys;
+  return bf16_padded_dim(dim) / 2 * kPackedKeys;
 }
 
 // Where context_by_pairs_bf16 keeps value dim d of a row's accumulator: value dims go in
@@ -163,7 +168,7 @@ template <int NR>
 ATTN_BF16_TARGET HWY_INLINE void scores_by_packed_keys_bf16(const bfloat16* const* q,
                                                             const std::uint32_t* packed, Index dim,
                                                             float scale, float* const* scores) {
-  const Index chunks = (dim + kBf16PerVector - 1) / kBf16PerVector;
+  const Index chunks = bf16_padded_dim(dim) / kBf16PerVector;
   __m512 even_blocks[NR], odd_blocks[NR];  // blocks 0 (+ 2) and 1 (+ 3)
   for (int b = 0; b < 4; ++b) {
     // The chains of the block's four lanes side by side: 4 NR in flight.
